@@ -1,0 +1,51 @@
+# score: the front door.  `make` builds everything, `make test` runs every test,
+# `make demo` runs the demo on the virtual cluster, `make bench` the benchmarks.
+# Every target installs what it needs first (scripts/install-deps.sh).
+#
+# Programs land in build/bin, libraries in build/lib:
+#   export PATH=$PWD/build/bin:$PATH
+
+BUILD      := $(CURDIR)/build
+MESON_DIR  := $(BUILD)/meson
+ASAN_DIR   := $(BUILD)/asan
+PYTHON     ?= /usr/bin/python3
+MESON_OPTS := --prefix=$(BUILD) --bindir=bin --libdir=lib --buildtype=debugoptimized
+
+.PHONY: all deps build asan test demo bench clean help
+
+all: build
+
+help:
+	@echo "make         build everything into build/bin and build/lib"
+	@echo "make test    run every test (unit, sanitizer, integration); prints 'N passed, N failed'"
+	@echo "make demo    bring up a virtual cluster and show what score does on it"
+	@echo "make bench   run the benchmarks side by side with their baselines"
+	@echo "make clean   remove build/"
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@if [ ! -f $(MESON_DIR)/build.ninja ]; then meson setup $(MESON_DIR) $(MESON_OPTS) >/dev/null; fi
+	@ninja -C $(MESON_DIR) >/dev/null || ninja -C $(MESON_DIR)
+	@meson install -C $(MESON_DIR) --quiet >/dev/null
+	@echo "built: $(BUILD)/bin $(BUILD)/lib"
+
+# The same C code with AddressSanitizer and UndefinedBehaviorSanitizer; its tests
+# run as part of `make test`.
+asan: deps
+	@if [ ! -f $(ASAN_DIR)/build.ninja ]; then \
+	  meson setup $(ASAN_DIR) --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false >/dev/null; fi
+	@ninja -C $(ASAN_DIR) >/dev/null || ninja -C $(ASAN_DIR)
+
+test: build asan
+	@$(PYTHON) scripts/run-tests --build $(BUILD)
+
+demo: build
+	@scripts/demo.sh
+
+bench: build
+	@$(PYTHON) scripts/bench --build $(BUILD)
+
+clean:
+	rm -rf $(BUILD)
