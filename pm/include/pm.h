@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pm.h - PM, the user-level communication library of score.
+ *
+ * A *context* is one process's endpoint in one job.  The processes of a job
+ * are peers numbered 0..size-1.  Every context offers the same API whatever
+ * the *device* beneath it (shm on one node, a network device between nodes,
+ * composite choosing per peer).
+ *
+ * Conventions: every function returning int returns 0 (or a documented
+ * non-negative value) on success and a negative errno on failure.  No
+ * function blocks except pm_open(), pm_wait() and pm_quiesce(); none
+ * allocates memory except pm_open() and pm_mr_register().
+ *
+ * Thread safety: a context is used by one thread at a time.
+ *
+ * See docs/pm/guide.md for the programming guide.
+ */
+#ifndef PM_H
+#define PM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PM_VERSION_MAJOR 0
+#define PM_VERSION_MINOR 1
+#define PM_VERSION_PATCH 0
+
+/* Returns "MAJOR.MINOR.PATCH" of the library actually loaded. */
+const char *pm_version(void);
+
+/* Like strerror(), for the negative errno values PM returns. */
+const char *pm_strerror(int err);
+
+typedef struct pm_context pm_context_t;
+typedef struct pm_mr pm_mr_t;
+
+/*
+ * Opening a context.  Every field is optional (zero means "default, or the
+ * environment variable named beside it").
+ */
+struct pm_open_attr {
+	const char *device;     /* "composite" (default) or "shm"    PM_DEVICE */
+	uint32_t spin_us;       /* busy-poll budget of pm_wait(),    PM_SPIN_US
+	                           then block (default 50 us)                  */
+	uint32_t shm_ring_kib;  /* bytes of each shm receive ring,   PM_SHM_RING_KIB
+	                           per sending peer (default 512)              */
+};
+
+/*
+ * Open this process's context of its job.  Under a PMIx launcher (scrun,
+ * srun --mpi=pmix, mpirun) rank and size come from PMIx and endpoint
+ * addresses are exchanged with a fence, so pm_open() is collective: every
+ * process of the job must call it.  Without a launcher the process is a
+ * singleton job of size 1.  attr may be NULL.
+ *
+ * Errors: -ENODEV unknown device, -ENETUNREACH a peer no device reaches,
+ * -EPROTO bootstrap failed, -ENOMEM.
+ */
+int pm_open(pm_context_t **ctx, const struct pm_open_attr *attr);
+
+/* Close a context (not collective).  Messages not yet taken are lost. */
+int pm_close(pm_context_t *ctx);
+
+int pm_rank(const pm_context_t *ctx);
+int pm_size(const pm_context_t *ctx);
+
+/* Name of the device that serves peer ("self", "shm", ...), NULL if none. */
+const char *pm_peer_device(const pm_context_t *ctx, int peer);
+
+/* Largest message, in bytes, that can be sent to peer. */
+size_t pm_max_message(const pm_context_t *ctx, int peer);
+
+/* ------------------------------------------------------------------------
+ * Messages: zero-copy hand-off.
+ *
+ * The sender asks for a buffer that lives where the receiver will read it,
+ * fills it and sends it.  The receiver reads the message in place and
+ * releases it; releasing is what frees space for the sender (flow control).
+ * Delivery is reliable and ordered per (sender, receiver) pair.
+ */
+
+/*
+ * Get a buffer of len bytes (len <= pm_max_message()) for a message to peer.
+ * At most one buffer per peer is outstanding until pm_send().
+ * Errors: -EAGAIN no space now (the receiver has not released yet, or the
+ * context is quiesced): progress with pm_wait() and try again; -EMSGSIZE;
+ * -EBUSY a buffer for peer is already outstanding; -EPIPE peer is gone;
+ * -EINVAL bad peer.
+ */
+int pm_send_buffer(pm_context_t *ctx, int peer, size_t len, void **buf);
+
+/* Send the outstanding buffer for peer, with len <= the length asked for. */
+int pm_send(pm_context_t *ctx, int peer, size_t len);
+
+/* A received message, valid until pm_release(). */
+struct pm_msg {
+	const void *data;
+	size_t len;
+	int peer;
+	uint32_t _reserved;
+	uint64_t _cookie;       /* the device's handle; do not touch */
+};
+
+/*
+ * Take the next received message, or -EAGAIN when there is none.  Messages
+ * may be released in any order; each must be released exactly once.
+ */
+int pm_recv(pm_context_t *ctx, struct pm_msg *msg);
+int pm_release(pm_context_t *ctx, const struct pm_msg *msg);
+
+/*
+ * Progress: busy-poll for up to spin_us, then block until a message may
+ * have arrived or send space may have been freed, or timeout_ms passes
+ * (-1 waits forever).  Returns 0 on an event, -ETIMEDOUT, or -ECONNRESET
+ * when a peer has died (see pm_peer_alive()).  Spurious wake-ups happen;
+ * callers retry their pm_recv()/pm_send_buffer().
+ */
+int pm_wait(pm_context_t *ctx, int timeout_ms);
+
+/* 1 if peer is alive, 0 if it has died, negative on error. */
+int pm_peer_alive(pm_context_t *ctx, int peer);
+
+/* ------------------------------------------------------------------------
+ * Remote memory.
+ *
+ * A process registers a region and hands its key to peers (in a message);
+ * peers then write into it and read from it by offset, one-sided.  Local
+ * buffers passed to pm_write()/pm_read() go through the registration cache
+ * (the pin-down cache): registering them is implicit and reused.
+ */
+int pm_mr_register(pm_context_t *ctx, void *addr, size_t len, pm_mr_t **mr);
+int pm_mr_deregister(pm_context_t *ctx, pm_mr_t *mr);
+uint64_t pm_mr_key(const pm_mr_t *mr);
+
+/* Caller-owned handle of one remote-memory operation. */
+struct pm_op {
+	int status;             /* 1 pending, 0 done, negative errno failed */
+	int peer;
+	uint64_t _device[4];
+};
+
+/*
+ * Start a write of len bytes from src into peer's region rkey at roffset,
+ * or a read from there into dst.  Errors at start: -ERANGE the range is
+ * outside the region, -ENOENT no such key, -EAGAIN quiesced, -EPIPE.
+ */
+int pm_write(pm_context_t *ctx, int peer, const void *src, size_t len,
+	     uint64_t rkey, uint64_t roffset, struct pm_op *op);
+int pm_read(pm_context_t *ctx, int peer, void *dst, size_t len,
+	    uint64_t rkey, uint64_t roffset, struct pm_op *op);
+
+/* 1 when op completed (op->status holds its result), 0 while pending. */
+int pm_test(pm_context_t *ctx, struct pm_op *op);
+
+/* ------------------------------------------------------------------------
+ * Network preemption (used by scored).
+ *
+ * pm_quiesce() stops injection (sends and remote operations return -EAGAIN)
+ * and returns once nothing this context sent is in flight.  pm_resume()
+ * reopens it.  Both are idempotent.
+ */
+int pm_quiesce(pm_context_t *ctx);
+int pm_resume(pm_context_t *ctx);
+
+/* ------------------------------------------------------------------------
+ * Statistics.  The same counters are published in shared memory so that
+ * other processes (pminfo, scored) read them live; see docs/pm/stats.md.
+ */
+struct pm_stats {
+	uint64_t msgs_sent, bytes_sent;
+	uint64_t msgs_recv, bytes_recv;
+	uint64_t send_eagain;           /* pm_send_buffer() said "try again" */
+	uint64_t rma_writes, rma_reads, rma_bytes;
+	uint64_t regcache_hits, regcache_misses, regcache_evictions;
+	uint64_t waits_blocked;         /* pm_wait() calls that went to sleep */
+	uint64_t retransmits, drops, stops, gos, loses; /* network devices */
+	uint64_t quiesces, quiesce_ns;
+};
+
+int pm_stats_get(const pm_context_t *ctx, struct pm_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PM_H */

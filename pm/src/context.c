@@ -1,0 +1,443 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * context.c - the public API: opening a context over its device, and the
+ * checks and counting every device shares.  Devices do the transport.
+ */
+#include "pm_internal.h"
+#include "stats.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PM_DEFAULT_SPIN_US      50
+#define PM_DEFAULT_RING_KIB     512
+#define PM_REGCACHE_ENTRIES     256
+
+#define STR2(x) #x
+#define STR(x) STR2(x)
+
+const char *pm_version(void)
+{
+	return STR(PM_VERSION_MAJOR) "." STR(PM_VERSION_MINOR) "." STR(PM_VERSION_PATCH);
+}
+
+const char *pm_strerror(int err)
+{
+	return strerror(err < 0 ? -err : err);
+}
+
+uint64_t pm_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void pm_log(const struct pm_context *ctx, const char *fmt, ...)
+{
+	const char *v = getenv("PM_VERBOSE");
+	va_list ap;
+
+	if (v && strcmp(v, "0") == 0)
+		return;
+	fprintf(stderr, "pm[%d]: ", ctx ? ctx->rank : -1);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/* An unsigned knob from attr, else the environment, else the default. */
+static int knob(uint32_t from_attr, const char *env, uint32_t dflt, uint32_t *out)
+{
+	const char *s = getenv(env);
+
+	if (from_attr) {
+		*out = from_attr;
+		return 0;
+	}
+	if (!s || !*s) {
+		*out = dflt;
+		return 0;
+	}
+
+	char *end;
+	unsigned long v = strtoul(s, &end, 10);
+
+	if (*end || v > UINT32_MAX) {
+		pm_log(NULL, "%s=%s: not a number", env, s);
+		return -EINVAL;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/* The registration cache asks the device to pin; no device needs it yet. */
+static int reg_noop(void *arg, uintptr_t start, size_t len, void **handle)
+{
+	(void)arg;
+	(void)start;
+	(void)len;
+	*handle = NULL;
+	return 0;
+}
+
+static void dereg_noop(void *arg, void *handle)
+{
+	(void)arg;
+	(void)handle;
+}
+
+static const struct regcache_ops regcache_noop = { .reg = reg_noop, .dereg = dereg_noop };
+
+static int open_device(struct pm_context *ctx, const char *name)
+{
+	struct pm_boot *b = &ctx->boot;
+	int err;
+
+	if (strcmp(name, "composite") == 0)
+		ctx->dev = pm_composite_create(ctx);
+	else if (strcmp(name, "shm") == 0)
+		ctx->dev = pm_shm_create(ctx);
+	else {
+		pm_log(ctx, "unknown device '%s' (known: composite, shm)", name);
+		return -ENODEV;
+	}
+	if (!ctx->dev)
+		return -ENOMEM;
+
+	/* Every process runs the same steps, so the fences match up even when
+	 * one fails: a failing process still joins them before reporting. */
+	err = ctx->dev->ops->setup(ctx->dev, b);
+	int ferr = b->ops->fence(b);
+
+	if (!err && !ferr)
+		err = ctx->dev->ops->connect(ctx->dev, b);
+	int ferr2 = b->ops->fence(b);
+
+	if (err)
+		return err;
+	if (ferr || ferr2) {
+		pm_log(ctx, "bootstrap fence failed");
+		return ferr ? ferr : ferr2;
+	}
+	ctx->dev->ops->ready(ctx->dev);
+	for (int peer = 0; peer < ctx->size; peer++) {
+		if (!ctx->dev->ops->device_of(ctx->dev, peer)) {
+			pm_log(ctx, "no device of '%s' reaches rank %d (another node?)",
+			       name, peer);
+			return -ENETUNREACH;
+		}
+	}
+	return 0;
+}
+
+int pm_open(pm_context_t **out, const struct pm_open_attr *attr)
+{
+	struct pm_open_attr none = { 0 };
+	struct pm_context *ctx;
+	const char *device;
+	int err;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!attr)
+		attr = &none;
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return -ENOMEM;
+	device = attr->device ? attr->device : getenv("PM_DEVICE");
+	if (!device || !*device)
+		device = "composite";
+	err = knob(attr->spin_us, "PM_SPIN_US", PM_DEFAULT_SPIN_US, &ctx->spin_us);
+	if (!err)
+		err = knob(attr->shm_ring_kib, "PM_SHM_RING_KIB", PM_DEFAULT_RING_KIB,
+			   &ctx->shm_ring_kib);
+	if (err) {
+		free(ctx);
+		return err;
+	}
+
+	err = pm_boot_open(&ctx->boot);
+	if (err) {
+		pm_log(NULL, "bootstrap failed: %s", strerror(-err));
+		free(ctx);
+		return err == -ENOMEM ? err : -EPROTO;
+	}
+	ctx->rank = ctx->boot.rank;
+	ctx->size = ctx->boot.size;
+
+	err = pm_stats_publish(ctx, device);
+	if (err) {
+		pm_log(ctx, "statistics page in %s: %s", pm_stats_dir(), strerror(-err));
+		goto fail;
+	}
+	struct regcache_counters cnt = {
+		.hits = &ctx->stats->regcache_hits,
+		.misses = &ctx->stats->regcache_misses,
+		.evictions = &ctx->stats->regcache_evictions,
+	};
+	err = regcache_init(&ctx->regcache, PM_REGCACHE_ENTRIES, &regcache_noop, ctx, &cnt);
+	if (err)
+		goto fail;
+	err = open_device(ctx, device);
+	if (err)
+		goto fail;
+	*out = ctx;
+	return 0;
+
+fail:
+	pm_close(ctx);
+	return err;
+}
+
+int pm_close(pm_context_t *ctx)
+{
+	if (!ctx)
+		return -EINVAL;
+	if (ctx->dev)
+		ctx->dev->ops->destroy(ctx->dev);
+	if (ctx->regcache.pool)
+		regcache_fini(&ctx->regcache);
+	pm_stats_unpublish(ctx);
+	pm_boot_close(&ctx->boot);
+	free(ctx);
+	return 0;
+}
+
+int pm_rank(const pm_context_t *ctx)
+{
+	return ctx->rank;
+}
+
+int pm_size(const pm_context_t *ctx)
+{
+	return ctx->size;
+}
+
+static bool bad_peer(const pm_context_t *ctx, int peer)
+{
+	return peer < 0 || peer >= ctx->size;
+}
+
+const char *pm_peer_device(const pm_context_t *ctx, int peer)
+{
+	return bad_peer(ctx, peer) ? NULL : ctx->dev->ops->device_of(ctx->dev, peer);
+}
+
+size_t pm_max_message(const pm_context_t *ctx, int peer)
+{
+	return bad_peer(ctx, peer) ? 0 : ctx->dev->ops->max_message(ctx->dev, peer);
+}
+
+/* ---- messages ---- */
+
+int pm_send_buffer(pm_context_t *ctx, int peer, size_t len, void **buf)
+{
+	if (bad_peer(ctx, peer) || !buf)
+		return -EINVAL;
+	if (ctx->quiesced) {
+		ctx->stats->send_eagain++;
+		return -EAGAIN;
+	}
+	int err = ctx->dev->ops->send_buffer(ctx->dev, peer, len, buf);
+
+	if (err == -EAGAIN)
+		ctx->stats->send_eagain++;
+	return err;
+}
+
+int pm_send(pm_context_t *ctx, int peer, size_t len)
+{
+	if (bad_peer(ctx, peer))
+		return -EINVAL;
+	int err = ctx->dev->ops->send(ctx->dev, peer, len);
+
+	if (!err) {
+		ctx->stats->msgs_sent++;
+		ctx->stats->bytes_sent += len;
+	}
+	return err;
+}
+
+int pm_recv(pm_context_t *ctx, struct pm_msg *msg)
+{
+	if (!msg)
+		return -EINVAL;
+	int err = ctx->dev->ops->recv(ctx->dev, msg);
+
+	if (!err) {
+		ctx->stats->msgs_recv++;
+		ctx->stats->bytes_recv += msg->len;
+	}
+	return err;
+}
+
+int pm_release(pm_context_t *ctx, const struct pm_msg *msg)
+{
+	if (!msg || bad_peer(ctx, msg->peer))
+		return -EINVAL;
+	return ctx->dev->ops->release(ctx->dev, msg);
+}
+
+int pm_wait(pm_context_t *ctx, int timeout_ms)
+{
+	return ctx->dev->ops->wait(ctx->dev, timeout_ms, ctx->spin_us);
+}
+
+int pm_peer_alive(pm_context_t *ctx, int peer)
+{
+	if (bad_peer(ctx, peer))
+		return -EINVAL;
+	return ctx->dev->ops->peer_alive(ctx->dev, peer);
+}
+
+/* ---- remote memory ---- */
+
+int pm_mr_register(pm_context_t *ctx, void *addr, size_t len, pm_mr_t **mr)
+{
+	if (!addr || !len || !mr)
+		return -EINVAL;
+
+	uint32_t idx;
+
+	for (idx = 0; idx < PM_MAX_WINDOWS && ctx->windows[idx].key; idx++)
+		;
+	if (idx == PM_MAX_WINDOWS)
+		return -ENOSPC;
+
+	struct pm_mr *w = &ctx->windows[idx];
+	int err = regcache_acquire(&ctx->regcache, addr, len, &w->pin);
+
+	if (err)
+		return err;
+	/* The generation makes a stale key of a reused slot fail cleanly. */
+	uint64_t key = (++ctx->window_gen << 16) | idx;
+
+	err = ctx->dev->ops->expose(ctx->dev, idx, key, addr, len);
+	if (err) {
+		regcache_release(&ctx->regcache, w->pin);
+		return err;
+	}
+	w->key = key;
+	w->addr = addr;
+	w->len = len;
+	*mr = w;
+	return 0;
+}
+
+int pm_mr_deregister(pm_context_t *ctx, pm_mr_t *mr)
+{
+	if (!mr || mr < ctx->windows || mr >= ctx->windows + PM_MAX_WINDOWS || !mr->key)
+		return -EINVAL;
+	ctx->dev->ops->expose(ctx->dev, PM_WINDOW_IDX(mr->key), 0, NULL, 0);
+	regcache_release(&ctx->regcache, mr->pin);
+	memset(mr, 0, sizeof(*mr));
+	return 0;
+}
+
+uint64_t pm_mr_key(const pm_mr_t *mr)
+{
+	return mr ? mr->key : 0;
+}
+
+static int rma(pm_context_t *ctx, int peer, bool write, void *local, size_t len,
+	       uint64_t rkey, uint64_t roffset, struct pm_op *op)
+{
+	if (bad_peer(ctx, peer) || !op || (!local && len))
+		return -EINVAL;
+	if (ctx->quiesced)
+		return -EAGAIN;
+	op->status = 1;
+	op->peer = peer;
+	if (len == 0) {
+		op->status = 0;
+		return 0;
+	}
+
+	struct regcache_entry *pin;
+	int err = regcache_acquire(&ctx->regcache, local, len, &pin);
+
+	if (err)
+		return err;
+	err = ctx->dev->ops->rma(ctx->dev, peer, write, local, len, rkey, roffset, op);
+	/* Devices that complete asynchronously will release at completion;
+	 * today every transfer has finished here. */
+	regcache_release(&ctx->regcache, pin);
+	if (err) {
+		op->status = err;
+		return err;
+	}
+	if (write)
+		ctx->stats->rma_writes++;
+	else
+		ctx->stats->rma_reads++;
+	ctx->stats->rma_bytes += len;
+	return 0;
+}
+
+int pm_write(pm_context_t *ctx, int peer, const void *src, size_t len,
+	     uint64_t rkey, uint64_t roffset, struct pm_op *op)
+{
+	return rma(ctx, peer, true, (void *)src, len, rkey, roffset, op);
+}
+
+int pm_read(pm_context_t *ctx, int peer, void *dst, size_t len,
+	    uint64_t rkey, uint64_t roffset, struct pm_op *op)
+{
+	return rma(ctx, peer, false, dst, len, rkey, roffset, op);
+}
+
+int pm_test(pm_context_t *ctx, struct pm_op *op)
+{
+	if (!op)
+		return -EINVAL;
+	if (op->status != 1)
+		return 1;
+	return ctx->dev->ops->test(ctx->dev, op);
+}
+
+/* ---- network preemption ---- */
+
+int pm_quiesce(pm_context_t *ctx)
+{
+	if (ctx->quiesced)
+		return 0;
+
+	uint64_t start = pm_now_ns();
+
+	ctx->quiesced = true;
+	int err = ctx->dev->ops->drain(ctx->dev);
+
+	if (err) {
+		ctx->quiesced = false;
+		return err;
+	}
+	ctx->stats->quiesces++;
+	ctx->stats->quiesce_ns += pm_now_ns() - start;
+	atomic_store(&ctx->page->state, PM_STATS_QUIESCED);
+	return 0;
+}
+
+int pm_resume(pm_context_t *ctx)
+{
+	if (!ctx->quiesced)
+		return 0;
+	ctx->quiesced = false;
+	atomic_store(&ctx->page->state, PM_STATS_OPEN);
+	return 0;
+}
+
+int pm_stats_get(const pm_context_t *ctx, struct pm_stats *stats)
+{
+	if (!stats)
+		return -EINVAL;
+	*stats = *ctx->stats;
+	return 0;
+}

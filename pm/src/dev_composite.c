@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dev_composite.c - PM/Composite: one context over several devices, each
+ * peer routed to the device that reaches it best (shm for the same node, a
+ * network device otherwise).  Seed 000, section 7.3.
+ */
+#include "pm_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define COMPOSITE_MAX_SUB 4
+#define NO_ROUTE 0xff
+
+struct composite_dev {
+	struct pm_device base;
+	struct pm_device *sub[COMPOSITE_MAX_SUB];
+	int nsub;
+	uint8_t *route;                 /* peer -> index into sub, or NO_ROUTE */
+	int next_rx;
+};
+
+static inline struct composite_dev *to_comp(struct pm_device *dev)
+{
+	return (struct composite_dev *)dev;
+}
+
+static struct pm_device *route_of(const struct pm_device *dev, int peer)
+{
+	const struct composite_dev *c = (const struct composite_dev *)dev;
+
+	if (peer < 0 || peer >= dev->ctx->size || c->route[peer] == NO_ROUTE)
+		return NULL;
+	return c->sub[c->route[peer]];
+}
+
+static int comp_setup(struct pm_device *dev, struct pm_boot *b)
+{
+	struct composite_dev *c = to_comp(dev);
+
+	c->route = malloc((size_t)b->size);
+	if (!c->route)
+		return -ENOMEM;
+	memset(c->route, NO_ROUTE, (size_t)b->size);
+
+	/* Devices in order of preference; each claims the peers it serves. */
+	c->sub[c->nsub] = pm_shm_create(dev->ctx);
+	if (!c->sub[c->nsub])
+		return -ENOMEM;
+	c->nsub++;
+	for (int i = 0; i < c->nsub; i++) {
+		int err = c->sub[i]->ops->setup(c->sub[i], b);
+
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+static int comp_connect(struct pm_device *dev, struct pm_boot *b)
+{
+	struct composite_dev *c = to_comp(dev);
+
+	for (int i = 0; i < c->nsub; i++) {
+		int err = c->sub[i]->ops->connect(c->sub[i], b);
+
+		if (err)
+			return err;
+	}
+	/* Peers no device serves keep NO_ROUTE; pm_open() reports them. */
+	for (int peer = 0; peer < b->size; peer++)
+		for (int i = 0; i < c->nsub && c->route[peer] == NO_ROUTE; i++)
+			if (c->sub[i]->ops->device_of(c->sub[i], peer))
+				c->route[peer] = (uint8_t)i;
+	return 0;
+}
+
+static void comp_ready(struct pm_device *dev)
+{
+	struct composite_dev *c = to_comp(dev);
+
+	for (int i = 0; i < c->nsub; i++)
+		c->sub[i]->ops->ready(c->sub[i]);
+}
+
+static void comp_destroy(struct pm_device *dev)
+{
+	struct composite_dev *c = to_comp(dev);
+
+	for (int i = 0; i < c->nsub; i++)
+		c->sub[i]->ops->destroy(c->sub[i]);
+	free(c->route);
+	free(c);
+}
+
+static const char *comp_device_of(const struct pm_device *dev, int peer)
+{
+	struct pm_device *d = route_of(dev, peer);
+
+	return d ? d->ops->device_of(d, peer) : NULL;
+}
+
+static size_t comp_max_message(const struct pm_device *dev, int peer)
+{
+	struct pm_device *d = route_of(dev, peer);
+
+	return d ? d->ops->max_message(d, peer) : 0;
+}
+
+static int comp_send_buffer(struct pm_device *dev, int peer, size_t len, void **buf)
+{
+	struct pm_device *d = route_of(dev, peer);
+
+	return d ? d->ops->send_buffer(d, peer, len, buf) : -EINVAL;
+}
+
+static int comp_send(struct pm_device *dev, int peer, size_t len)
+{
+	struct pm_device *d = route_of(dev, peer);
+
+	return d ? d->ops->send(d, peer, len) : -EINVAL;
+}
+
+static int comp_recv(struct pm_device *dev, struct pm_msg *msg)
+{
+	struct composite_dev *c = to_comp(dev);
+
+	for (int k = 0; k < c->nsub; k++) {
+		int i = (c->next_rx + k) % c->nsub;
+
+		if (c->sub[i]->ops->recv(c->sub[i], msg) == 0) {
+			c->next_rx = (i + 1) % c->nsub;
+			return 0;
+		}
+	}
+	return -EAGAIN;
+}
+
+static int comp_release(struct pm_device *dev, const struct pm_msg *msg)
+{
+	struct pm_device *d = route_of(dev, msg->peer);
+
+	return d ? d->ops->release(d, msg) : -EINVAL;
+}
+
+static int comp_wait(struct pm_device *dev, int timeout_ms, uint32_t spin_us)
+{
+	struct composite_dev *c = to_comp(dev);
+
+	/* One device today; with a network device beside shm, both will share
+	 * one blocking primitive (see docs/pm/design.md, "Progress"). */
+	return c->sub[0]->ops->wait(c->sub[0], timeout_ms, spin_us);
+}
+
+static int comp_peer_alive(struct pm_device *dev, int peer)
+{
+	struct pm_device *d = route_of(dev, peer);
+
+	return d ? d->ops->peer_alive(d, peer) : -EINVAL;
+}
+
+static int comp_expose(struct pm_device *dev, uint32_t idx, uint64_t key, void *addr,
+		       size_t len)
+{
+	struct composite_dev *c = to_comp(dev);
+
+	for (int i = 0; i < c->nsub; i++) {
+		int err = c->sub[i]->ops->expose(c->sub[i], idx, key, addr, len);
+
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+static int comp_rma(struct pm_device *dev, int peer, bool write, void *local,
+		    size_t len, uint64_t rkey, uint64_t roffset, struct pm_op *op)
+{
+	struct pm_device *d = route_of(dev, peer);
+
+	return d ? d->ops->rma(d, peer, write, local, len, rkey, roffset, op) : -EINVAL;
+}
+
+static int comp_test(struct pm_device *dev, struct pm_op *op)
+{
+	struct pm_device *d = route_of(dev, op->peer);
+
+	return d ? d->ops->test(d, op) : -EINVAL;
+}
+
+static int comp_drain(struct pm_device *dev)
+{
+	struct composite_dev *c = to_comp(dev);
+
+	for (int i = 0; i < c->nsub; i++) {
+		int err = c->sub[i]->ops->drain(c->sub[i]);
+
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+static const struct pm_device_ops composite_ops = {
+	.name = "composite",
+	.setup = comp_setup,
+	.connect = comp_connect,
+	.ready = comp_ready,
+	.destroy = comp_destroy,
+	.device_of = comp_device_of,
+	.max_message = comp_max_message,
+	.send_buffer = comp_send_buffer,
+	.send = comp_send,
+	.recv = comp_recv,
+	.release = comp_release,
+	.wait = comp_wait,
+	.peer_alive = comp_peer_alive,
+	.expose = comp_expose,
+	.rma = comp_rma,
+	.test = comp_test,
+	.drain = comp_drain,
+};
+
+struct pm_device *pm_composite_create(struct pm_context *ctx)
+{
+	struct composite_dev *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->base.ops = &composite_ops;
+	c->base.ctx = ctx;
+	return &c->base;
+}

@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stats.h - the statistics page a context publishes in shared memory.
+ *
+ * Each open context maps one file, PM_STATS_DIR/pm-stats.PID.SEQ (default
+ * directory /dev/shm), holding this structure; the owner updates the
+ * counters in place, readers (pminfo, scored's agent) map it read-only.
+ * The byte layout is specified in docs/pm/stats.md; bump the version when
+ * it changes.
+ */
+#ifndef PM_STATS_H
+#define PM_STATS_H
+
+#include "pm.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define PM_STATS_MAGIC   "PMSTATS1"
+#define PM_STATS_VERSION 1u
+
+enum pm_stats_state {
+	PM_STATS_OPEN = 1,
+	PM_STATS_QUIESCED = 2,
+	PM_STATS_CLOSED = 3,
+};
+
+struct pm_stats_page {
+	char magic[8];                  /*   0 */
+	uint32_t version;               /*   8 */
+	uint32_t page_bytes;            /*  12 sizeof(struct pm_stats_page) */
+	int32_t pid;                    /*  16 */
+	int32_t rank;                   /*  20 */
+	int32_t size;                   /*  24 */
+	int32_t nlocal;                 /*  28 */
+	char job[256];                  /*  32 NUL-terminated */
+	char device[16];                /* 288 NUL-terminated */
+	uint64_t start_ns;              /* 304 CLOCK_REALTIME at open */
+	_Atomic uint32_t state;         /* 312 enum pm_stats_state */
+	_Atomic uint32_t control;       /* 316 reserved for scored */
+	uint64_t reserved[6];           /* 320 */
+	struct pm_stats stats;          /* 368 */
+};
+
+/* Create and map the page of ctx; sets ctx->page and ctx->stats. */
+int pm_stats_publish(struct pm_context *ctx, const char *device);
+/* Mark closed, unmap and remove it. */
+void pm_stats_unpublish(struct pm_context *ctx);
+
+/* The directory pages live in (PM_STATS_DIR or /dev/shm). */
+const char *pm_stats_dir(void);
+
+/*
+ * Map a page read-only for inspection; 0 and *page on success, -EPROTO if
+ * the file is not a stats page of this version.  Unmap with
+ * pm_stats_unmap().
+ */
+int pm_stats_map(const char *path, const struct pm_stats_page **page);
+void pm_stats_unmap(const struct pm_stats_page *page);
+
+#endif /* PM_STATS_H */

@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pminfo - what PM is on this node: version, devices, the configuration in
+ * effect, and the live counters of every running context.
+ */
+#include "pm.h"
+#include "stats.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"Usage: pminfo [OPTION]...\n"
+		"Show the PM library's version, the devices available on this node,\n"
+		"the configuration in effect and the counters of running contexts.\n"
+		"\n"
+		"  -c, --contexts   only the running contexts and their counters\n"
+		"  -j, --json       one JSON object on standard output\n"
+		"  -h, --help       this help\n"
+		"  -V, --version    the library version\n"
+		"\n"
+		"Environment: PM_DEVICE, PM_SPIN_US, PM_SHM_RING_KIB, PM_STATS_DIR,\n"
+		"PM_VERBOSE (see docs/pm/knobs.md).\n");
+}
+
+struct knob {
+	const char *env, *dflt, *what;
+};
+
+static const struct knob knobs[] = {
+	{ "PM_DEVICE", "composite", "device of new contexts" },
+	{ "PM_SPIN_US", "50", "busy-poll budget of pm_wait() before blocking, us" },
+	{ "PM_SHM_RING_KIB", "512", "shm receive ring per sending peer, KiB" },
+	{ "PM_STATS_DIR", "/dev/shm", "where contexts publish their counters" },
+	{ "PM_VERBOSE", "1", "0 silences diagnostics on stderr" },
+};
+
+#define NKNOBS (sizeof(knobs) / sizeof(knobs[0]))
+
+static const char *knob_value(const struct knob *k, bool *from_env)
+{
+	const char *v = getenv(k->env);
+
+	*from_env = v && *v;
+	return *from_env ? v : k->dflt;
+}
+
+/* Counters in the order of struct pm_stats, with their names. */
+#define STAT_FIELDS(X)                                                         \
+	X(msgs_sent) X(bytes_sent) X(msgs_recv) X(bytes_recv) X(send_eagain)  \
+	X(rma_writes) X(rma_reads) X(rma_bytes) X(regcache_hits)             \
+	X(regcache_misses) X(regcache_evictions) X(waits_blocked)            \
+	X(retransmits) X(drops) X(stops) X(gos) X(loses) X(quiesces)         \
+	X(quiesce_ns)
+
+static const char *state_name(uint32_t s)
+{
+	switch (s) {
+	case PM_STATS_OPEN: return "open";
+	case PM_STATS_QUIESCED: return "quiesced";
+	case PM_STATS_CLOSED: return "closed";
+	default: return "unknown";
+	}
+}
+
+/* Visit the pages of live processes; pages of dead ones are stale. */
+static int for_each_context(void (*fn)(const struct pm_stats_page *, bool, void *),
+			    void *arg)
+{
+	const char *dir = pm_stats_dir();
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -errno;
+	while ((e = readdir(d))) {
+		char path[4096];
+		const struct pm_stats_page *p;
+
+		if (strncmp(e->d_name, "pm-stats.", 9) != 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		if (pm_stats_map(path, &p) != 0)
+			continue;
+		bool alive = kill(p->pid, 0) == 0 || errno == EPERM;
+
+		if (alive && atomic_load(&p->state) != PM_STATS_CLOSED) {
+			fn(p, n == 0, arg);
+			n++;
+		}
+		pm_stats_unmap(p);
+	}
+	closedir(d);
+	return n;
+}
+
+static void print_context_text(const struct pm_stats_page *p, bool first, void *arg)
+{
+	(void)arg;
+	(void)first;
+	printf("\ncontext pid %d rank %d/%d  job %s  device %s  state %s\n", p->pid,
+	       p->rank, p->size, p->job, p->device, state_name(atomic_load(&p->state)));
+#define X(f) printf("  %-20s %" PRIu64 "\n", #f, p->stats.f);
+	STAT_FIELDS(X)
+#undef X
+}
+
+static void print_context_json(const struct pm_stats_page *p, bool first, void *arg)
+{
+	(void)arg;
+	printf("%s{\"pid\":%d,\"rank\":%d,\"size\":%d,\"job\":\"%s\",\"device\":\"%s\","
+	       "\"state\":\"%s\",\"counters\":{", first ? "" : ",", p->pid, p->rank,
+	       p->size, p->job, p->device, state_name(atomic_load(&p->state)));
+	const char *sep = "";
+#define X(f) printf("%s\"%s\":%" PRIu64, sep, #f, p->stats.f), sep = ",";
+	STAT_FIELDS(X)
+#undef X
+	printf("}}");
+}
+
+/* Devices that can work here: shm needs a writable /dev/shm. */
+static bool shm_available(void)
+{
+	return access("/dev/shm", W_OK) == 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "contexts", no_argument, NULL, 'c' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	bool json = false, only_contexts = false;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "cjhV", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': only_contexts = true; break;
+		case 'j': json = true; break;
+		case 'h': usage(stdout); return 0;
+		case 'V': printf("%s\n", pm_version()); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "pminfo: unexpected argument '%s'\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+
+	if (json) {
+		printf("{\"version\":\"%s\",\"devices\":{\"shm\":%s,\"composite\":true},"
+		       "\"config\":{", pm_version(), shm_available() ? "true" : "false");
+		for (size_t i = 0; i < NKNOBS; i++) {
+			bool env;
+
+			printf("%s\"%s\":\"%s\"", i ? "," : "", knobs[i].env,
+			       knob_value(&knobs[i], &env));
+		}
+		printf("},\"contexts\":[");
+		int n = for_each_context(print_context_json, NULL);
+
+		printf("]}\n");
+		return n < 0 ? 1 : 0;
+	}
+
+	if (!only_contexts) {
+		printf("PM %s\n\ndevices on this node:\n", pm_version());
+		printf("  %-10s %s\n", "shm", shm_available() ? "available (processes on this node)"
+							 : "unavailable: /dev/shm not writable");
+		printf("  %-10s available (shm for this node; no network device yet)\n",
+		       "composite");
+		printf("\nconfiguration:\n");
+		for (size_t i = 0; i < NKNOBS; i++) {
+			bool env;
+			const char *v = knob_value(&knobs[i], &env);
+
+			printf("  %-16s %-10s %s%s\n", knobs[i].env, v, knobs[i].what,
+			       env ? " (from environment)" : "");
+		}
+	}
+	int n = for_each_context(print_context_text, NULL);
+
+	if (n < 0) {
+		fprintf(stderr, "pminfo: %s: %s\n", pm_stats_dir(), strerror(-n));
+		return 1;
+	}
+	if (n == 0)
+		printf("\nno running contexts\n");
+	return 0;
+}
