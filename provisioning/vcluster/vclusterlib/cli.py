@@ -1,0 +1,246 @@
+"""Command line of vcluster: argument parsing and dispatch to the modules."""
+
+import argparse
+import json
+import sys
+
+from . import build, enter, log, naming, rsh, shape as shape_mod, status, teardown
+from .addressing import parse_subnet
+from .errors import VclusterError
+from .shape import Shape
+
+PROG = "vcluster"
+
+DESCRIPTION = """\
+Play a whole cluster on one Linux machine.
+
+Each node is a network namespace with its own host name (nI) and its own
+/etc/hosts; each NIC is a veth pair into one Linux bridge per network, so each
+network is a separate switch.  Links can be rate-limited with tc and given an
+MTU.  The host has an address on every bridge, so programs in the root
+namespace (mpirun, Prometheus, ...) reach the nodes directly.
+
+All commands except --help must run as root."""
+
+EPILOG = """\
+examples:
+  vcluster up --nodes 4 --nics 2 --rate 1gbit     # 4 nodes, 2 networks, GbE-like links
+  vcluster exec n1 -- ip -br addr                   # run a command on node n1
+  vcluster rsh n2 'hostname; getent hosts n1-net1'  # ssh-like, for launchers
+  mpirun --host n1,n2 --mca plm_rsh_agent "vcluster rsh" hostname
+  vcluster status
+  vcluster down
+
+State: /run/score/vcluster/NAME.json.  Documentation: docs/admin/vcluster.md."""
+
+UP_HELP = """\
+Create cluster NAME with N nodes (n1..nN) and K networks, or confirm that it is
+already up with the same shape (then nothing changes).  A cluster of that name
+with another shape is an error: take it down first.
+
+Network K of the cluster is a /24 of the cluster's /16 (by default the first of
+10.250.0.0/16 .. 10.255.0.0/16 that overlaps no route of the host and no other
+cluster): node nI has address .I on every network, the host's end of each bridge
+has .254.  Inside nodes, nI resolves to its network-0 address, nI-netK to its
+network-K address; nI.NAME and nI-netK.NAME work too.  The same names are added
+to the host's /etc/hosts between '# BEGIN vcluster NAME' and '# END vcluster NAME'.
+
+If anything fails, whatever was created is removed again."""
+
+UP_EPILOG = """\
+exit status: 0 if the cluster is up (created or already there), 1 on error,
+2 on a usage error.  With --json, stdout holds {"changed": BOOL, "cluster": STATE}.
+
+examples:
+  vcluster up --nodes 4
+  vcluster up --name big --nodes 16 --nics 2 --rate 1gbit --mtu 9000"""
+
+DOWN_HELP = """\
+Remove everything cluster NAME consists of: every process running in its nodes
+(SIGTERM, then SIGKILL after --grace seconds), the holder processes, network
+namespaces, veths, bridges, /etc/netns/vcluster-NAME-* directories, the block
+in /etc/hosts and the state file.
+
+Objects are found by their names, not only through the state file, so down
+also cleans up after a crash or a half-finished up.  Taking down a cluster that
+is not up succeeds and says so."""
+
+DOWN_EPILOG = """\
+exit status: 0 when nothing of the cluster is left, 1 otherwise.  With --json,
+stdout holds {"changed": BOOL, "removed": [NAMES]}."""
+
+EXEC_HELP = """\
+Run COMMAND inside node NODE: in its network, UTS (host name) and mount
+namespaces (its /etc/hosts, its /sys/class/net).  stdin, stdout, stderr,
+signals and the exit status are COMMAND's own; the environment and the working
+directory are kept.  NODE is nI, nI-netK, nI.NAME or an address of the node."""
+
+EXEC_EPILOG = """\
+exit status: COMMAND's, or 1 if the node cannot be entered, 126/127 if COMMAND
+cannot be run.
+
+examples:
+  vcluster exec n1 -- hostname
+  vcluster exec --name big n3 -- iperf3 -s -1"""
+
+RSH_HELP = """\
+An ssh/rsh stand-in for launchers (Open MPI's mpirun, pdsh, clush, ...).
+
+  vcluster rsh [--name NAME] [SSH OPTIONS] [USER@]NODE [COMMAND WORDS...]
+
+ssh's options before NODE are accepted and ignored (-x, -n, -T, -l USER,
+-o OPTION, -p PORT, ...).  As ssh does, the command words are joined with
+spaces and run with /bin/sh -c; with no command, an interactive shell starts.
+Unlike ssh, the caller's environment and working directory are kept.
+
+NODE is nI, nI-netK, nI.NAME or an address.  The cluster is --name, else
+$VCLUSTER_NAME, else the only cluster up (or the only one that has NODE)."""
+
+RSH_EPILOG = """\
+exit status: that of the remote command, 1 if the node cannot be entered.
+
+example:
+  mpirun --allow-run-as-root --host n1,n2 \\
+         --mca plm_rsh_agent "vcluster rsh" hostname"""
+
+STATUS_HELP = """\
+Show the clusters that are up: shape, rate, MTU, networks and bridges, every
+node with its holder PID and addresses, and the processes running in each node
+(PID and command line).  Leftovers of clusters without a state file are listed
+too, with the command that removes them."""
+
+STATUS_EPILOG = """\
+exit status: 0, or 3 if --name names a cluster that is not up."""
+
+
+def _formatter(prog):
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=30)
+
+
+def _whole_number(text):
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
+def parser():
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-q", "--quiet", action="store_true",
+                        help="print no progress messages (errors still go to stderr)")
+
+    p = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EPILOG,
+                                formatter_class=_formatter)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    up = sub.add_parser("up", parents=[common], help="create a cluster (idempotent)",
+                        description=UP_HELP, epilog=UP_EPILOG, formatter_class=_formatter)
+    up.add_argument("--nodes", "-N", type=_whole_number, required=True, metavar="N",
+                    help=f"number of nodes, 1 to {naming.MAX_NODES}")
+    up.add_argument("--nics", "-K", type=_whole_number, default=1, metavar="K",
+                    help=f"NICs per node = networks, 1 to {naming.MAX_NICS} (default 1)")
+    up.add_argument("--rate", metavar="RATE",
+                    help="limit each direction of every link with tc, e.g. 100mbit, 1gbit "
+                         "(tc units; default: unlimited)")
+    up.add_argument("--mtu", type=_whole_number, default=shape_mod.DEFAULT_MTU, metavar="BYTES",
+                    help=f"MTU of veths and bridges, {shape_mod.MIN_MTU} to {shape_mod.MAX_MTU} "
+                         f"(default {shape_mod.DEFAULT_MTU})")
+    up.add_argument("--name", default=naming.DEFAULT_CLUSTER, metavar="NAME",
+                    help=f"cluster name, 1 to {naming.MAX_NAME_LEN} lowercase letters/digits "
+                         f"starting with a letter (default {naming.DEFAULT_CLUSTER})")
+    up.add_argument("--subnet", metavar="CIDR",
+                    help="the cluster's IPv4 /16, e.g. 10.99.0.0/16 (default: first free of "
+                         "10.250.0.0/16 .. 10.255.0.0/16)")
+    up.add_argument("--json", action="store_true",
+                    help='print {"changed": BOOL, "cluster": STATE} on stdout')
+
+    down = sub.add_parser("down", parents=[common], help="remove a cluster (idempotent)",
+                          description=DOWN_HELP, epilog=DOWN_EPILOG, formatter_class=_formatter)
+    which = down.add_mutually_exclusive_group()
+    which.add_argument("--name", default=None, metavar="NAME",
+                       help=f"cluster to remove (default {naming.DEFAULT_CLUSTER})")
+    which.add_argument("--all", action="store_true",
+                       help="remove every cluster of which anything exists")
+    down.add_argument("--grace", type=float, default=teardown.DEFAULT_GRACE, metavar="SECONDS",
+                      help="how long processes in the nodes may take to exit after SIGTERM "
+                           f"before they get SIGKILL (default {teardown.DEFAULT_GRACE:g})")
+    down.add_argument("--json", action="store_true",
+                      help='print {"changed": BOOL, "removed": [NAMES]} on stdout')
+
+    ex = sub.add_parser("exec", help="run a command inside a node",
+                        description=EXEC_HELP, epilog=EXEC_EPILOG, formatter_class=_formatter)
+    ex.add_argument("--name", metavar="NAME",
+                    help="cluster (default: $VCLUSTER_NAME, else the only cluster up)")
+    ex.add_argument("node", metavar="NODE")
+    ex.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG...]")
+
+    sub.add_parser("rsh", help="ssh/rsh-compatible remote shell for launchers such as mpirun",
+                   description=RSH_HELP, epilog=RSH_EPILOG, formatter_class=_formatter,
+                   usage="%(prog)s [--name NAME] [SSH OPTIONS] [USER@]NODE [COMMAND...]")
+
+    st = sub.add_parser("status", help="show clusters, nodes and what runs in them",
+                        description=STATUS_HELP, epilog=STATUS_EPILOG, formatter_class=_formatter)
+    st.add_argument("--name", metavar="NAME", help="show only this cluster")
+    st.add_argument("--json", action="store_true", help="print the status as JSON")
+    return p
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        # rsh takes ssh's options, which argparse cannot be taught; it is parsed by hand.
+        if argv and argv[0] == "rsh" and not set(argv[1:2]) & {"-h", "--help"}:
+            return _rsh(argv[1:])
+        args = parser().parse_args(argv)
+        log.set_quiet(getattr(args, "quiet", False))
+        return {"up": _up, "down": _down, "exec": _exec, "status": _status}[args.command](args)
+    except VclusterError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return e.status
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _up(args):
+    name = naming.validate_cluster_name(args.name)
+    rate = shape_mod.parse_rate(args.rate) if args.rate is not None else None
+    shape = Shape(nodes=args.nodes, nics=args.nics, rate=rate, mtu=args.mtu).validate()
+    subnet = parse_subnet(args.subnet) if args.subnet else None
+    changed, record = build.up(name, shape, subnet)
+    if args.json:
+        print(json.dumps({"changed": changed, "cluster": record}, indent=2))
+    return 0
+
+
+def _down(args):
+    if args.grace < 0:
+        raise VclusterError("--grace must not be negative")
+    names = teardown.all_clusters() if args.all else \
+        [naming.validate_cluster_name(args.name or naming.DEFAULT_CLUSTER)]
+    if args.all and not names:
+        log.step("no cluster is up; nothing to do")
+    removed = [name for name in names if teardown.down(name, grace=args.grace)]
+    if args.json:
+        print(json.dumps({"changed": bool(removed), "removed": removed}))
+    return 0
+
+
+def _exec(args):
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        raise VclusterError("exec: no command given (usage: vcluster exec NODE -- COMMAND [ARG...])", 2)
+    if args.name:
+        naming.validate_cluster_name(args.name)
+    enter.exec_in(args.name, args.node, cmd)
+
+
+def _rsh(argv):
+    name, node, words = rsh.parse(argv)
+    if name:
+        naming.validate_cluster_name(name)
+    enter.exec_in(name, node, rsh.remote_argv(words))
+
+
+def _status(args):
+    return status.show(args.name, args.json)

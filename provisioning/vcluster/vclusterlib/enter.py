@@ -1,0 +1,89 @@
+"""Entering a node: which cluster, which node, and the nsenter command line.
+
+A command runs in a node by joining the namespaces of the node's holder (net,
+UTS, mount) with nsenter and then changing back to the caller's working
+directory (joining a mount namespace resets it to /).  vcluster then execs
+that command line, so stdin, stdout, stderr, signals and the exit status are
+the command's own, and the environment is passed on unchanged.
+"""
+
+import os
+import sys
+
+from . import holder, naming, state, system
+from .errors import VclusterError
+
+
+def pick_cluster(name=None, target=None):
+    """The state of the cluster meant by --name, $VCLUSTER_NAME, or the target.
+
+    Without a name, the cluster is the only one up, or the only one that has a
+    node called `target` (an address or a qualified name such as n1.vc is
+    unique even when several clusters are up)."""
+    name = name or os.environ.get("VCLUSTER_NAME") or None
+    if name:
+        naming.validate_cluster_name(name)
+        current = state.load(name)
+        if current is None:
+            raise VclusterError(f"cluster {name} is not up (start it with 'vcluster up --name {name}')")
+        return current
+    clusters = [s for s in map(state.load, state.names()) if s]
+    if not clusters:
+        raise VclusterError("no virtual cluster is up; start one with 'vcluster up'")
+    if len(clusters) == 1:
+        return clusters[0]
+    names = ", ".join(s["name"] for s in clusters)
+    if target is not None:
+        matching = [s for s in clusters if state.layout(s).resolve(target)]
+        if len(matching) == 1:
+            return matching[0]
+        if not matching:
+            raise VclusterError(f"no node {target!r} in any cluster that is up ({names})")
+    raise VclusterError(f"several clusters are up ({names}); choose one with --name NAME "
+                        "or the environment variable VCLUSTER_NAME")
+
+
+def resolve_node(current, target):
+    """(layout, node) for a node name, nI-netK name, qualified name or address."""
+    layout = state.layout(current)
+    node = layout.resolve(target)
+    if node is None:
+        raise VclusterError(
+            f"no node {target!r} in cluster {layout.name}: it has nodes n1 to n{len(layout.nodes)} "
+            f"(a node is named nI, nI-netK, nI.{layout.name} or by one of its addresses)")
+    return layout, node
+
+
+def holder_pid(current, layout, node):
+    """PID of the node's live holder; the state file's PID is checked first."""
+    pid = state.holder_pid(current, node.name)
+    if holder.verify(pid, layout.name, node.name, node.netns):
+        return pid
+    pid = holder.find(layout.name).get((layout.name, node.name))
+    if holder.verify(pid, layout.name, node.name, node.netns):
+        return pid
+    raise VclusterError(f"node {node.name} of cluster {layout.name} is not running (its holder "
+                        f"process is gone); run 'vcluster down --name {layout.name}' and "
+                        "'vcluster up' again")
+
+
+def command(pid, argv):
+    """The argv that runs `argv` inside the node of holder `pid`, in our cwd."""
+    try:
+        cwd = os.getcwd()
+    except OSError:  # the working directory was deleted
+        cwd = "/"
+    return [system.tool("nsenter"), f"--target={pid}", "--net", "--uts", "--mount", "--",
+            system.tool("env"), f"--chdir={cwd}", "--"] + list(argv)
+
+
+def exec_in(name, target, argv, resolve_by_target=True):
+    """Replace this process by `argv` running inside node `target`; no return."""
+    system.require_root()
+    system.require_tools("nsenter", "env")
+    current = pick_cluster(name, target if resolve_by_target else None)
+    layout, node = resolve_node(current, target)
+    full = command(holder_pid(current, layout, node), argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(full[0], full)

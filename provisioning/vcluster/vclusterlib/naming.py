@@ -1,0 +1,114 @@
+"""Names of everything vcluster creates.
+
+Every object carries the cluster name so that several clusters can be up at
+once and so that `down` can find the objects of a cluster by name alone, even
+when its state file is gone:
+
+    network namespace   vcluster-NAME-nI        (one per node)
+    bridge              NAME-brK                (one per network, root namespace)
+    veth, host end      NAME-nI-K               (node I on network K, in the bridge)
+    veth, node end      ethK                    (inside node I's namespace)
+    link alias          vcluster:NAME           (set on every root-namespace link)
+    holder process      argv[0] = "vcluster-holder NAME nI"
+
+Linux limits interface names to 15 bytes; the longest name above is
+NAME-nII-K, so NAME has at most 15 - 6 = 9 characters.  NAME may not contain
+'-' so that the prefix "vcluster-NAME-" of one cluster is never a prefix of
+another cluster's names.
+"""
+
+import re
+
+from .errors import VclusterError
+
+DEFAULT_CLUSTER = "vc"
+MAX_NAME_LEN = 9
+MAX_NODES = 64
+MAX_NICS = 8
+
+_NAME_RE = re.compile(r"[a-z][a-z0-9]*\Z")
+NETNS_PREFIX = "vcluster-"
+HOLDER_ARGV0 = "vcluster-holder"
+_NETNS_RE = re.compile(r"vcluster-([a-z][a-z0-9]*)-n([0-9]+)\Z")
+
+
+def validate_cluster_name(name):
+    if not name or len(name) > MAX_NAME_LEN or not _NAME_RE.match(name):
+        raise VclusterError(
+            f"invalid cluster name {name!r}: use 1 to {MAX_NAME_LEN} lowercase "
+            "letters and digits, starting with a letter (the name becomes part of "
+            "interface names, which Linux limits to 15 characters)")
+    return name
+
+
+def node_name(index):
+    """Host name of node `index` (1-based)."""
+    return f"n{index}"
+
+
+def node_index(node):
+    """1-based index of a node name such as 'n3', or None."""
+    m = re.fullmatch(r"n([1-9][0-9]*)", node)
+    return int(m.group(1)) if m else None
+
+
+def network_alias(node, net):
+    """Name of `node`'s address on network `net`: n1-net1."""
+    return f"{node}-net{net}"
+
+
+def netns_name(cluster, node):
+    return f"{NETNS_PREFIX}{cluster}-{node}"
+
+
+def parse_netns_name(ns):
+    """(cluster, node) for a vcluster namespace name, else None."""
+    m = _NETNS_RE.match(ns)
+    return (m.group(1), f"n{m.group(2)}") if m else None
+
+
+def bridge_name(cluster, net):
+    return f"{cluster}-br{net}"
+
+
+def host_veth_name(cluster, node, net):
+    return f"{cluster}-{node}-{net}"
+
+
+def node_ifname(net):
+    return f"eth{net}"
+
+
+def link_alias(cluster):
+    return f"vcluster:{cluster}"
+
+
+def parse_link_alias(alias):
+    """Cluster name of a link alias 'vcluster:NAME', else None."""
+    if alias and alias.startswith("vcluster:"):
+        name = alias[len("vcluster:"):]
+        return name if _NAME_RE.match(name) else None
+    return None
+
+
+def is_cluster_link_name(cluster, ifname):
+    """True if `ifname` has the shape of a root-namespace link of `cluster`.
+
+    Used, together with the link kind, to find links created before their alias
+    was set (a crash between the two steps)."""
+    c = re.escape(cluster)
+    return bool(re.fullmatch(rf"{c}-br[0-9]|{c}-n[0-9]+-[0-9]", ifname))
+
+
+def holder_tag(cluster, node):
+    """argv[0] of a node's holder process, visible in ps and /proc/PID/cmdline."""
+    return f"{HOLDER_ARGV0} {cluster} {node}"
+
+
+def parse_holder_tag(argv0):
+    """(cluster, node) for a holder's argv[0], else None."""
+    parts = argv0.split(" ")
+    if len(parts) == 3 and parts[0] == HOLDER_ARGV0 and _NAME_RE.match(parts[1]) \
+            and node_index(parts[2]):
+        return parts[1], parts[2]
+    return None

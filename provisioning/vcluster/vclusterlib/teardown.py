@@ -1,0 +1,138 @@
+"""`vcluster down`: find everything of a cluster and remove it.
+
+Discovery never trusts the state file alone; it looks for each kind of object
+by its name (see naming.py), so `down` cleans up after a crash, a half-built
+`up`, a deleted or stale state file:
+
+    processes   every process whose network namespace is a node's, holders
+                included: SIGTERM, a bounded wait, then SIGKILL, by PID
+    links       root-namespace links with alias vcluster:NAME, or with a
+                NAME-brK / NAME-nI-K name and kind bridge or veth
+                (deleting a veth's host end deletes its node end)
+    namespaces  /run/netns/vcluster-NAME-nI
+    files       /etc/netns/vcluster-NAME-nI/, the block in /etc/hosts, the
+                state file
+
+Processes go first, while their network still works, so that daemons can shut
+down cleanly; the links before the namespaces so that no veth outlives its
+namespace in the kernel's asynchronous namespace cleanup.
+"""
+
+from dataclasses import dataclass, field
+
+from . import holder, hosts, log, naming, procs, state, system
+from .errors import VclusterError
+
+DEFAULT_GRACE = 3.0
+
+
+@dataclass
+class Found:
+    name: str
+    netns: list = field(default_factory=list)
+    links: list = field(default_factory=list)       # (ifname, kind)
+    holders: dict = field(default_factory=dict)     # node -> pid
+    node_dirs: list = field(default_factory=list)
+    host_block: bool = False
+    state_file: bool = False
+
+    def empty(self):
+        return not (self.netns or self.links or self.holders or self.node_dirs
+                    or self.host_block or self.state_file)
+
+    def summary(self):
+        parts = [_count(len(items), *words) for items, words in (
+            (self.netns, ("namespace", "namespaces")),
+            (self.links, ("link", "links")),
+            (self.holders, ("holder process", "holder processes")),
+            (self.node_dirs, ("/etc/netns directory", "/etc/netns directories"))) if items]
+        parts += [what for present, what in ((self.host_block, "/etc/hosts block"),
+                                             (self.state_file, "state file")) if present]
+        return ", ".join(parts) or "nothing"
+
+
+def _count(n, singular, plural):
+    return f"{n} {singular if n == 1 else plural}"
+
+
+def discover(name, include_state=True):
+    """Everything of cluster `name` that exists now."""
+    found = Found(name)
+    found.netns = sorted(ns for ns in system.list_netns()
+                         if (naming.parse_netns_name(ns) or ("",))[0] == name)
+    alias = naming.link_alias(name)
+    found.links = [(link["ifname"], link["kind"]) for link in system.list_links()
+                   if link["alias"] == alias
+                   or (naming.is_cluster_link_name(name, link["ifname"])
+                       and link["kind"] in ("bridge", "veth"))]
+    found.holders = {node: pid for (_, node), pid in holder.find(name).items()}
+    found.node_dirs = hosts.node_dirs(name)
+    found.host_block = name in hosts.host_block_clusters()
+    found.state_file = include_state and state.exists(name)
+    return found
+
+
+def all_clusters():
+    """Names of every cluster of which anything exists."""
+    names = set(state.names()) | set(hosts.host_block_clusters())
+    names |= {parsed[0] for parsed in map(naming.parse_netns_name, system.list_netns()) if parsed}
+    names |= {naming.parse_link_alias(link["alias"]) for link in system.list_links()} - {None}
+    names |= {cluster for cluster, _ in holder.find()}
+    if hosts.ETC_NETNS.is_dir():
+        names |= {parsed[0] for parsed in map(naming.parse_netns_name,
+                                              (p.name for p in hosts.ETC_NETNS.iterdir())) if parsed}
+    return sorted(names)
+
+
+def down(name, grace=DEFAULT_GRACE):
+    """Remove cluster `name`; return True if there was anything to remove."""
+    system.require_root()
+    system.require_tools("ip")
+    with state.lock():
+        found = discover(name)
+        if found.empty():
+            log.step(f"cluster {name} is not up; nothing to do")
+            return False
+        log.step(f"removing cluster {name}: {found.summary()}")
+        _remove(found, grace)
+        left = discover(name)
+        if not left.empty():
+            raise VclusterError(f"cluster {name} could not be removed completely: {left.summary()} "
+                                "remain; see the messages above")
+        log.step(f"cluster {name} is down")
+        return True
+
+
+def remove(name, quiet=False, grace=DEFAULT_GRACE):
+    """Remove whatever exists of `name` without the checks of down() (rollback of up)."""
+    try:
+        _remove(discover(name), grace)
+    except VclusterError as e:
+        if not quiet:
+            raise
+        log.warn(f"rollback of cluster {name} incomplete: {e}")
+
+
+def _remove(found, grace):
+    ns_ids = {procs.netns_id(f"/run/netns/{ns}") for ns in found.netns}
+    ns_ids |= {procs.netns_id(f"/proc/{pid}/ns/net") for pid in found.holders.values()}
+    # Never the host's own namespace, whatever a broken holder may claim.
+    ns_ids -= {None, procs.netns_id("/proc/1/ns/net")}
+    inside = procs.in_namespaces(ns_ids)
+    if inside:
+        log.step(f"ending {len(inside)} process(es) in the nodes (SIGTERM, then SIGKILL after {grace:g}s)")
+    survivors = procs.terminate(ns_ids, grace=grace)
+    if survivors:
+        log.warn("processes that ignored SIGKILL: " + ", ".join(map(str, survivors)))
+
+    # veths first: deleting a veth deletes its peer inside the node at once.
+    links = sorted(found.links, key=lambda link: link[1] == "bridge")
+    if links:
+        log.step(f"deleting {len(links)} links")
+        system.batch("ip", [f"link del dev {ifname}" for ifname, _ in links], force=True)
+    if found.netns:
+        log.step(f"deleting {len(found.netns)} network namespaces")
+        system.batch("ip", [f"netns del {ns}" for ns in found.netns], force=True)
+    hosts.remove_node_dirs(found.name)
+    hosts.remove_host_block(found.name)
+    state.remove(found.name)
