@@ -115,8 +115,8 @@ def _choose_subnet(name, shape, requested):
 def _create(layout):
     shape = layout.shape
     n_links = len(layout.nodes) * len(layout.networks)
-    log.step(f"creating {len(layout.nodes)} namespaces, {len(layout.networks)} bridges, "
-             f"{n_links} veth pairs")
+    log.step(f"creating {_count(len(layout.nodes), 'namespace')}, "
+             f"{_count(len(layout.networks), 'bridge')}, {_count(n_links, 'veth pair')}")
     system.batch("ip", _root_lines(layout))
     log.step("configuring node interfaces")
     system.batches("ip", [(node.netns, _node_lines(node)) for node in layout.nodes])
@@ -168,3 +168,7 @@ def _tbf(shape):
     short.  Packets may wait up to TBF_LATENCY in the queue."""
     burst = max(shape.mtu + 64, shape.rate // 8 * 4 // 1000)
     return f"tbf rate {shape.rate}bit burst {burst} latency {TBF_LATENCY}"
+
+
+def _count(n, thing):
+    return f"{n} {thing}{'' if n == 1 else 's'}"

@@ -2,7 +2,7 @@
 
 import json
 
-from . import holder, naming, procs, state, teardown
+from . import holder, naming, procs, state, system, teardown
 from .shape import format_rate
 
 NOT_UP = 3  # exit status of `status --name NAME` for a cluster that is not up (as LSB)
@@ -42,6 +42,9 @@ def leftovers(known, only=None):
 
 def show(name=None, as_json=False, out=print):
     """Print the status of one cluster or of all; return the exit status."""
+    # Other users' /proc/PID/ns entries are unreadable: without root every
+    # node would look dead, so refuse rather than report wrongly.
+    system.require_root()
     if name:
         naming.validate_cluster_name(name)
     reports = [r for r in map(gather, [name] if name else state.names()) if r]

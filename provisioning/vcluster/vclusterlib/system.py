@@ -8,6 +8,7 @@ message so the user sees the real cause.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -71,8 +72,23 @@ def batch(tool_name, lines, netns=None, force=False):
     if force:
         argv.append("-force")
     argv += ["-batch", "-"]
-    proc = run(argv, input="\n".join(lines) + "\n", check=not force)
+    proc = run(argv, input="\n".join(lines) + "\n", check=False)
+    if proc.returncode != 0 and not force:
+        raise VclusterError(_batch_error(tool_name, netns, lines, proc.stderr))
     return proc.stderr
+
+
+def _batch_error(tool_name, netns, lines, stderr):
+    """'ip: link add ... failed: RTNETLINK answers: File exists' from batch output.
+
+    ip and tc report the failing line as 'Command failed -:N'; quoting the line
+    itself tells the user which object was in the way."""
+    where = f" -n {netns}" if netns else ""
+    match = re.search(r"Command failed -:(\d+)", stderr)
+    detail = re.sub(r"\s*Command failed -:\d+\s*", " ", stderr).strip()
+    if match and 0 < int(match.group(1)) <= len(lines):
+        return f"'{tool_name}{where} {lines[int(match.group(1)) - 1]}' failed: {detail}"
+    return f"'{tool_name}{where} -batch' failed: {detail}"
 
 
 def ip_json(*args, netns=None):
@@ -106,8 +122,9 @@ def batches(tool_name, jobs):
 
     jobs: [(netns, lines)].  Every node needs its own `ip -n NETNS -batch`;
     running them side by side keeps `up` of a large cluster quick."""
-    running = []
+    running, lines_of = [], {}
     for netns, lines in jobs:
+        lines_of[netns] = lines
         if not lines:
             continue
         argv = [tool(tool_name), "-n", netns, "-batch", "-"]
@@ -123,6 +140,6 @@ def batches(tool_name, jobs):
             proc.communicate()
             err, proc.returncode = f"no answer within {TIMEOUT}s", 1
         if proc.returncode != 0:
-            errors.append(f"{tool_name} in {netns}: {err.strip()}")
+            errors.append(_batch_error(tool_name, netns, lines_of[netns], err))
     if errors:
         raise VclusterError("; ".join(errors))

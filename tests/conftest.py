@@ -1,0 +1,205 @@
+"""Fixtures shared by the integration tests of score.
+
+The central one is `vcluster`, a factory that brings up a virtual cluster
+(provisioning/vcluster/vcluster) for one test and always takes it down again,
+pass or fail:
+
+    def test_ping(vcluster):
+        vc = vcluster(nodes=2, nics=2, rate="1gbit")
+        vc.exec("n1", "ping", "-c1", "-W1", vc.address("n2", net=1), check=True)
+
+Every cluster gets a unique name (t<pid><counter>), so tests never touch a
+cluster somebody else has up, and every process a test starts with
+`vc.popen()` is killed by PID before the cluster goes down.  The tests need
+root; without it they are skipped with that reason.
+"""
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+VCLUSTER_DIR = REPO_ROOT / "provisioning" / "vcluster"
+VCLUSTER = VCLUSTER_DIR / "vcluster"
+
+# Bounds for every command a test runs; a hung tool fails the test, never the suite.
+COMMAND_TIMEOUT = 60
+
+_names = itertools.count()
+
+
+def run_vcluster(*args, timeout=COMMAND_TIMEOUT, input=None, env=None, cwd=None):
+    """Run the vcluster tool; return the CompletedProcess (text, output captured)."""
+    return subprocess.run([str(VCLUSTER), *map(str, args)], input=input, env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def unique_cluster_name():
+    """A cluster name no other test (nor a concurrent run) uses: t + pid + counter."""
+    return f"t{os.getpid() % 10000:04d}{next(_names)}"
+
+
+def kill_by_pid(proc, timeout=5):
+    """End a Popen'd process (SIGTERM, then SIGKILL) and reap it."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=timeout)
+
+
+class VirtualCluster:
+    """A cluster that is up: its layout and ways to run things in its nodes."""
+
+    def __init__(self, name, state):
+        self.name = name
+        self.state = state
+        self.shape = state["shape"]
+        self.nodes = [n["name"] for n in state["nodes"]]
+        self.subnet = state["subnet"]
+        self._popened = []
+        # For tools that pick the cluster themselves (vcluster rsh under mpirun).
+        self.env = dict(os.environ, VCLUSTER_NAME=name)
+
+    def address(self, node, net=0):
+        for entry in self.state["nodes"]:
+            if entry["name"] == node:
+                return entry["nics"][net]["address"]
+        raise KeyError(node)
+
+    def host_address(self, net=0):
+        """The host's address on network `net` (its end of the bridge)."""
+        return self.state["networks"][net]["host_address"]
+
+    def bridge(self, net=0):
+        return self.state["networks"][net]["bridge"]
+
+    def netns(self, node):
+        return next(n["netns"] for n in self.state["nodes"] if n["name"] == node)
+
+    def exec(self, node, *cmd, input=None, timeout=30, check=False, env=None, cwd=None):
+        """Run cmd in `node` through `vcluster exec`; return the CompletedProcess."""
+        proc = run_vcluster("exec", "--name", self.name, node, "--", *cmd,
+                            input=input, timeout=timeout, env=env, cwd=cwd)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} on {node} exited {proc.returncode}: "
+                                 f"{proc.stderr.strip()}")
+        return proc
+
+    def popen(self, node, *cmd, **kwargs):
+        """Start cmd in `node` in the background; it is killed by PID at teardown."""
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        kwargs.setdefault("stdout", subprocess.PIPE)
+        kwargs.setdefault("stderr", subprocess.PIPE)
+        proc = subprocess.Popen([str(VCLUSTER), "exec", "--name", self.name, node, "--", *cmd],
+                                start_new_session=True, **kwargs)
+        self._popened.append(proc)
+        return proc
+
+    def status(self):
+        proc = run_vcluster("status", "--name", self.name, "--json")
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)["clusters"][0]
+
+    def kill_processes(self):
+        for proc in self._popened:
+            kill_by_pid(proc)
+        self._popened.clear()
+
+    def down(self):
+        """Take the cluster down now (teardown does it anyway)."""
+        self.kill_processes()
+        proc = run_vcluster("down", "--name", self.name)
+        assert proc.returncode == 0, f"vcluster down --name {self.name} failed: {proc.stderr}"
+        return proc
+
+
+@pytest.fixture(scope="session")
+def repo_root():
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def vcluster_tool():
+    """Path of the vcluster program."""
+    return VCLUSTER
+
+
+@pytest.fixture(scope="session")
+def vcluster_cli():
+    """run_vcluster: call the tool with arguments, get a CompletedProcess."""
+    return run_vcluster
+
+
+@pytest.fixture(scope="session")
+def require_root():
+    if os.geteuid() != 0:
+        pytest.skip("the virtual cluster needs root (network namespaces, bridges, tc)")
+
+
+@pytest.fixture
+def cluster_name(require_root):
+    """A fresh cluster name; whatever a test makes under it is removed afterwards."""
+    name = unique_cluster_name()
+    yield name
+    run_vcluster("down", "--name", name)
+
+
+class ClusterFactory:
+    """Brings clusters up on request and takes all of them down at close()."""
+
+    def __init__(self):
+        self.names, self.clusters = [], []
+
+    def __call__(self, nodes=2, nics=1, rate=None, mtu=None):
+        name = unique_cluster_name()
+        args = ["up", "--json", "--name", name, "--nodes", nodes, "--nics", nics]
+        if rate:
+            args += ["--rate", rate]
+        if mtu:
+            args += ["--mtu", mtu]
+        self.names.append(name)  # before `up`: close() also cleans a half-failed up
+        proc = run_vcluster(*args)
+        assert proc.returncode == 0, f"vcluster {' '.join(map(str, args))} failed: {proc.stderr}"
+        cluster = VirtualCluster(name, json.loads(proc.stdout)["cluster"])
+        self.clusters.append(cluster)
+        return cluster
+
+    def close(self):
+        for cluster in self.clusters:
+            cluster.kill_processes()
+        failures = []
+        for name in self.names:
+            proc = run_vcluster("down", "--name", name)
+            if proc.returncode != 0:
+                failures.append(f"{name}: {proc.stderr.strip()}")
+        assert not failures, "vcluster down failed in teardown: " + "; ".join(failures)
+
+
+@pytest.fixture
+def vcluster(require_root):
+    """Factory: vcluster(nodes=2, nics=1, rate=None, mtu=None) -> VirtualCluster.
+
+    Every cluster it made is taken down when the test ends, pass or fail."""
+    factory = ClusterFactory()
+    try:
+        yield factory
+    finally:
+        factory.close()
+
+
+@pytest.fixture(scope="module")
+def vcluster_module(require_root):
+    """The same factory, for clusters shared by the tests of one module."""
+    factory = ClusterFactory()
+    try:
+        yield factory
+    finally:
+        factory.close()

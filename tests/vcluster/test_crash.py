@@ -1,0 +1,107 @@
+"""down is safe after a crash: with the state file gone, stale or lying, with
+a holder dead, or after an up that failed half-way (which rolls itself back)."""
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from checks import holders_of, leftovers
+
+STATE_DIR = Path("/run/score/vcluster")
+
+
+def test_down_without_state_file_removes_everything(vcluster, vcluster_cli):
+    vc = vcluster(nodes=3, nics=2, rate="1gbit")
+    sleeper = vc.popen("n1", "sleep", "300")
+    (STATE_DIR / f"{vc.name}.json").unlink()
+    down = vcluster_cli("down", "--name", vc.name)
+    assert down.returncode == 0, down.stderr
+    assert sleeper.wait(timeout=10) != 0
+    assert leftovers(vc.name) == []
+
+
+def test_up_refuses_leftovers_without_state_file(vcluster, vcluster_cli):
+    vc = vcluster(nodes=2)
+    (STATE_DIR / f"{vc.name}.json").unlink()
+    proc = vcluster_cli("up", "--name", vc.name, "--nodes", "2")
+    assert proc.returncode == 1
+    assert f"cluster {vc.name} has leftovers of an earlier run without a state file" in proc.stderr
+    assert "2 namespaces" in proc.stderr
+    assert f"run 'vcluster down --name {vc.name}' first" in proc.stderr
+
+
+def test_a_dead_holder_is_reported_and_cleaned_up(vcluster, vcluster_cli):
+    vc = vcluster(nodes=2)
+    pid = vc.state["nodes"][1]["holder_pid"]
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while pid in holders_of(vc.name) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc = vcluster_cli("exec", "--name", vc.name, "n2", "--", "true")
+    assert proc.returncode == 1
+    assert f"node n2 of cluster {vc.name} is not running" in proc.stderr
+    proc = vcluster_cli("up", "--name", vc.name, "--nodes", "2")
+    assert proc.returncode == 1
+    assert f"cluster {vc.name} is damaged: node(s) n2 have no holder process" in proc.stderr
+    assert not vc.status()["healthy"]
+    assert vcluster_cli("down", "--name", vc.name).returncode == 0
+    assert leftovers(vc.name) == []
+
+
+def test_a_stale_state_file_is_ignored(vcluster, vcluster_cli):
+    """A state file whose cluster is gone (a reboot with a persistent /run)."""
+    vc = vcluster(nodes=2)
+    state_file = STATE_DIR / f"{vc.name}.json"
+    saved = state_file.read_text()
+    vc.down()
+    state_file.write_text(saved)
+    proc = vcluster_cli("up", "--name", vc.name, "--nodes", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert "removing stale state file" in proc.stderr
+    assert vcluster_cli("exec", "--name", vc.name, "n3", "--", "hostname").stdout == "n3\n"
+
+
+def test_failed_up_rolls_back_and_spares_foreign_links(cluster_name, vcluster_cli):
+    """An interface in the way makes up fail half-way; what up made is removed,
+    the interface it did not make is left alone."""
+    blocker = f"{cluster_name}-n2-0"
+    _add_foreign_link(blocker)
+    try:
+        proc = vcluster_cli("up", "--name", cluster_name, "--nodes", "3")
+        assert proc.returncode == 1
+        assert "rolling back" in proc.stderr
+        assert "File exists" in proc.stderr
+        assert leftovers(cluster_name) == [f"link {blocker}"]
+    finally:
+        subprocess.run(["ip", "link", "del", blocker], timeout=10)
+    assert leftovers(cluster_name) == []
+
+
+def test_down_removes_leftovers_of_a_crashed_up(cluster_name, vcluster_cli):
+    """Objects made by hand the way a crashed up would leave them: no state,
+    no link alias, no holders."""
+    ns = f"vcluster-{cluster_name}-n1"
+    bridge = f"{cluster_name}-br0"
+    subprocess.run(["ip", "netns", "add", ns], check=True, timeout=10)
+    subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], check=True, timeout=10)
+    subprocess.run(["ip", "link", "add", f"{cluster_name}-n1-0", "type", "veth", "peer", "name",
+                    "eth0", "netns", ns], check=True, timeout=10)
+    Path(f"/etc/netns/{ns}").mkdir(parents=True)
+    status = vcluster_cli("status")
+    assert f"cluster {cluster_name}: leftovers without a state file" in status.stdout
+    proc = vcluster_cli("down", "--name", cluster_name)
+    assert proc.returncode == 0, proc.stderr
+    assert leftovers(cluster_name) == []
+
+
+def _add_foreign_link(name):
+    """A link of a kind vcluster never makes (dummy, or ifb where there is no dummy)."""
+    for kind in ("dummy", "ifb"):
+        if subprocess.run(["ip", "link", "add", name, "type", kind], capture_output=True,
+                          timeout=10).returncode == 0:
+            return
+    pytest.skip("the kernel has neither dummy nor ifb links")
