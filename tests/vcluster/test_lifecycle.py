@@ -7,6 +7,11 @@ import time
 from checks import leftovers, process_gone
 
 
+def _pids_in(vc, node):
+    """PIDs that `vcluster status` lists as running in `node`."""
+    return [p["pid"] for p in vc.status()["nodes"][vc.nodes.index(node)]["processes"]]
+
+
 def test_up_twice_with_the_same_shape_changes_nothing(vcluster, vcluster_cli):
     vc = vcluster(nodes=2, nics=2, rate="1gbit")
     again = vcluster_cli("up", "--json", "--name", vc.name, "--nodes", 2, "--nics", 2,
@@ -65,10 +70,6 @@ def test_status_of_a_cluster_that_is_not_up(cluster_name, vcluster_cli):
     assert f"cluster {cluster_name} is not up" in proc.stdout
 
 
-def _pids_in(vc, node):
-    return [p["pid"] for p in vc.status()["nodes"][vc.nodes.index(node)]["processes"]]
-
-
 def test_tc_limits_both_ends_of_every_link(vcluster):
     vc = vcluster(nodes=2, nics=2, rate="250mbit")
     for node in vc.nodes:
@@ -78,3 +79,25 @@ def test_tc_limits_both_ends_of_every_link(vcluster):
             node_end = vc.exec(node, "tc", "qdisc", "show", "dev", f"eth{net}", check=True).stdout
             assert "tbf" in host_end and "250Mbit" in host_end, host_end
             assert "tbf" in node_end and "250Mbit" in node_end, node_end
+
+
+def test_two_clusters_side_by_side(vcluster, vcluster_cli):
+    a = vcluster(nodes=2)
+    b = vcluster(nodes=2, nics=2)
+    assert a.subnet != b.subnet
+    assert a.bridge(0) != b.bridge(0)
+    # Same node names, separate networks: each n1 reaches its own n2 only.
+    a.exec("n1", "ping", "-n", "-q", "-c1", "-W1", a.address("n2"), check=True)
+    b.exec("n1", "ping", "-n", "-q", "-c1", "-W1", b.address("n2", 1), check=True)
+    assert a.exec("n1", "ping", "-n", "-q", "-c1", "-W1", b.address("n2")).returncode != 0
+    # Without a name, rsh finds the cluster by a qualified name or an address.
+    env = {k: v for k, v in a.env.items() if k != "VCLUSTER_NAME"}
+    for target in (f"n2.{b.name}", a.address("n2")):
+        proc = vcluster_cli("rsh", target, "hostname", env=env)
+        assert proc.returncode == 0 and proc.stdout == "n2\n", proc.stderr
+    proc = vcluster_cli("rsh", "n2", "hostname", env=env)
+    assert proc.returncode == 1
+    assert "several clusters are up" in proc.stderr and "VCLUSTER_NAME" in proc.stderr
+    a.down()
+    assert leftovers(a.name) == []
+    assert b.exec("n2", "hostname").stdout == "n2\n"
