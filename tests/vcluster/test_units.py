@@ -10,7 +10,7 @@ from conftest import VCLUSTER_DIR
 
 sys.path.insert(0, str(VCLUSTER_DIR))
 
-from vclusterlib import addressing, hosts, naming, rsh  # noqa: E402
+from vclusterlib import addressing, hosts, naming, rsh, system  # noqa: E402
 from vclusterlib.addressing import Layout  # noqa: E402
 from vclusterlib.errors import VclusterError  # noqa: E402
 from vclusterlib.shape import Shape, format_rate, parse_rate  # noqa: E402
@@ -134,3 +134,12 @@ def test_host_block_is_replaced_and_removed_in_place(tmp_path, monkeypatch):
     assert etc_hosts.read_text() == "127.0.0.1 localhost\n# BEGIN vcluster other\n1.2.3.4 x\n" \
                                     "# END vcluster other\n"
     assert etc_hosts.stat().st_ino == inode  # bind mounts of /etc/hosts keep working
+
+
+def test_a_missing_tool_names_its_package(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(system, "_EXTRA_PATH", str(tmp_path))
+    for tool, package in (("ip", "iproute2"), ("tc", "iproute2"), ("nsenter", "util-linux")):
+        with pytest.raises(VclusterError, match=rf"missing '{tool}' \(Debian package {package}\); "
+                                                rf"install it with: apt-get install {package}"):
+            system.require_tools(tool)

@@ -230,15 +230,11 @@ def _exec(args):
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise VclusterError("exec: no command given (usage: vcluster exec NODE -- COMMAND [ARG...])", 2)
-    if args.name:
-        naming.validate_cluster_name(args.name)
     enter.exec_in(args.name, args.node, cmd)
 
 
 def _rsh(argv):
     name, node, words = rsh.parse(argv)
-    if name:
-        naming.validate_cluster_name(name)
     enter.exec_in(name, node, rsh.remote_argv(words))
 
 

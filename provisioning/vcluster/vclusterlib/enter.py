@@ -1,10 +1,11 @@
 """Entering a node: which cluster, which node, and the nsenter command line.
 
 A command runs in a node by joining the namespaces of the node's holder (net,
-UTS, mount) with nsenter and then changing back to the caller's working
-directory (joining a mount namespace resets it to /).  vcluster then execs
-that command line, so stdin, stdout, stderr, signals and the exit status are
-the command's own, and the environment is passed on unchanged.
+UTS, mount) with nsenter, then a small sh changes back to the caller's working
+directory (joining a mount namespace resets it to /) and execs the command
+exactly as given.  vcluster itself execs that command line, so stdin, stdout,
+stderr, signals and the exit status are the command's own, and the
+environment is passed on unchanged.
 """
 
 import os
@@ -67,6 +68,12 @@ def holder_pid(current, layout, node):
                         "'vcluster up' again")
 
 
+# nsenter's own --wd opens the directory before entering the mount namespace,
+# which would leave the command's cwd in the host's mount tree; cd by path
+# inside the node instead.  "$@" runs the command without reinterpreting it.
+_CHDIR_AND_EXEC = 'cd -- "$1" || exit 126; shift; exec "$@"'
+
+
 def command(pid, argv):
     """The argv that runs `argv` inside the node of holder `pid`, in our cwd."""
     try:
@@ -74,14 +81,14 @@ def command(pid, argv):
     except OSError:  # the working directory was deleted
         cwd = "/"
     return [system.tool("nsenter"), f"--target={pid}", "--net", "--uts", "--mount", "--",
-            system.tool("env"), f"--chdir={cwd}", "--"] + list(argv)
+            "/bin/sh", "-c", _CHDIR_AND_EXEC, "vcluster", cwd] + list(argv)
 
 
-def exec_in(name, target, argv, resolve_by_target=True):
+def exec_in(name, target, argv):
     """Replace this process by `argv` running inside node `target`; no return."""
     system.require_root()
-    system.require_tools("nsenter", "env")
-    current = pick_cluster(name, target if resolve_by_target else None)
+    system.require_tools("nsenter")
+    current = pick_cluster(name, target)
     layout, node = resolve_node(current, target)
     full = command(holder_pid(current, layout, node), argv)
     sys.stdout.flush()

@@ -8,6 +8,7 @@ same shape.
 
 import re
 from dataclasses import dataclass
+from typing import Optional
 
 from .errors import VclusterError
 from .naming import MAX_NICS, MAX_NODES
@@ -51,7 +52,7 @@ def format_rate(bits):
 class Shape:
     nodes: int
     nics: int = 1
-    rate: int = None        # bits per second, None = unlimited
+    rate: Optional[int] = None      # bits per second, None = unlimited
     mtu: int = DEFAULT_MTU
 
     def validate(self):
