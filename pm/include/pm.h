@@ -44,11 +44,15 @@ typedef struct pm_mr pm_mr_t;
  * environment variable named beside it").
  */
 struct pm_open_attr {
-	const char *device;     /* "composite" (default) or "shm"    PM_DEVICE */
+	const char *device;     /* "composite" (default), "shm", "udp" PM_DEVICE */
 	uint32_t spin_us;       /* busy-poll budget of pm_wait(),    PM_SPIN_US
 	                           then block (default 50 us)                  */
 	uint32_t shm_ring_kib;  /* bytes of each shm receive ring,   PM_SHM_RING_KIB
 	                           per sending peer (default 512)              */
+	uint32_t udp_ring_kib;  /* udp send and receive ring per     PM_UDP_RING_KIB
+	                           remote peer (default 512)                   */
+	uint32_t udp_window;    /* udp packets in flight per peer    PM_UDP_WINDOW
+	                           (default 512, a power of two)               */
 };
 
 /*

@@ -15,6 +15,8 @@
 
 #define PM_DEFAULT_SPIN_US      50
 #define PM_DEFAULT_RING_KIB     512
+#define PM_DEFAULT_UDP_RING_KIB 512
+#define PM_DEFAULT_UDP_WINDOW   512
 #define PM_REGCACHE_ENTRIES     256
 
 #define STR2(x) #x
@@ -104,8 +106,10 @@ static int open_device(struct pm_context *ctx, const char *name)
 		ctx->dev = pm_composite_create(ctx);
 	else if (strcmp(name, "shm") == 0)
 		ctx->dev = pm_shm_create(ctx);
+	else if (strcmp(name, "udp") == 0)
+		ctx->dev = pm_udp_create(ctx, false);
 	else {
-		pm_log(ctx, "unknown device '%s' (known: composite, shm)", name);
+		pm_log(ctx, "unknown device '%s' (known: composite, shm, udp)", name);
 		return -ENODEV;
 	}
 	if (!ctx->dev)
@@ -159,6 +163,12 @@ int pm_open(pm_context_t **out, const struct pm_open_attr *attr)
 	if (!err)
 		err = knob(attr->shm_ring_kib, "PM_SHM_RING_KIB", PM_DEFAULT_RING_KIB,
 			   &ctx->shm_ring_kib);
+	if (!err)
+		err = knob(attr->udp_ring_kib, "PM_UDP_RING_KIB", PM_DEFAULT_UDP_RING_KIB,
+			   &ctx->udp_ring_kib);
+	if (!err)
+		err = knob(attr->udp_window, "PM_UDP_WINDOW", PM_DEFAULT_UDP_WINDOW,
+			   &ctx->udp_window);
 	if (err) {
 		free(ctx);
 		return err;

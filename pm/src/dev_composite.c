@@ -44,11 +44,19 @@ static int comp_setup(struct pm_device *dev, struct pm_boot *b)
 		return -ENOMEM;
 	memset(c->route, NO_ROUTE, (size_t)b->size);
 
-	/* Devices in order of preference; each claims the peers it serves. */
+	/* Devices in order of preference; each claims the peers it serves.
+	 * The network device comes only when some peer is off this node, and
+	 * last, because it is the one that can block on file descriptors. */
 	c->sub[c->nsub] = pm_shm_create(dev->ctx);
 	if (!c->sub[c->nsub])
 		return -ENOMEM;
 	c->nsub++;
+	if (b->nlocal < b->size) {
+		c->sub[c->nsub] = pm_udp_create(dev->ctx, true);
+		if (!c->sub[c->nsub])
+			return -ENOMEM;
+		c->nsub++;
+	}
 	for (int i = 0; i < c->nsub; i++) {
 		int err = c->sub[i]->ops->setup(c->sub[i], b);
 
@@ -144,13 +152,53 @@ static int comp_release(struct pm_device *dev, const struct pm_msg *msg)
 	return d ? d->ops->release(d, msg) : -EINVAL;
 }
 
+static bool comp_poll(struct pm_device *dev)
+{
+	struct composite_dev *c = to_comp(dev);
+	bool ev = false;
+
+	for (int i = 0; i < c->nsub; i++)
+		ev |= c->sub[i]->ops->poll(c->sub[i]);
+	return ev;
+}
+
+/* While sleeping, the network device blocks in slices this long and shm is
+ * checked between them (see docs/pm/design.md, "Progress"). */
+#define COMPOSITE_SLICE_MS 1
+
 static int comp_wait(struct pm_device *dev, int timeout_ms, uint32_t spin_us)
 {
 	struct composite_dev *c = to_comp(dev);
 
-	/* One device today; with a network device beside shm, both will share
-	 * one blocking primitive (see docs/pm/design.md, "Progress"). */
-	return c->sub[0]->ops->wait(c->sub[0], timeout_ms, spin_us);
+	if (c->nsub == 1)
+		return c->sub[0]->ops->wait(c->sub[0], timeout_ms, spin_us);
+
+	uint64_t start = pm_now_ns();
+	uint64_t spin_end = start + (uint64_t)spin_us * 1000u;
+	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000u;
+	struct pm_device *last = c->sub[c->nsub - 1];
+
+	do {
+		if (comp_poll(dev))
+			return 0;
+	} while (pm_now_ns() < spin_end && pm_now_ns() < deadline);
+	for (;;) {
+		uint64_t now = pm_now_ns();
+
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		int slice = deadline - now < COMPOSITE_SLICE_MS * 1000000ull
+				    ? (int)((deadline - now) / 1000000u) : COMPOSITE_SLICE_MS;
+		int err = last->ops->wait(last, slice, 0);
+
+		if (err == 0)
+			return 0;
+		if (err != -ETIMEDOUT)
+			return err;
+		for (int i = 0; i < c->nsub - 1; i++)
+			if (c->sub[i]->ops->poll(c->sub[i]))
+				return 0;
+	}
 }
 
 static int comp_peer_alive(struct pm_device *dev, int peer)
@@ -215,6 +263,7 @@ static const struct pm_device_ops composite_ops = {
 	.recv = comp_recv,
 	.release = comp_release,
 	.wait = comp_wait,
+	.poll = comp_poll,
 	.peer_alive = comp_peer_alive,
 	.expose = comp_expose,
 	.rma = comp_rma,

@@ -489,6 +489,11 @@ static int shm_wait(struct pm_device *dev, int timeout_ms, uint32_t spin_us)
 	}
 }
 
+static bool shm_poll(struct pm_device *dev)
+{
+	return shm_event(to_shm(dev));
+}
+
 static int shm_peer_alive(struct pm_device *dev, int peer)
 {
 	struct shm_dev *s = to_shm(dev);
@@ -596,6 +601,7 @@ static const struct pm_device_ops shm_ops = {
 	.recv = shm_recv,
 	.release = shm_release,
 	.wait = shm_wait,
+	.poll = shm_poll,
 	.peer_alive = shm_peer_alive,
 	.expose = shm_expose,
 	.rma = shm_rma,

@@ -71,6 +71,9 @@ struct pm_device_ops {
 	int (*recv)(struct pm_device *dev, struct pm_msg *msg);
 	int (*release)(struct pm_device *dev, const struct pm_msg *msg);
 	int (*wait)(struct pm_device *dev, int timeout_ms, uint32_t spin_us);
+	/* Make progress without blocking; true when something happened that
+	 * a waiter cares about (a message, send space, a completion). */
+	bool (*poll)(struct pm_device *dev);
 	int (*peer_alive)(struct pm_device *dev, int peer);
 
 	/* Make [addr, addr+len) reachable by peers under key in window slot
@@ -92,6 +95,8 @@ struct pm_device {
 
 struct pm_device *pm_shm_create(struct pm_context *ctx);
 struct pm_device *pm_composite_create(struct pm_context *ctx);
+/* remote_only: serve only peers on other nodes (under composite). */
+struct pm_device *pm_udp_create(struct pm_context *ctx, bool remote_only);
 
 /* ---- the context ---- */
 
@@ -114,6 +119,8 @@ struct pm_context {
 	char stats_path[256];
 	uint32_t spin_us;
 	uint32_t shm_ring_kib;
+	uint32_t udp_ring_kib;
+	uint32_t udp_window;
 	bool quiesced;
 	struct regcache regcache;
 	uint64_t window_gen;

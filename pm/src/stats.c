@@ -16,6 +16,9 @@
 #include <unistd.h>
 
 _Static_assert(offsetof(struct pm_stats_page, stats) == 368, "stats page layout");
+_Static_assert(offsetof(struct pm_stats_page, nics) == 528, "stats page layout");
+_Static_assert(sizeof(struct pm_stats_nic) == 56, "stats page layout");
+_Static_assert(sizeof(struct pm_stats_page) == 976, "stats page layout");
 
 /* Several contexts in one process get distinct files. */
 static _Atomic unsigned stats_seq;

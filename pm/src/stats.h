@@ -25,6 +25,17 @@ enum pm_stats_state {
 	PM_STATS_CLOSED = 3,
 };
 
+/* Per-NIC counters of the udp device. */
+struct pm_stats_nic {
+	char name[16];                  /*  0 interface name */
+	uint32_t addr;                  /* 16 IPv4, network byte order */
+	uint32_t _pad;                  /* 20 */
+	uint64_t tx_packets;            /* 24 */
+	uint64_t rx_packets;            /* 32 */
+	uint64_t tx_bytes;              /* 40 */
+	uint64_t rx_bytes;              /* 48 */
+};
+
 struct pm_stats_page {
 	char magic[8];                  /*   0 */
 	uint32_t version;               /*   8 */
@@ -40,6 +51,9 @@ struct pm_stats_page {
 	_Atomic uint32_t control;       /* 316 reserved for scored */
 	uint64_t reserved[6];           /* 320 */
 	struct pm_stats stats;          /* 368 */
+	uint32_t nnics;                 /* 520 NICs of the udp device */
+	uint32_t _pad;                  /* 524 */
+	struct pm_stats_nic nics[8];    /* 528 */
 };
 
 /* Create and map the page of ctx; sets ctx->page and ctx->stats. */

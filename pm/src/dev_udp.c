@@ -1,0 +1,822 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dev_udp.c - the udp device (PM/Ethernet): a light reliable protocol of
+ * our own over UDP, one socket per NIC, packets striped over every NIC that
+ * reaches a peer (network trunking), batched system calls, busy-poll then
+ * block.  The protocol halves are in udp_tx.c and udp_rx.c.
+ */
+#include "udp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define UDP_KEY "pm.udp"
+#define UDP_SOCKBUF (4 << 20)
+#define UDP_DEFAULT_WND 512
+#define UDP_RX_ROUNDS 8                 /* recvmmsg batches per NIC per pass */
+#define UDP_DRAIN_TIMEOUT_NS 30000000000ull
+
+struct udp_blob {
+	uint32_t nnics;
+	uint32_t _pad;
+	struct udp_nic_addr nic[UDP_MAX_NICS];
+};
+
+static inline struct udp_dev *to_udp(struct pm_device *dev)
+{
+	return (struct udp_dev *)dev;
+}
+
+struct udp_peer *udp_peer_of(struct udp_dev *u, int rank)
+{
+	if (rank < 0 || (uint32_t)rank >= u->size || !u->served[rank])
+		return NULL;
+	return &u->peers[rank];
+}
+
+/* ---- output batching ---- */
+
+static void flush_nic(struct udp_dev *u, int nic)
+{
+	int n = u->nout[nic], done = 0;
+
+	while (done < n) {
+		int r = sendmmsg(u->fds[nic], &u->out[nic][done].mh, (unsigned)(n - done), 0);
+
+		if (r > 0) {
+			done += r;
+			continue;
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		/* The packet at done could not go: a full socket buffer or a link
+		 * that is down.  Count it as lost (Go-Back-N resends it) and mark
+		 * its path down when the network said so. */
+		struct udp_out *o = &u->out[nic][done];
+
+		if (r < 0 && (errno == ENETDOWN || errno == ENETUNREACH ||
+			      errno == EHOSTUNREACH || errno == EPERM)) {
+			struct udp_peer *p = udp_peer_of(u, o->peer);
+
+			if (p && p->paths[o->path].up) {
+				int up = 0;
+
+				for (int i = 0; i < p->npaths; i++)
+					up += p->paths[i].up;
+				if (up > 1) {
+					p->paths[o->path].up = false;
+					p->paths[o->path].next_probe_ns = u->now_ns + UDP_PROBE_NS;
+				}
+			}
+		}
+		done++;
+	}
+	u->nout[nic] = 0;
+}
+
+void udp_flush(struct udp_dev *u)
+{
+	for (int i = 0; i < u->nnics; i++)
+		if (u->nout[i])
+			flush_nic(u, i);
+}
+
+void udp_out_packet(struct udp_dev *u, struct udp_peer *p, int path,
+		    const struct wire_hdr *h, const struct wire_msg_hdr *m,
+		    const void *payload, size_t len)
+{
+	struct udp_path *pa = &p->paths[path];
+	int nic = pa->nic;
+
+	if (u->nout[nic] == UDP_BATCH)
+		flush_nic(u, nic);
+
+	struct udp_out *o = &u->out[nic][u->nout[nic]++];
+	struct wire_hdr hh = *h;
+	size_t hlen = WIRE_HDR_BYTES + (m ? WIRE_MSG_HDR_BYTES : 0);
+
+	hh.len = (uint16_t)(hlen - WIRE_HDR_BYTES + len);
+	wire_encode(&hh, o->hdr);
+	if (m)
+		wire_encode_msg(m, o->hdr + WIRE_HDR_BYTES);
+	o->iov[0] = (struct iovec){ o->hdr, hlen };
+	o->iov[1] = (struct iovec){ (void *)payload, len };
+	memset(&o->mh, 0, sizeof(o->mh));
+	o->mh.msg_hdr.msg_name = &pa->to;
+	o->mh.msg_hdr.msg_namelen = sizeof(pa->to);
+	o->mh.msg_hdr.msg_iov = o->iov;
+	o->mh.msg_hdr.msg_iovlen = len ? 2 : 1;
+	o->peer = p->rank;
+	o->path = (uint8_t)path;
+	pa->sent++;
+	u->nic_stats[nic].tx_packets++;
+	u->nic_stats[nic].tx_bytes += hlen + len;
+}
+
+/* Control packets go on the path the peer last reached us by. */
+void udp_send_control(struct udp_dev *u, struct udp_peer *p, uint8_t type, uint32_t seq)
+{
+	struct wire_hdr h = {
+		.magic = WIRE_MAGIC, .version = WIRE_VERSION, .type = type,
+		.flags = WIRE_F_ACK, .jobkey = u->jobkey, .src = u->me,
+		.dst = (uint32_t)p->rank, .seq = seq, .ack = udp_piggy_ack(p),
+	};
+	int path = p->last_rx_path;
+
+	if (!p->paths[path].up)
+		for (int i = 0; i < p->npaths; i++)
+			if (p->paths[i].up)
+				path = i;
+	udp_out_packet(u, p, path, &h, NULL, NULL, 0);
+	p->ack_pending = 0;
+	p->ack_deadline = 0;
+	p->ack_now = false;
+}
+
+static void send_probe(struct udp_dev *u, struct udp_peer *p, int path, uint8_t type,
+		       uint32_t id)
+{
+	struct wire_hdr h = {
+		.magic = WIRE_MAGIC, .version = WIRE_VERSION, .type = type,
+		.jobkey = u->jobkey, .src = u->me, .dst = (uint32_t)p->rank, .seq = id,
+	};
+
+	udp_out_packet(u, p, path, &h, NULL, NULL, 0);
+}
+
+/* ---- remote operations ---- */
+
+struct udp_op_slot *udp_op_lookup(struct udp_dev *u, uint64_t cookie)
+{
+	uint32_t i = (uint32_t)(cookie & 0xffff);
+	uint16_t gen = (uint16_t)(cookie >> 16);
+
+	if (i >= UDP_OPS || !u->ops[i].busy || u->ops[i].gen != gen || cookie >> 32)
+		return NULL;
+	return &u->ops[i];
+}
+
+void udp_op_complete(struct udp_dev *u, uint64_t cookie, int status)
+{
+	struct udp_op_slot *s = udp_op_lookup(u, cookie);
+
+	if (!s) {
+		u->base.ctx->stats->drops++;
+		return;
+	}
+	s->op->status = status;
+	s->busy = false;
+	u->op_done = true;
+}
+
+struct udp_window *udp_window_check(struct udp_dev *u, uint64_t key, uint64_t off,
+				    uint64_t len, int *err)
+{
+	uint32_t idx = PM_WINDOW_IDX(key);
+	struct udp_window *w = idx < PM_MAX_WINDOWS ? &u->win[idx] : NULL;
+
+	if (!w || key == 0 || w->key != key) {
+		*err = -ENOENT;
+		return NULL;
+	}
+	if (off > w->len || len > w->len - off) {
+		*err = -ERANGE;
+		return NULL;
+	}
+	return w;
+}
+
+/* ---- progress ---- */
+
+static int path_of_source(const struct udp_peer *p, int nic, const struct sockaddr_in *from)
+{
+	for (int i = 0; i < p->npaths; i++)
+		if (p->paths[i].nic == nic && p->paths[i].to.sin_addr.s_addr == from->sin_addr.s_addr &&
+		    p->paths[i].to.sin_port == from->sin_port)
+			return i;
+	return -1;
+}
+
+static void drop(struct udp_dev *u, enum wire_verdict v)
+{
+	u->base.ctx->stats->drops++;
+	u->drops_by[v]++;
+}
+
+static void handle(struct udp_dev *u, int nic, const uint8_t *buf, size_t n,
+		   const struct sockaddr_in *from)
+{
+	struct wire_hdr h;
+	enum wire_verdict v = wire_decode(buf, n, u->jobkey, u->size, u->me, &h);
+
+	if (v != WIRE_OK) {
+		drop(u, v);
+		return;
+	}
+
+	struct udp_peer *p = udp_peer_of(u, (int)h.src);
+	int path = p ? path_of_source(p, nic, from) : -1;
+
+	/* A packet must come from the address its claimed sender has on
+	 * this network: anything else is dropped, never believed. */
+	if (path < 0) {
+		drop(u, WIRE_UNKNOWN_PEER);
+		return;
+	}
+	p->paths[path].rcvd++;
+	p->last_rx_path = path;
+	p->last_heard_ns = u->now_ns;
+	if (h.flags & WIRE_F_ACK)
+		udp_tx_on_ack(u, p, h.ack);
+
+	switch (h.type) {
+	case WIRE_DATA:
+		udp_rx_on_data(u, p, &h, buf + WIRE_HDR_BYTES);
+		break;
+	case WIRE_ACK:
+		break;
+	case WIRE_STOP:
+	case WIRE_GO:
+	case WIRE_LOSE:
+		udp_tx_on_control(u, p, &h);
+		break;
+	case WIRE_PROBE:
+		send_probe(u, p, path, WIRE_PROBE_ACK, h.seq);
+		break;
+	case WIRE_PROBE_ACK:
+		p->paths[path].up = true;
+		break;
+	}
+}
+
+static void receive(struct udp_dev *u)
+{
+	struct mmsghdr mm[UDP_BATCH];
+	struct iovec iov[UDP_BATCH];
+	struct sockaddr_in from[UDP_BATCH];
+
+	for (int nic = 0; nic < u->nnics; nic++) {
+		for (int round = 0; round < UDP_RX_ROUNDS; round++) {
+			for (int i = 0; i < UDP_BATCH; i++) {
+				iov[i] = (struct iovec){ u->rxbuf + (size_t)i * UDP_PKT_MAX, UDP_PKT_MAX };
+				memset(&mm[i], 0, sizeof(mm[i]));
+				mm[i].msg_hdr.msg_iov = &iov[i];
+				mm[i].msg_hdr.msg_iovlen = 1;
+				mm[i].msg_hdr.msg_name = &from[i];
+				mm[i].msg_hdr.msg_namelen = sizeof(from[i]);
+			}
+			int r = recvmmsg(u->fds[nic], mm, UDP_BATCH, MSG_DONTWAIT, NULL);
+
+			if (r <= 0)
+				break;
+			u->nic_stats[nic].rx_packets += (uint64_t)r;
+			for (int i = 0; i < r; i++) {
+				u->nic_stats[nic].rx_bytes += mm[i].msg_len;
+				if (mm[i].msg_hdr.msg_flags & MSG_TRUNC) {
+					drop(u, WIRE_BAD_LEN);
+					continue;
+				}
+				handle(u, nic, iov[i].iov_base, mm[i].msg_len, &from[i]);
+			}
+			if (r < UDP_BATCH)
+				break;
+		}
+	}
+}
+
+static void timers(struct udp_dev *u)
+{
+	for (uint32_t r = 0; r < u->size; r++) {
+		struct udp_peer *p = udp_peer_of(u, (int)r);
+
+		if (!p)
+			continue;
+		udp_tx_timers(u, p);
+		udp_rx_timers(u, p);
+		for (int i = 0; i < p->npaths; i++) {
+			struct udp_path *pa = &p->paths[i];
+
+			if (!pa->up && u->now_ns >= pa->next_probe_ns) {
+				send_probe(u, p, i, WIRE_PROBE, (uint32_t)i);
+				pa->next_probe_ns = u->now_ns + UDP_PROBE_NS;
+			}
+		}
+	}
+}
+
+static void progress(struct udp_dev *u)
+{
+	u->now_ns = pm_now_ns();
+	receive(u);
+	u->now_ns = pm_now_ns();
+	timers(u);
+	udp_flush(u);
+}
+
+static uint64_t next_timer(const struct udp_dev *u)
+{
+	uint64_t t = UINT64_MAX;
+
+	for (uint32_t r = 0; r < u->size; r++) {
+		if (!u->served[r])
+			continue;
+		const struct udp_peer *p = &u->peers[r];
+		uint64_t a = udp_tx_next_timer(p), b = udp_rx_next_timer(p);
+
+		t = a < t ? a : t;
+		t = b < t ? b : t;
+		for (int i = 0; i < p->npaths; i++)
+			if (!p->paths[i].up && p->paths[i].next_probe_ns < t)
+				t = p->paths[i].next_probe_ns;
+	}
+	return t;
+}
+
+/* ---- opening ---- */
+
+static int open_socket(struct udp_dev *u, int i, uint16_t *port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = u->nics[i].addr };
+	socklen_t len = sizeof(sa);
+	int buf = UDP_SOCKBUF;
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+	u->fds[i] = fd;
+	*port = sa.sin_port;
+	return 0;
+}
+
+static int udp_setup(struct pm_device *dev, struct pm_boot *b)
+{
+	struct udp_dev *u = to_udp(dev);
+	struct pm_context *ctx = dev->ctx;
+	struct udp_blob blob = { 0 };
+	char err[256] = "";
+	int n = udp_nics_configure(u->nics, err, sizeof(err));
+
+	for (int i = 0; i < UDP_MAX_NICS; i++)
+		u->fds[i] = -1;
+	if (n < 0) {
+		pm_log(ctx, "udp: %s", err);
+		return n;
+	}
+	u->nnics = n;
+	u->jobkey = b->jobkey;
+	u->me = (uint32_t)b->rank;
+	u->size = (uint32_t)b->size;
+	u->ring_bytes = ctx->udp_ring_kib * 1024u;
+	u->wnd = ctx->udp_window;
+	if (!ring_size_valid(u->ring_bytes) || u->wnd < 8 || (u->wnd & (u->wnd - 1)) ||
+	    u->wnd > (1u << 20)) {
+		pm_log(ctx, "udp: ring of %u KiB and window of %u packets: both must be powers "
+		       "of two (ring >= 4 KiB, window 8..1M)", ctx->udp_ring_kib, ctx->udp_window);
+		return -EINVAL;
+	}
+	u->rxbuf = malloc((size_t)UDP_BATCH * UDP_PKT_MAX);
+	u->peers = calloc(u->size, sizeof(*u->peers));
+	u->served = calloc(u->size, sizeof(*u->served));
+	if (!u->rxbuf || !u->peers || !u->served)
+		return -ENOMEM;
+
+	blob.nnics = (uint32_t)n;
+	u->nic_stats = ctx->page->nics;
+	ctx->page->nnics = (uint32_t)n;
+	for (int i = 0; i < n; i++) {
+		snprintf(u->nic_stats[i].name, sizeof(u->nic_stats[i].name), "%s", u->nics[i].name);
+		u->nic_stats[i].addr = u->nics[i].addr;
+		int e = open_socket(u, i, &blob.nic[i].port);
+
+		if (e) {
+			pm_log(ctx, "udp: socket on %s: %s", u->nics[i].name, strerror(-e));
+			return e;
+		}
+		blob.nic[i].addr = u->nics[i].addr;
+		blob.nic[i].mtu = u->nics[i].mtu;
+		blob.nic[i].prefix = u->nics[i].prefix;
+	}
+	return b->ops->put(b, UDP_KEY, &blob, sizeof(blob));
+}
+
+static bool is_local(const struct pm_boot *b, int rank)
+{
+	for (int i = 0; i < b->nlocal; i++)
+		if (b->local_ranks[i] == rank)
+			return true;
+	return false;
+}
+
+/* Pair our NICs with the peer's on the same networks. */
+static int make_paths(struct udp_dev *u, struct udp_peer *p, const struct udp_blob *blob)
+{
+	unsigned mtu = UDP_PKT_MAX;
+
+	p->npaths = 0;
+	for (int i = 0; i < u->nnics; i++) {
+		for (uint32_t j = 0; j < blob->nnics && j < UDP_MAX_NICS; j++) {
+			const struct udp_nic_addr *a = &blob->nic[j];
+
+			if (!udp_same_network(u->nics[i].addr, u->nics[i].prefix, a->addr, a->prefix))
+				continue;
+			struct udp_path *pa = &p->paths[p->npaths++];
+
+			pa->nic = i;
+			pa->to = (struct sockaddr_in){ .sin_family = AF_INET,
+						       .sin_addr.s_addr = a->addr,
+						       .sin_port = a->port };
+			pa->up = true;
+			mtu = u->nics[i].mtu < mtu ? u->nics[i].mtu : mtu;
+			mtu = a->mtu < mtu ? a->mtu : mtu;
+			break;
+		}
+	}
+	if (p->npaths == 0)
+		return -ENETUNREACH;
+	/* IPv4 and UDP headers, then ours. */
+	p->frag = (uint16_t)(mtu - 20 - 8 - WIRE_HDR_BYTES);
+	return 0;
+}
+
+static int udp_connect(struct pm_device *dev, struct pm_boot *b)
+{
+	struct udp_dev *u = to_udp(dev);
+
+	for (int r = 0; r < b->size; r++) {
+		struct udp_peer *p = &u->peers[r];
+		struct udp_blob blob;
+		size_t len = sizeof(blob);
+
+		if (u->remote_only && is_local(b, r))
+			continue;
+		int err = b->ops->get(b, r, UDP_KEY, &blob, &len);
+
+		if (err || len != sizeof(blob) || blob.nnics == 0 || blob.nnics > UDP_MAX_NICS) {
+			pm_log(dev->ctx, "udp: no usable address for rank %d", r);
+			return err ? err : -EPROTO;
+		}
+		p->rank = r;
+		if (make_paths(u, p, &blob)) {
+			pm_log(dev->ctx, "udp: rank %d shares no network with this process "
+			       "(check PM_UDP_NICS)", r);
+			continue;       /* pm_open() reports the unreachable peer */
+		}
+		err = udp_tx_init(u, p);
+		if (!err)
+			err = udp_rx_init(u, p);
+		if (err)
+			return err;
+		u->served[r] = true;
+	}
+	return 0;
+}
+
+static void udp_ready(struct pm_device *dev)
+{
+	(void)dev;
+}
+
+static void udp_destroy(struct pm_device *dev)
+{
+	struct udp_dev *u = to_udp(dev);
+
+	/* Give peers their last acknowledgements: a closing process's final
+	 * ACKs let them complete without a retransmission. */
+	if (u->peers && u->served) {
+		u->now_ns = pm_now_ns();
+		for (uint32_t r = 0; r < u->size; r++)
+			if (u->served[r] && u->peers[r].ack_pending)
+				udp_send_control(u, &u->peers[r], WIRE_ACK, 0);
+		udp_flush(u);
+	}
+	for (uint32_t r = 0; u->peers && r < u->size; r++) {
+		if (u->served && u->served[r]) {
+			udp_tx_fini(&u->peers[r]);
+			udp_rx_fini(&u->peers[r]);
+		}
+	}
+	for (int i = 0; i < u->nnics; i++)
+		if (u->fds[i] >= 0)
+			close(u->fds[i]);
+	free(u->peers);
+	free(u->served);
+	free(u->rxbuf);
+	free(u);
+}
+
+/* ---- messages ---- */
+
+static const char *udp_device_of(const struct pm_device *dev, int peer)
+{
+	return udp_peer_of((struct udp_dev *)dev, peer) ? dev->ops->name : NULL;
+}
+
+static size_t udp_max_message(const struct pm_device *dev, int peer)
+{
+	struct udp_dev *u = (struct udp_dev *)dev;
+
+	return udp_peer_of(u, peer) ? ring_max_message(u->ring_bytes) : 0;
+}
+
+static int udp_send_buffer(struct pm_device *dev, int peer, size_t len, void **buf)
+{
+	struct udp_dev *u = to_udp(dev);
+	struct udp_peer *p = udp_peer_of(u, peer);
+
+	if (!p)
+		return -EINVAL;
+	for (int attempt = 0; attempt < 2; attempt++) {
+		int err = udp_txq_free(p) ? ring_reserve(&p->tx_user, len, buf) : -EAGAIN;
+
+		if (err != -EAGAIN)
+			return err;
+		if (attempt == 0)
+			progress(u);    /* acks may be waiting to free space */
+	}
+	p->want_space = true;
+	return -EAGAIN;
+}
+
+static int udp_send(struct pm_device *dev, int peer, size_t len)
+{
+	struct udp_dev *u = to_udp(dev);
+	struct udp_peer *p = udp_peer_of(u, peer);
+	struct udp_txmsg m = { .kind = WIRE_KIND_MSG, .in_ring = true };
+	const void *data;
+	size_t dlen;
+	int err;
+
+	if (!p)
+		return -EINVAL;
+	err = ring_publish(&p->tx_user, len);
+	if (err)
+		return err;
+	/* The device's view of the send ring yields the message just sent. */
+	err = ring_peek(&p->tx_dev, &data, &dlen, &m.ring_cookie);
+	if (err)
+		return err;
+	m.data = data;
+	m.len = (uint32_t)dlen;
+	u->now_ns = pm_now_ns();
+	err = udp_tx_enqueue(u, p, &m);
+	udp_flush(u);
+	return err;
+}
+
+static bool rx_ready(struct udp_dev *u, struct pm_msg *msg)
+{
+	for (uint32_t k = 0; k < u->size; k++) {
+		uint32_t r = (uint32_t)(u->next_rx_peer + (int)k) % u->size;
+		struct udp_peer *p = udp_peer_of(u, (int)r);
+
+		if (!p || !ring_readable(&p->rx_user))
+			continue;
+		if (!msg)
+			return true;
+		if (ring_peek(&p->rx_user, &msg->data, &msg->len, &msg->_cookie) == 0) {
+			msg->peer = (int)r;
+			u->next_rx_peer = (int)((r + 1) % u->size);
+			return true;
+		}
+	}
+	return false;
+}
+
+static int udp_recv(struct pm_device *dev, struct pm_msg *msg)
+{
+	struct udp_dev *u = to_udp(dev);
+
+	if (rx_ready(u, msg))
+		return 0;
+	progress(u);
+	return rx_ready(u, msg) ? 0 : -EAGAIN;
+}
+
+static int udp_release(struct pm_device *dev, const struct pm_msg *msg)
+{
+	struct udp_dev *u = to_udp(dev);
+	struct udp_peer *p = udp_peer_of(u, msg->peer);
+
+	if (!p)
+		return -EINVAL;
+	int err = ring_release(&p->rx_user, msg->_cookie);
+
+	if (!err && p->stop_sent) {
+		u->now_ns = pm_now_ns();
+		udp_rx_released(u, p);
+		udp_flush(u);
+	}
+	return err;
+}
+
+/* ---- progress and waiting ---- */
+
+static bool udp_event(struct udp_dev *u)
+{
+	if (rx_ready(u, NULL))
+		return true;
+	for (uint32_t r = 0; r < u->size; r++) {
+		struct udp_peer *p = udp_peer_of(u, (int)r);
+
+		if (p && p->want_space && udp_txq_free(p) &&
+		    ring_free_bytes(&p->tx_user) > RING_ALIGN) {
+			p->want_space = false;
+			return true;
+		}
+	}
+	return u->op_done;
+}
+
+static bool udp_poll(struct pm_device *dev)
+{
+	struct udp_dev *u = to_udp(dev);
+
+	progress(u);
+	bool ev = udp_event(u);
+
+	u->op_done = false;
+	return ev;
+}
+
+static int udp_block(struct udp_dev *u, uint64_t deadline)
+{
+	struct pollfd pfd[UDP_MAX_NICS];
+	uint64_t now = pm_now_ns();
+	uint64_t until = next_timer(u);
+
+	if (deadline < until)
+		until = deadline;
+	int ms = until == UINT64_MAX ? -1 : until <= now ? 0 : (int)((until - now + 999999) / 1000000);
+
+	for (int i = 0; i < u->nnics; i++)
+		pfd[i] = (struct pollfd){ .fd = u->fds[i], .events = POLLIN };
+	return poll(pfd, (nfds_t)u->nnics, ms) < 0 && errno != EINTR ? -errno : 0;
+}
+
+static int udp_wait(struct pm_device *dev, int timeout_ms, uint32_t spin_us)
+{
+	struct udp_dev *u = to_udp(dev);
+	uint64_t start = pm_now_ns();
+	uint64_t spin_end = start + (uint64_t)spin_us * 1000u;
+	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000u;
+
+	do {
+		if (udp_poll(dev))
+			return 0;
+	} while (pm_now_ns() < spin_end && pm_now_ns() < deadline);
+
+	dev->ctx->stats->waits_blocked++;
+	for (;;) {
+		if (pm_now_ns() >= deadline)
+			return -ETIMEDOUT;
+		int err = udp_block(u, deadline);
+
+		if (err)
+			return err;
+		if (udp_poll(dev))
+			return 0;
+	}
+}
+
+static int udp_peer_alive(struct pm_device *dev, int peer)
+{
+	struct udp_dev *u = to_udp(dev);
+
+	/* A remote process's death is seen by the resource manager (scored,
+	 * the launcher); here a peer is alive while it is reachable at all. */
+	return udp_peer_of(u, peer) ? 1 : -EINVAL;
+}
+
+/* ---- remote memory ---- */
+
+static int udp_expose(struct pm_device *dev, uint32_t idx, uint64_t key, void *addr, size_t len)
+{
+	struct udp_window *w = &to_udp(dev)->win[idx];
+
+	w->key = key;
+	w->addr = addr;
+	w->len = key ? len : 0;
+	return 0;
+}
+
+static int udp_rma(struct pm_device *dev, int peer, bool write, void *local,
+		   size_t len, uint64_t rkey, uint64_t roffset, struct pm_op *op)
+{
+	struct udp_dev *u = to_udp(dev);
+	struct udp_peer *p = udp_peer_of(u, peer);
+	struct udp_op_slot *s = NULL;
+	uint32_t i;
+
+	if (!p)
+		return -EINVAL;
+	if (len > UINT32_MAX)
+		return -EMSGSIZE;
+	for (i = 0; i < UDP_OPS && u->ops[i].busy; i++)
+		;
+	if (i == UDP_OPS || udp_txq_free(p) == 0) {
+		progress(u);
+		return -EAGAIN;
+	}
+	s = &u->ops[i];
+	*s = (struct udp_op_slot){ .op = op, .dst = write ? NULL : local, .len = (uint32_t)len,
+				   .gen = ++u->op_gen, .busy = true };
+	for (int b = 0; b < 8; b++)
+		s->body[b] = (uint8_t)((uint64_t)len >> (8 * b));
+
+	uint64_t cookie = (uint64_t)s->gen << 16 | i;
+	struct udp_txmsg m = {
+		.data = write ? local : s->body, .len = write ? (uint32_t)len : 8,
+		.kind = write ? WIRE_KIND_WRITE : WIRE_KIND_READ_REQ,
+		.key = rkey, .offset = roffset, .cookie = cookie,
+	};
+
+	op->status = 1;
+	op->_device[0] = cookie;
+	u->now_ns = pm_now_ns();
+	int err = udp_tx_enqueue(u, p, &m);
+
+	udp_flush(u);
+	if (err)
+		s->busy = false;
+	return err;
+}
+
+static int udp_test(struct pm_device *dev, struct pm_op *op)
+{
+	progress(to_udp(dev));
+	return op->status != 1;
+}
+
+static int udp_drain(struct pm_device *dev)
+{
+	struct udp_dev *u = to_udp(dev);
+	uint64_t deadline = pm_now_ns() + UDP_DRAIN_TIMEOUT_NS;
+
+	for (;;) {
+		bool idle = true;
+
+		progress(u);
+		for (uint32_t r = 0; r < u->size; r++) {
+			struct udp_peer *p = udp_peer_of(u, (int)r);
+
+			idle &= !p || (udp_tx_idle(p) && !p->ack_pending);
+		}
+		if (idle)
+			return 0;
+		if (pm_now_ns() >= deadline) {
+			pm_log(dev->ctx, "udp: quiesce: packets still unacknowledged after %llu s",
+			       (unsigned long long)(UDP_DRAIN_TIMEOUT_NS / 1000000000ull));
+			return -ETIMEDOUT;
+		}
+		udp_block(u, pm_now_ns() + 1000000);
+	}
+}
+
+static const struct pm_device_ops udp_ops = {
+	.name = "udp",
+	.setup = udp_setup,
+	.connect = udp_connect,
+	.ready = udp_ready,
+	.destroy = udp_destroy,
+	.device_of = udp_device_of,
+	.max_message = udp_max_message,
+	.send_buffer = udp_send_buffer,
+	.send = udp_send,
+	.recv = udp_recv,
+	.release = udp_release,
+	.wait = udp_wait,
+	.poll = udp_poll,
+	.peer_alive = udp_peer_alive,
+	.expose = udp_expose,
+	.rma = udp_rma,
+	.test = udp_test,
+	.drain = udp_drain,
+};
+
+struct pm_device *pm_udp_create(struct pm_context *ctx, bool remote_only)
+{
+	struct udp_dev *u = calloc(1, sizeof(*u));
+
+	if (!u)
+		return NULL;
+	u->base.ops = &udp_ops;
+	u->base.ctx = ctx;
+	u->remote_only = remote_only;
+	return &u->base;
+}

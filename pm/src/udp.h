@@ -1,0 +1,214 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * udp.h - the udp device (PM/Ethernet): state shared by its parts.
+ *
+ *   dev_udp.c   the device: sockets, batched I/O, progress, waiting
+ *   udp_tx.c    the sender: message queue, fragmentation, Go-Back-N window,
+ *               acknowledgements, STOP/GO/LOSE, retransmission timers
+ *   udp_rx.c    the receiver: ordering (wait queue), reassembly, flow
+ *               control, acknowledgements
+ *   udp_wire.c  the packet format
+ *   udp_nic.c   NIC configuration
+ *
+ * Protocol: docs/pm/wire.md.  Everything is per (this process, peer) pair.
+ */
+#ifndef PM_UDP_H
+#define PM_UDP_H
+
+#include "pm_internal.h"
+#include "ring.h"
+#include "stats.h"
+#include "udp_nic.h"
+#include "udp_wire.h"
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#define UDP_BATCH          32       /* packets per sendmmsg/recvmmsg */
+#define UDP_ACK_EVERY      32       /* in-order packets per pure ACK at most */
+#define UDP_ACK_DELAY_NS   50000u   /* a pending ACK waits this long for a ride */
+#define UDP_RTO_MIN_NS     2000000u /* 2 ms */
+#define UDP_RTO_MAX_NS     200000000u
+#define UDP_PROBE_NS       100000000u
+#define UDP_LOSE_AFTER     3        /* out-of-order packets before a LOSE */
+#define UDP_PKT_MAX        9216     /* largest datagram we build or accept */
+#define UDP_OPS            256      /* outstanding remote ops per process */
+
+struct udp_path {
+	int nic;                        /* index of our NIC and socket */
+	struct sockaddr_in to;          /* the peer's address on that network */
+	bool up;
+	uint64_t inflight;              /* payload bytes sent on it, unacked */
+	uint64_t next_probe_ns;
+	uint64_t sent, rcvd;            /* packets, for pminfo */
+};
+
+/* One message queued for sending (user message or remote operation). */
+struct udp_txmsg {
+	const uint8_t *data;
+	uint32_t len;
+	uint8_t kind;                   /* enum wire_kind */
+	bool in_ring;                   /* data lives in the send ring */
+	uint64_t key, offset, cookie;
+	uint64_t ring_cookie;
+};
+
+/* One sent packet, kept until acknowledged (Go-Back-N resends from here). */
+struct udp_txpkt {
+	uint32_t msg;                   /* index into the txq */
+	uint32_t off;                   /* of its payload in the message */
+	uint16_t len;                   /* payload bytes (without headers) */
+	uint16_t flags;                 /* WIRE_F_FIRST / WIRE_F_LAST */
+	uint8_t path;
+	bool resent;
+	uint64_t sent_ns;
+};
+
+/* The message being reassembled from in-order packets. */
+struct udp_rxmsg {
+	bool active;
+	bool discard;                   /* malformed or refused: swallow the rest */
+	uint8_t kind;
+	uint32_t total, got;
+	uint8_t *dst;
+	uint64_t cookie;                /* WRITE: writer's op; READ_RESP: our op */
+	int status;
+};
+
+struct udp_peer {
+	int rank;
+	struct udp_path paths[UDP_MAX_NICS];
+	int npaths;
+	uint32_t rr;                    /* round-robin among equal paths */
+	uint16_t frag;                  /* payload bytes per packet */
+	int last_rx_path;
+
+	/* sender */
+	uint8_t *tx_mem;
+	struct ring_producer tx_user;   /* pm_send_buffer/pm_send write here */
+	struct ring_consumer tx_dev;    /* the device takes messages from here */
+	struct udp_txmsg *txq;
+	uint32_t txq_cap;               /* power of two */
+	uint32_t txq_head, txq_next, txq_tail; /* queued, packetizing, oldest */
+	uint32_t frag_off;              /* next fragment of txq_next */
+	struct udp_txpkt *win;
+	uint32_t wnd;                   /* window in packets, power of two */
+	uint32_t acked;                 /* cumulative: all <= acked are acked */
+	uint32_t sent_hi;               /* highest seq sent */
+	uint32_t next_seq;              /* next seq to send (go back lowers it) */
+	bool stopped;                   /* receiver said STOP; wait for GO */
+	bool probe_due;                 /* resend acked+1 even though stopped */
+	uint64_t rto_ns, srtt_ns, rttvar_ns;
+	uint64_t rto_deadline;          /* 0: no timer */
+	bool want_space;
+
+	/* receiver */
+	uint8_t *rx_mem;
+	struct ring_producer rx_dev;    /* reassembled messages go here */
+	struct ring_consumer rx_user;   /* pm_recv reads them in place */
+	uint32_t expected;              /* next in-order seq */
+	uint8_t *ooo;                   /* wait queue: out-of-order packets */
+	uint32_t *ooo_seq;
+	uint16_t *ooo_len;
+	uint8_t *ooo_valid;
+	uint32_t nooo;                  /* slots, power of two */
+	uint32_t ooo_count;             /* packets waiting beyond a gap */
+	struct udp_rxmsg rx;
+	bool stop_sent;
+	uint32_t stop_need;             /* ring bytes the refused message needs */
+	uint32_t ack_pending;
+	uint64_t ack_deadline;
+	bool ack_now;
+	uint32_t lose_for;              /* expected seq a LOSE was sent for */
+	uint64_t lose_ns;
+	uint64_t last_heard_ns;
+};
+
+struct udp_op_slot {
+	struct pm_op *op;
+	uint8_t *dst;                   /* reads: where the data goes */
+	uint32_t len;
+	uint16_t gen;
+	bool busy;
+	uint8_t body[8];                /* reads: the request's body (length) */
+};
+
+struct udp_window {
+	uint64_t key;
+	uint8_t *addr;
+	uint64_t len;
+};
+
+/* A packet being built for the next sendmmsg. */
+struct udp_out {
+	uint8_t hdr[WIRE_HDR_BYTES + WIRE_MSG_HDR_BYTES];
+	struct iovec iov[2];
+	struct mmsghdr mh;
+	int peer;
+	uint8_t path;
+};
+
+struct udp_dev {
+	struct pm_device base;
+	struct udp_nic nics[UDP_MAX_NICS];
+	int nnics;
+	int fds[UDP_MAX_NICS];
+	uint64_t jobkey;
+	uint32_t me, size;
+	struct udp_peer *peers;         /* by rank; NULL slots for peers we do not serve */
+	bool *served;
+	uint32_t ring_bytes;
+	uint32_t wnd;
+	int next_rx_peer;
+	struct udp_window win[PM_MAX_WINDOWS];
+	struct udp_op_slot ops[UDP_OPS];
+	uint16_t op_gen;
+	struct udp_out out[UDP_MAX_NICS][UDP_BATCH];   /* per NIC: one sendmmsg each */
+	int nout[UDP_MAX_NICS];
+	uint8_t *rxbuf;                 /* UDP_BATCH datagrams */
+	uint64_t drops_by[WIRE_VERDICTS];
+	uint64_t now_ns;                /* refreshed once per progress pass */
+	bool remote_only;               /* under composite: peers off this node */
+	bool op_done;                   /* a remote op completed since the last poll */
+	struct pm_stats_nic *nic_stats; /* in the statistics page */
+};
+
+/* dev_udp.c */
+void udp_out_packet(struct udp_dev *u, struct udp_peer *p, int path,
+		    const struct wire_hdr *h, const struct wire_msg_hdr *m,
+		    const void *payload, size_t len);
+void udp_send_control(struct udp_dev *u, struct udp_peer *p, uint8_t type, uint32_t seq);
+void udp_flush(struct udp_dev *u);
+struct udp_peer *udp_peer_of(struct udp_dev *u, int rank);
+
+/* udp_tx.c */
+int udp_tx_init(struct udp_dev *u, struct udp_peer *p);
+void udp_tx_fini(struct udp_peer *p);
+int udp_tx_enqueue(struct udp_dev *u, struct udp_peer *p, const struct udp_txmsg *m);
+uint32_t udp_txq_free(const struct udp_peer *p);
+void udp_tx_pump(struct udp_dev *u, struct udp_peer *p);
+void udp_tx_on_ack(struct udp_dev *u, struct udp_peer *p, uint32_t ack);
+void udp_tx_on_control(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr *h);
+void udp_tx_timers(struct udp_dev *u, struct udp_peer *p);
+uint64_t udp_tx_next_timer(const struct udp_peer *p);
+bool udp_tx_idle(const struct udp_peer *p);
+uint32_t udp_piggy_ack(const struct udp_peer *p);
+
+/* udp_rx.c */
+int udp_rx_init(struct udp_dev *u, struct udp_peer *p);
+void udp_rx_fini(struct udp_peer *p);
+void udp_rx_on_data(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr *h,
+		    const uint8_t *payload);
+void udp_rx_timers(struct udp_dev *u, struct udp_peer *p);
+uint64_t udp_rx_next_timer(const struct udp_peer *p);
+void udp_rx_released(struct udp_dev *u, struct udp_peer *p);
+
+/* remote operations (dev_udp.c) */
+void udp_op_complete(struct udp_dev *u, uint64_t cookie, int status);
+struct udp_op_slot *udp_op_lookup(struct udp_dev *u, uint64_t cookie);
+struct udp_window *udp_window_check(struct udp_dev *u, uint64_t key, uint64_t off,
+				    uint64_t len, int *err);
+
+#endif /* PM_UDP_H */

@@ -1,0 +1,324 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * udp_tx.c - the sending half of Go-Back-N for PM, with the defects of the
+ * thesis's appendix B fixed (see docs/pm/wire.md, "Sender"):
+ *   - a timeout goes back to the oldest unacknowledged packet (acked + 1),
+ *     not past it;
+ *   - STOP(k) acknowledges k - 1 only; k is resent after GO;
+ *   - the window holds exactly wnd packets: seq in (acked, acked + wnd];
+ *   - sequence numbers wrap (serial arithmetic), ACKs are cumulative and
+ *     coalesced, duplicates are the receiver's to discard.
+ */
+#include "udp.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static inline struct udp_txpkt *pkt_of(struct udp_peer *p, uint32_t seq)
+{
+	return &p->win[seq & (p->wnd - 1)];
+}
+
+static inline struct udp_txmsg *msg_of(struct udp_peer *p, uint32_t idx)
+{
+	return &p->txq[idx & (p->txq_cap - 1)];
+}
+
+int udp_tx_init(struct udp_dev *u, struct udp_peer *p)
+{
+	/* Every message is at least one 64-byte ring record, so the queue can
+	 * never fill before the ring does; remote operations get room beside. */
+	p->txq_cap = 1;
+	while (p->txq_cap < u->ring_bytes / RING_ALIGN + UDP_OPS)
+		p->txq_cap <<= 1;
+	p->wnd = u->wnd;
+	p->tx_mem = aligned_alloc(64, ring_footprint(u->ring_bytes));
+	p->txq = calloc(p->txq_cap, sizeof(*p->txq));
+	p->win = calloc(p->wnd, sizeof(*p->win));
+	if (!p->tx_mem || !p->txq || !p->win)
+		return -ENOMEM;
+	ring_init(p->tx_mem, u->ring_bytes);
+	ring_producer_attach(&p->tx_user, p->tx_mem, u->ring_bytes);
+	ring_consumer_attach(&p->tx_dev, p->tx_mem, u->ring_bytes);
+	p->acked = 0;
+	p->sent_hi = 0;
+	p->next_seq = 1;
+	p->rto_ns = UDP_RTO_MIN_NS * 5;
+	return 0;
+}
+
+void udp_tx_fini(struct udp_peer *p)
+{
+	free(p->tx_mem);
+	free(p->txq);
+	free(p->win);
+}
+
+uint32_t udp_txq_free(const struct udp_peer *p)
+{
+	return p->txq_cap - (p->txq_head - p->txq_tail);
+}
+
+int udp_tx_enqueue(struct udp_dev *u, struct udp_peer *p, const struct udp_txmsg *m)
+{
+	if (udp_txq_free(p) == 0)
+		return -EAGAIN;
+	*msg_of(p, p->txq_head++) = *m;
+	udp_tx_pump(u, p);
+	return 0;
+}
+
+bool udp_tx_idle(const struct udp_peer *p)
+{
+	return p->txq_head == p->txq_tail && p->acked == p->sent_hi;
+}
+
+uint32_t udp_piggy_ack(const struct udp_peer *p)
+{
+	return p->expected - 1;
+}
+
+/* The path with the fewest unacknowledged bytes: faster links drain
+ * sooner and so carry more, which weights striping by measured rate. */
+static int choose_path(struct udp_peer *p)
+{
+	int best = -1;
+
+	for (int k = 0; k < p->npaths; k++) {
+		int i = (int)((p->rr + (uint32_t)k) % (uint32_t)p->npaths);
+
+		if (!p->paths[i].up)
+			continue;
+		if (best < 0 || p->paths[i].inflight < p->paths[best].inflight)
+			best = i;
+	}
+	p->rr++;
+	if (best < 0)   /* every path looks down: keep trying them all */
+		best = (int)(p->rr % (uint32_t)p->npaths);
+	return best;
+}
+
+static void arm_timer(struct udp_dev *u, struct udp_peer *p)
+{
+	p->rto_deadline = p->acked == p->sent_hi && !p->stopped ? 0 : u->now_ns + p->rto_ns;
+}
+
+static void emit(struct udp_dev *u, struct udp_peer *p, uint32_t seq, struct udp_txpkt *t)
+{
+	struct udp_txmsg *m = msg_of(p, t->msg);
+	struct wire_hdr h = {
+		.magic = WIRE_MAGIC, .version = WIRE_VERSION, .type = WIRE_DATA,
+		.flags = (uint16_t)(t->flags | WIRE_F_ACK),
+		.jobkey = u->jobkey, .src = u->me, .dst = (uint32_t)p->rank,
+		.seq = seq, .ack = udp_piggy_ack(p),
+	};
+	struct wire_msg_hdr mh = {
+		.total = m->len, .kind = m->kind, .key = m->key,
+		.offset = m->offset, .cookie = m->cookie,
+	};
+
+	t->path = (uint8_t)choose_path(p);
+	t->sent_ns = u->now_ns;
+	p->paths[t->path].inflight += t->len;
+	udp_out_packet(u, p, t->path, &h, (t->flags & WIRE_F_FIRST) ? &mh : NULL,
+		       m->data ? m->data + t->off : NULL, t->len);
+}
+
+/* Cut the next fragment off the queue; false when nothing is queued. */
+static bool next_fragment(struct udp_peer *p, struct udp_txpkt *t)
+{
+	if (p->txq_next == p->txq_head)
+		return false;
+
+	struct udp_txmsg *m = msg_of(p, p->txq_next);
+	uint32_t room = p->frag - (p->frag_off == 0 ? WIRE_MSG_HDR_BYTES : 0);
+	uint32_t left = m->len - p->frag_off;
+	uint32_t n = left < room ? left : room;
+
+	t->msg = p->txq_next;
+	t->off = p->frag_off;
+	t->len = (uint16_t)n;
+	t->flags = (uint16_t)((p->frag_off == 0 ? WIRE_F_FIRST : 0) |
+			      (n == left ? WIRE_F_LAST : 0));
+	t->resent = false;
+	if (n == left) {
+		p->txq_next++;
+		p->frag_off = 0;
+	} else {
+		p->frag_off += n;
+	}
+	return true;
+}
+
+void udp_tx_pump(struct udp_dev *u, struct udp_peer *p)
+{
+	bool sent = false;
+
+	if (p->probe_due) {
+		/* Stopped and timed out: resend the refused packet alone, so a
+		 * lost GO costs a timeout, not a hang. */
+		p->probe_due = false;
+		if (seq_diff(p->sent_hi, p->acked) > 0) {
+			struct udp_txpkt *t = pkt_of(p, p->acked + 1);
+
+			t->resent = true;
+			u->base.ctx->stats->retransmits++;
+			emit(u, p, p->acked + 1, t);
+			if (seq_diff(p->next_seq, p->acked + 1) <= 0)
+				p->next_seq = p->acked + 2;
+			sent = true;
+		}
+	}
+	while (!p->stopped && seq_diff(p->next_seq, p->acked) <= (int32_t)p->wnd) {
+		struct udp_txpkt *t = pkt_of(p, p->next_seq);
+
+		if (seq_diff(p->next_seq, p->sent_hi) <= 0) {
+			t->resent = true;
+			u->base.ctx->stats->retransmits++;
+		} else if (next_fragment(p, t)) {
+			p->sent_hi = p->next_seq;
+		} else {
+			break;
+		}
+		emit(u, p, p->next_seq, t);
+		p->next_seq++;
+		sent = true;
+	}
+	if (sent) {
+		p->ack_pending = 0;     /* every data packet carried our ack */
+		p->ack_deadline = 0;
+		p->ack_now = false;
+		if (!p->rto_deadline)
+			arm_timer(u, p);
+	}
+}
+
+/* Everything from acked+1 on counts as lost: send it again. */
+static void go_back(struct udp_peer *p, uint32_t from)
+{
+	for (uint32_t s = from; seq_diff(s, p->next_seq) < 0; s++) {
+		struct udp_txpkt *t = pkt_of(p, s);
+		struct udp_path *path = &p->paths[t->path];
+
+		path->inflight -= t->len < path->inflight ? t->len : path->inflight;
+	}
+	if (seq_diff(p->next_seq, from) > 0)
+		p->next_seq = from;
+}
+
+static void rtt_sample(struct udp_peer *p, uint64_t rtt)
+{
+	/* RFC 6298, in nanoseconds. */
+	if (!p->srtt_ns) {
+		p->srtt_ns = rtt;
+		p->rttvar_ns = rtt / 2;
+	} else {
+		uint64_t err = rtt > p->srtt_ns ? rtt - p->srtt_ns : p->srtt_ns - rtt;
+
+		p->rttvar_ns = (3 * p->rttvar_ns + err) / 4;
+		p->srtt_ns = (7 * p->srtt_ns + rtt) / 8;
+	}
+	uint64_t rto = p->srtt_ns + 4 * p->rttvar_ns;
+
+	p->rto_ns = rto < UDP_RTO_MIN_NS ? UDP_RTO_MIN_NS : rto > UDP_RTO_MAX_NS ? UDP_RTO_MAX_NS : rto;
+}
+
+void udp_tx_on_ack(struct udp_dev *u, struct udp_peer *p, uint32_t ack)
+{
+	/* Acks outside (acked, sent_hi] are old or forged: ignore them. */
+	if (seq_diff(ack, p->acked) <= 0 || seq_diff(ack, p->sent_hi) > 0)
+		return;
+	for (uint32_t s = p->acked + 1; seq_diff(s, ack) <= 0; s++) {
+		struct udp_txpkt *t = pkt_of(p, s);
+		struct udp_path *path = &p->paths[t->path];
+
+		if (seq_diff(s, p->next_seq) < 0)
+			path->inflight -= t->len < path->inflight ? t->len : path->inflight;
+		path->up = true;
+		/* Karn: only packets sent once give a clean sample. */
+		if (s == ack && !t->resent)
+			rtt_sample(p, u->now_ns - t->sent_ns);
+		if (t->flags & WIRE_F_LAST) {
+			struct udp_txmsg *m = msg_of(p, t->msg);
+
+			if (m->in_ring)
+				ring_release(&p->tx_dev, m->ring_cookie);
+			p->txq_tail++;
+		}
+	}
+	p->acked = ack;
+	if (seq_diff(p->next_seq, ack) <= 0)
+		p->next_seq = ack + 1;
+	if (p->rto_ns > UDP_RTO_MAX_NS)
+		p->rto_ns = UDP_RTO_MAX_NS;
+	arm_timer(u, p);
+}
+
+void udp_tx_on_control(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr *h)
+{
+	switch (h->type) {
+	case WIRE_STOP:
+		/* k was refused: k-1 is acknowledged, k will be resent after GO. */
+		udp_tx_on_ack(u, p, h->seq - 1);
+		if (seq_diff(h->seq, p->acked) == 1 && seq_diff(h->seq, p->sent_hi) <= 0) {
+			p->stopped = true;
+			go_back(p, h->seq);
+			arm_timer(u, p);
+		}
+		break;
+	case WIRE_GO:
+		if (p->stopped && seq_diff(h->seq, p->acked) == 1) {
+			p->stopped = false;
+			udp_tx_pump(u, p);
+		}
+		break;
+	case WIRE_LOSE:
+		/* k is acknowledged; k+1 went missing: go back to it at once. */
+		udp_tx_on_ack(u, p, h->seq);
+		if (seq_diff(h->seq, p->acked) == 0 && seq_diff(p->sent_hi, h->seq) > 0 &&
+		    !p->stopped) {
+			go_back(p, h->seq + 1);
+			udp_tx_pump(u, p);
+		}
+		break;
+	default:
+		break;
+	}
+}
+
+void udp_tx_timers(struct udp_dev *u, struct udp_peer *p)
+{
+	if (!p->rto_deadline || u->now_ns < p->rto_deadline)
+		return;
+	if (p->acked == p->sent_hi && !p->stopped) {
+		p->rto_deadline = 0;
+		return;
+	}
+	/* The oldest packet's path let it down: stop using it until a probe
+	 * or an ack proves it alive, as long as another path looks up. */
+	if (seq_diff(p->sent_hi, p->acked) > 0) {
+		struct udp_path *bad = &p->paths[pkt_of(p, p->acked + 1)->path];
+		int up = 0;
+
+		for (int i = 0; i < p->npaths; i++)
+			up += p->paths[i].up;
+		if (bad->up && up > 1) {
+			bad->up = false;
+			bad->next_probe_ns = u->now_ns;
+		}
+	}
+	p->rto_ns = p->rto_ns * 2 > UDP_RTO_MAX_NS ? UDP_RTO_MAX_NS : p->rto_ns * 2;
+	if (p->stopped) {
+		p->probe_due = true;
+	} else {
+		go_back(p, p->acked + 1);
+	}
+	p->rto_deadline = u->now_ns + p->rto_ns;
+	udp_tx_pump(u, p);
+}
+
+uint64_t udp_tx_next_timer(const struct udp_peer *p)
+{
+	return p->rto_deadline ? p->rto_deadline : UINT64_MAX;
+}

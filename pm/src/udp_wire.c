@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: MIT */
+/* udp_wire.c - encoding and validating PM/Ethernet packets (udp_wire.h). */
+#include "udp_wire.h"
+
+#include <string.h>
+
+static void put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint16_t get16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+void wire_encode(const struct wire_hdr *h, uint8_t *buf)
+{
+	put16(buf + 0, h->magic);
+	buf[2] = h->version;
+	buf[3] = h->type;
+	put16(buf + 4, h->flags);
+	put16(buf + 6, h->len);
+	put64(buf + 8, h->jobkey);
+	put32(buf + 16, h->src);
+	put32(buf + 20, h->dst);
+	put32(buf + 24, h->seq);
+	put32(buf + 28, h->ack);
+}
+
+enum wire_verdict wire_decode(const uint8_t *buf, size_t n, uint64_t jobkey,
+			      uint32_t size, uint32_t me, struct wire_hdr *h)
+{
+	if (n < WIRE_HDR_BYTES)
+		return WIRE_SHORT;
+	h->magic = get16(buf + 0);
+	h->version = buf[2];
+	h->type = buf[3];
+	h->flags = get16(buf + 4);
+	h->len = get16(buf + 6);
+	h->jobkey = get64(buf + 8);
+	h->src = get32(buf + 16);
+	h->dst = get32(buf + 20);
+	h->seq = get32(buf + 24);
+	h->ack = get32(buf + 28);
+
+	if (h->magic != WIRE_MAGIC)
+		return WIRE_BAD_MAGIC;
+	if (h->version != WIRE_VERSION)
+		return WIRE_BAD_VERSION;
+	if (h->type == 0 || h->type > WIRE_TYPE_MAX)
+		return WIRE_BAD_TYPE;
+	if (h->flags & ~(uint16_t)WIRE_F_KNOWN)
+		return WIRE_BAD_FLAGS;
+	if (h->type != WIRE_DATA && (h->flags & (WIRE_F_FIRST | WIRE_F_LAST)))
+		return WIRE_BAD_FLAGS;
+	if (n - WIRE_HDR_BYTES != h->len)
+		return n - WIRE_HDR_BYTES < h->len ? WIRE_SHORT : WIRE_BAD_LEN;
+	if (h->type == WIRE_DATA ? h->len == 0 : h->len != 0)
+		return WIRE_BAD_LEN;
+	if ((h->flags & WIRE_F_FIRST) && h->len < WIRE_MSG_HDR_BYTES)
+		return WIRE_BAD_LEN;
+	if (h->jobkey != jobkey)
+		return WIRE_FOREIGN_JOB;
+	if (h->src >= size)
+		return WIRE_UNKNOWN_PEER;
+	if (h->dst != me)
+		return WIRE_NOT_FOR_ME;
+	return WIRE_OK;
+}
+
+void wire_encode_msg(const struct wire_msg_hdr *m, uint8_t *buf)
+{
+	put32(buf + 0, m->total);
+	buf[4] = m->kind;
+	memset(buf + 5, 0, 3);
+	put64(buf + 8, m->key);
+	put64(buf + 16, m->offset);
+	put64(buf + 24, m->cookie);
+}
+
+int wire_decode_msg(const uint8_t *buf, size_t n, struct wire_msg_hdr *m)
+{
+	if (n < WIRE_MSG_HDR_BYTES)
+		return -1;
+	m->total = get32(buf + 0);
+	m->kind = buf[4];
+	memset(m->_pad, 0, sizeof(m->_pad));
+	m->key = get64(buf + 8);
+	m->offset = get64(buf + 16);
+	m->cookie = get64(buf + 24);
+	return m->kind > WIRE_KIND_MAX ? -1 : 0;
+}
+
+const char *wire_verdict_name(enum wire_verdict v)
+{
+	static const char *const names[WIRE_VERDICTS] = {
+		[WIRE_OK] = "ok",
+		[WIRE_SHORT] = "short",
+		[WIRE_BAD_MAGIC] = "bad_magic",
+		[WIRE_BAD_VERSION] = "bad_version",
+		[WIRE_BAD_TYPE] = "bad_type",
+		[WIRE_BAD_FLAGS] = "bad_flags",
+		[WIRE_BAD_LEN] = "bad_len",
+		[WIRE_FOREIGN_JOB] = "foreign_job",
+		[WIRE_UNKNOWN_PEER] = "unknown_peer",
+		[WIRE_NOT_FOR_ME] = "not_for_me",
+	};
+	return (unsigned)v < WIRE_VERDICTS ? names[v] : "unknown";
+}

@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * udp_wire.h - the PM/Ethernet (udp device) packet format.
+ *
+ * Every UDP datagram is one packet: a 32-byte header, then payload.  All
+ * fields are little-endian.  Byte layout, semantics and test vectors:
+ * docs/pm/wire.md.  Decoding validates everything a packet claims; the
+ * receive path trusts nothing else.
+ */
+#ifndef PM_UDP_WIRE_H
+#define PM_UDP_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define WIRE_MAGIC      0x4d50u         /* bytes 'P' 'M' */
+#define WIRE_VERSION    1u
+#define WIRE_HDR_BYTES  32u
+#define WIRE_MSG_HDR_BYTES 32u          /* in the first fragment of a message */
+
+enum wire_type {
+	WIRE_DATA = 1,          /* a fragment of a message; seq numbered */
+	WIRE_ACK = 2,           /* cumulative ack only */
+	WIRE_STOP = 3,          /* seq = k: k refused, no room; k-1 acked */
+	WIRE_GO = 4,            /* seq = k: room again, send from k */
+	WIRE_LOSE = 5,          /* seq = k: k+1 missing; k acked; resend from k+1 */
+	WIRE_PROBE = 6,         /* path liveness probe; seq = probe id */
+	WIRE_PROBE_ACK = 7,     /* answer on the same path */
+	WIRE_TYPE_MAX = 7,
+};
+
+enum wire_flags {
+	WIRE_F_FIRST = 1u << 0, /* DATA: first fragment, carries a message header */
+	WIRE_F_LAST = 1u << 1,  /* DATA: last fragment of its message */
+	WIRE_F_ACK = 1u << 2,   /* the ack field is valid (piggy-backed ack) */
+	WIRE_F_KNOWN = WIRE_F_FIRST | WIRE_F_LAST | WIRE_F_ACK,
+};
+
+/* What a message carries (first fragment's message header). */
+enum wire_kind {
+	WIRE_KIND_MSG = 0,      /* a user message */
+	WIRE_KIND_WRITE = 1,    /* remote write: payload goes to (rkey, offset) */
+	WIRE_KIND_READ_REQ = 2, /* remote read request: len bytes at (rkey, offset) */
+	WIRE_KIND_READ_RESP = 3,/* the data of a read: goes to the reader's op */
+	WIRE_KIND_RMA_DONE = 4, /* end of a remote op: status in offset */
+	WIRE_KIND_MAX = 4,
+};
+
+struct wire_hdr {
+	uint16_t magic;
+	uint8_t version;
+	uint8_t type;
+	uint16_t flags;
+	uint16_t len;           /* payload bytes after the header */
+	uint64_t jobkey;
+	uint32_t src;           /* sender's rank */
+	uint32_t dst;           /* receiver's rank */
+	uint32_t seq;
+	uint32_t ack;           /* highest in-order seq received from dst */
+};
+
+/* First fragment of a message: what follows the packet header. */
+struct wire_msg_hdr {
+	uint32_t total;         /* bytes of the message body after this header */
+	uint8_t kind;           /* enum wire_kind */
+	uint8_t _pad[3];
+	uint64_t key;           /* WRITE/READ_REQ: rkey */
+	uint64_t offset;        /* WRITE/READ_REQ: offset; RMA_DONE: status */
+	uint64_t cookie;        /* WRITE/READ_REQ/READ_RESP/RMA_DONE: the op */
+};
+
+/* Why a packet was dropped. */
+enum wire_verdict {
+	WIRE_OK = 0,
+	WIRE_SHORT,             /* shorter than its header or its len */
+	WIRE_BAD_MAGIC,
+	WIRE_BAD_VERSION,
+	WIRE_BAD_TYPE,
+	WIRE_BAD_FLAGS,
+	WIRE_BAD_LEN,           /* len disagrees with the datagram or the type */
+	WIRE_FOREIGN_JOB,
+	WIRE_UNKNOWN_PEER,
+	WIRE_NOT_FOR_ME,
+	WIRE_VERDICTS,
+};
+
+/* Write h into buf (WIRE_HDR_BYTES bytes). */
+void wire_encode(const struct wire_hdr *h, uint8_t *buf);
+
+/*
+ * Parse and validate a datagram of n bytes: magic, version, type, flags,
+ * length (against n, and DATA carries payload, control none), job key,
+ * source rank < size, destination == me.
+ */
+enum wire_verdict wire_decode(const uint8_t *buf, size_t n, uint64_t jobkey,
+			      uint32_t size, uint32_t me, struct wire_hdr *h);
+
+void wire_encode_msg(const struct wire_msg_hdr *m, uint8_t *buf);
+/* -1 when the message header is malformed (unknown kind). */
+int wire_decode_msg(const uint8_t *buf, size_t n, struct wire_msg_hdr *m);
+
+const char *wire_verdict_name(enum wire_verdict v);
+
+/* Serial-number arithmetic on 32-bit sequence numbers (RFC 1982). */
+static inline int32_t seq_diff(uint32_t a, uint32_t b)
+{
+	return (int32_t)(a - b);
+}
+
+#endif /* PM_UDP_WIRE_H */
