@@ -168,11 +168,13 @@ def parser():
                       help='print {"changed": BOOL, "removed": [NAMES]} on stdout')
 
     ex = sub.add_parser("exec", help="run a command inside a node",
-                        description=EXEC_HELP, epilog=EXEC_EPILOG, formatter_class=_formatter)
+                        description=EXEC_HELP, epilog=EXEC_EPILOG, formatter_class=_formatter,
+                        usage="%(prog)s [-h] [--name NAME] NODE -- COMMAND [ARG...]")
     ex.add_argument("--name", metavar="NAME",
                     help="cluster (default: $VCLUSTER_NAME, else the only cluster up)")
-    ex.add_argument("node", metavar="NODE")
-    ex.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG...]")
+    ex.add_argument("node", metavar="NODE", help="nI, nI-netK, nI.NAME or an address of the node")
+    ex.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG...]",
+                    help="the command and its arguments, after --")
 
     sub.add_parser("rsh", help="ssh/rsh-compatible remote shell for launchers such as mpirun",
                    description=RSH_HELP, epilog=RSH_EPILOG, formatter_class=_formatter,
