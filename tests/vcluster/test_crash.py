@@ -105,3 +105,25 @@ def _add_foreign_link(name):
                           timeout=10).returncode == 0:
             return
     pytest.skip("the kernel has neither dummy nor ifb links")
+
+
+def test_up_interrupted_half_way_rolls_back(cluster_name):
+    """SIGTERM while a large cluster is being built: up removes what it made."""
+    from conftest import VCLUSTER
+    proc = subprocess.Popen([str(VCLUSTER), "up", "--name", cluster_name, "--nodes", "64",
+                             "--nics", "8", "--rate", "1gbit"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not Path(f"/run/netns/vcluster-{cluster_name}-n1").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "up ended before it built anything"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "rolling back" in err and "terminated by signal 15" in err
+    assert leftovers(cluster_name) == []

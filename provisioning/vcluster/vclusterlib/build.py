@@ -18,8 +18,10 @@ Any failure, or ^C, rolls back by running the ordinary teardown, which finds
 whatever was made by name.
 """
 
+import contextlib
 import datetime
 import ipaddress
+import signal
 
 from . import addressing, holder, hosts, log, naming, state, system, teardown
 from .addressing import Layout
@@ -54,11 +56,26 @@ def up(name, shape, subnet=None):
             state.save(record)
         except BaseException as e:
             log.step(f"creating cluster {name} failed ({e or type(e).__name__}); rolling back")
-            teardown.remove(name, quiet=True)
+            with _signals_deferred():
+                teardown.remove(name, quiet=True)
             raise
         log.step(f"cluster {name} is up: nodes {layout.nodes[0].name}..{layout.nodes[-1].name}, "
                  f"networks " + ", ".join(str(n.subnet) for n in layout.networks))
         return True, record
+
+
+@contextlib.contextmanager
+def _signals_deferred():
+    """Let a rollback finish even if ^C or SIGTERM arrives again meanwhile.
+
+    Blocked signals stay pending and are delivered when the rollback is done;
+    the tools run meanwhile inherit the mask, so a terminal's ^C spares them too."""
+    signals = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _existing(name, shape, subnet):

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import signal
 import sys
 
 from . import build, enter, log, naming, rsh, shape as shape_mod, status, teardown
@@ -187,8 +188,22 @@ def parser():
     return p
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived; raised like KeyboardInterrupt so `up` rolls back."""
+
+    def __init__(self, signum):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated(signum)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_terminated)
     try:
         # rsh takes ssh's options, which argparse cannot be taught; it is parsed by hand.
         if argv and argv[0] == "rsh" and not set(argv[1:2]) & {"-h", "--help"}:
@@ -201,7 +216,10 @@ def main(argv=None):
         return e.status
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGINT
+    except Terminated as e:
+        print(f"{PROG}: terminated by signal {e.signum}", file=sys.stderr)
+        return 128 + e.signum
 
 
 def _up(args):
