@@ -149,7 +149,8 @@ def cluster_name(require_root):
     """A fresh cluster name; whatever a test makes under it is removed afterwards."""
     name = unique_cluster_name()
     yield name
-    run_vcluster("down", "--name", name)
+    proc = run_vcluster("down", "--name", name)
+    assert proc.returncode == 0, f"vcluster down --name {name} failed in teardown: {proc.stderr}"
 
 
 class ClusterFactory:

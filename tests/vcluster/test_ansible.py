@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from checks import leftovers
+from .checks import leftovers
 from conftest import REPO_ROOT
 
 PLAYBOOK = REPO_ROOT / "provisioning" / "vcluster.yml"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from checks import holders_of, leftovers
+from .checks import holders_of, leftovers
 
 STATE_DIR = Path("/run/score/vcluster")
 

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from checks import leftovers
+from .checks import leftovers
 from conftest import VCLUSTER
 
 

@@ -4,7 +4,7 @@ import json
 import subprocess
 import time
 
-from checks import leftovers, process_gone
+from .checks import leftovers, process_gone
 
 
 def _pids_in(vc, node):
