@@ -152,10 +152,15 @@ static void advance_tail(struct ring_consumer *c)
 
 	while (tail != c->read) {
 		struct ring_rec *r = rec_at(c->data, c->size, tail);
+		uint64_t rec = rec_bytes(r->len);
 
-		if (!(r->flags & REC_RELEASED))
+		/* The length is read again from shared memory: a producer may
+		 * have rewritten it since ring_peek() checked it.  Never move
+		 * the tail past what was delivered (that would hand the
+		 * producer space still holding unreleased messages). */
+		if (!(r->flags & REC_RELEASED) || rec > c->read - tail)
 			break;
-		tail += rec_bytes(r->len);
+		tail += rec;
 	}
 	if (tail != c->tail) {
 		c->tail = tail;
