@@ -71,7 +71,8 @@ enum op {
 	OP_SAMPLE,      /* take the "before" system sample */
 	OP_REPORT,      /* take the "after" sample and send the deltas */
 	OP_DELTAS,      /* rank 1's deltas (struct sys_delta follows) */
-	OP_QUIT,
+	OP_QUIT,        /* rank 0 is done */
+	OP_BYE,         /* rank 1 saw it: both may close */
 };
 
 enum run_flags {
@@ -1051,6 +1052,7 @@ static void serve(struct bench *b)
 			break;
 		}
 		case OP_QUIT:
+			send_ctl(b, OP_BYE, 0, 0, 0, 0, NULL, 0);
 			return;
 		}
 	}
@@ -1423,7 +1425,16 @@ int main(int argc, char **argv)
 		}
 		b.doing = "quitting";
 		send_ctl(&b, OP_QUIT, 0, 0, 0, 0, NULL, 0);
+		expect_ctl(&b, OP_BYE);
 	}
+	/* pm_close() does not flush: on a network device the last message may
+	 * still await its acknowledgement, and quiescing waits for it.  Rank 1's
+	 * BYE is the last word: once it arrived rank 0 may close before it has
+	 * acknowledged it, so rank 1 does not fail when its partner is gone. */
+	err = pm_quiesce(b.ctx);
+	if (err && !(b.rank == 1 && (err == -ETIMEDOUT || err == -ECONNRESET ||
+				     err == -EPIPE)))
+		die_pm("pm_quiesce", err);
 	if (b.mr)
 		pm_mr_deregister(b.ctx, b.mr);
 	pm_close(b.ctx);
