@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define UDP_KEY "pm.udp"
@@ -25,7 +26,7 @@
 
 struct udp_blob {
 	uint32_t nnics;
-	uint32_t _pad;
+	uint32_t rcvbuf;                /* bytes each socket can hold */
 	struct udp_nic_addr nic[UDP_MAX_NICS];
 };
 
@@ -46,6 +47,7 @@ struct udp_peer *udp_peer_of(struct udp_dev *u, int rank)
 static void flush_nic(struct udp_dev *u, int nic)
 {
 	int n = u->nout[nic], done = 0;
+	bool waited = false;
 
 	while (done < n) {
 		int r = sendmmsg(u->fds[nic], &u->out[nic][done].mh, (unsigned)(n - done), 0);
@@ -56,6 +58,15 @@ static void flush_nic(struct udp_dev *u, int nic)
 		}
 		if (r < 0 && errno == EINTR)
 			continue;
+		if (r < 0 && (errno == EAGAIN || errno == ENOBUFS) && !waited) {
+			/* The socket buffer is full: give the NIC a moment rather
+			 * than lose the packets (a bounded wait). */
+			struct pollfd pfd = { .fd = u->fds[nic], .events = POLLOUT };
+
+			poll(&pfd, 1, 10);
+			waited = true;
+			continue;
+		}
 		/* The packet at done could not go: a full socket buffer or a link
 		 * that is down.  Count it as lost (Go-Back-N resends it) and mark
 		 * its path down when the network said so. */
@@ -233,11 +244,15 @@ static void handle(struct udp_dev *u, int nic, const uint8_t *buf, size_t n,
 	p->paths[path].rcvd++;
 	p->last_rx_path = path;
 	p->last_heard_ns = u->now_ns;
+	if (!p->first_heard_ns)
+		p->first_heard_ns = u->now_ns;
 	if (h.flags & WIRE_F_ACK)
 		udp_tx_on_ack(u, p, h.ack);
 
 	switch (h.type) {
 	case WIRE_DATA:
+		p->paths[path].rx_latest = h.seq;
+		p->paths[path].rx_last_ns = u->now_ns;
 		udp_rx_on_data(u, p, &h, buf + WIRE_HDR_BYTES);
 		break;
 	case WIRE_ACK:
@@ -262,8 +277,13 @@ static void receive(struct udp_dev *u)
 	struct iovec iov[UDP_BATCH];
 	struct sockaddr_in from[UDP_BATCH];
 
-	for (int nic = 0; nic < u->nnics; nic++) {
-		for (int round = 0; round < UDP_RX_ROUNDS; round++) {
+	/* One batch per NIC in turn: reading one NIC dry first would make
+	 * packets striped over the others look late (deeper reordering). */
+	bool more = true;
+
+	for (int round = 0; round < UDP_RX_ROUNDS && more; round++) {
+		more = false;
+		for (int nic = 0; nic < u->nnics; nic++) {
 			for (int i = 0; i < UDP_BATCH; i++) {
 				iov[i] = (struct iovec){ u->rxbuf + (size_t)i * UDP_PKT_MAX, UDP_PKT_MAX };
 				memset(&mm[i], 0, sizeof(mm[i]));
@@ -275,7 +295,7 @@ static void receive(struct udp_dev *u)
 			int r = recvmmsg(u->fds[nic], mm, UDP_BATCH, MSG_DONTWAIT, NULL);
 
 			if (r <= 0)
-				break;
+				continue;
 			u->nic_stats[nic].rx_packets += (uint64_t)r;
 			for (int i = 0; i < r; i++) {
 				u->nic_stats[nic].rx_bytes += mm[i].msg_len;
@@ -285,8 +305,7 @@ static void receive(struct udp_dev *u)
 				}
 				handle(u, nic, iov[i].iov_base, mm[i].msg_len, &from[i]);
 			}
-			if (r < UDP_BATCH)
-				break;
+			more |= r == UDP_BATCH;
 		}
 	}
 }
@@ -341,17 +360,31 @@ static uint64_t next_timer(const struct udp_dev *u)
 
 /* ---- opening ---- */
 
-static int open_socket(struct udp_dev *u, int i, uint16_t *port)
+/* Ask for big socket buffers; root may exceed net.core.[rw]mem_max. */
+static void size_buffer(int fd, int force, int plain)
+{
+	int buf = UDP_SOCKBUF;
+
+	if (setsockopt(fd, SOL_SOCKET, force, &buf, sizeof(buf)) < 0)
+		setsockopt(fd, SOL_SOCKET, plain, &buf, sizeof(buf));
+}
+
+static int open_socket(struct udp_dev *u, int i, uint16_t *port, uint32_t *rcvbuf)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = u->nics[i].addr };
 	socklen_t len = sizeof(sa);
-	int buf = UDP_SOCKBUF;
+	int got = 0;
+	socklen_t glen = sizeof(got);
 	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
 	if (fd < 0)
 		return -errno;
-	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
-	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+	size_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF);
+	size_buffer(fd, SO_RCVBUFFORCE, SO_RCVBUF);
+	/* The kernel reports twice what it stores in data (the other half
+	 * covers its bookkeeping). */
+	if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &got, &glen) == 0 && got > 0)
+		*rcvbuf = (uint32_t)got / 2;
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
 	    getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
 		int err = -errno;
@@ -402,7 +435,11 @@ static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 	for (int i = 0; i < n; i++) {
 		snprintf(u->nic_stats[i].name, sizeof(u->nic_stats[i].name), "%s", u->nics[i].name);
 		u->nic_stats[i].addr = u->nics[i].addr;
-		int e = open_socket(u, i, &blob.nic[i].port);
+		uint32_t rcvbuf = 0;
+		int e = open_socket(u, i, &blob.nic[i].port, &rcvbuf);
+
+		if (!e && (blob.rcvbuf == 0 || rcvbuf < blob.rcvbuf))
+			blob.rcvbuf = rcvbuf;
 
 		if (e) {
 			pm_log(ctx, "udp: socket on %s: %s", u->nics[i].name, strerror(-e));
@@ -472,6 +509,10 @@ static int udp_connect(struct pm_device *dev, struct pm_boot *b)
 			return err ? err : -EPROTO;
 		}
 		p->rank = r;
+		/* Each NIC's socket of the peer takes its own share. */
+		p->max_inflight = (uint64_t)(blob.rcvbuf ? blob.rcvbuf : 65536) / 2 * blob.nnics;
+		if (p->max_inflight > UDP_INFLIGHT_MAX)
+			p->max_inflight = UDP_INFLIGHT_MAX;
 		if (make_paths(u, p, &blob)) {
 			pm_log(dev->ctx, "udp: rank %d shares no network with this process "
 			       "(check PM_UDP_NICS)", r);
@@ -657,16 +698,32 @@ static bool udp_poll(struct pm_device *dev)
 static int udp_block(struct udp_dev *u, uint64_t deadline)
 {
 	struct pollfd pfd[UDP_MAX_NICS];
+
+	/* Going to sleep: no reply will carry our acks soon, so send them
+	 * now instead of letting senders wait out the delay. */
+	u->now_ns = pm_now_ns();
+	for (uint32_t r = 0; r < u->size; r++) {
+		struct udp_peer *p = udp_peer_of(u, (int)r);
+
+		if (p && p->ack_pending)
+			udp_send_control(u, p, WIRE_ACK, 0);
+	}
+	udp_flush(u);
+
 	uint64_t now = pm_now_ns();
 	uint64_t until = next_timer(u);
 
 	if (deadline < until)
 		until = deadline;
-	int ms = until == UINT64_MAX ? -1 : until <= now ? 0 : (int)((until - now + 999999) / 1000000);
+
+	uint64_t left = until <= now ? 0 : until - now;
+	struct timespec ts = { .tv_sec = (time_t)(left / 1000000000u),
+			       .tv_nsec = (long)(left % 1000000000u) };
 
 	for (int i = 0; i < u->nnics; i++)
 		pfd[i] = (struct pollfd){ .fd = u->fds[i], .events = POLLIN };
-	return poll(pfd, (nfds_t)u->nnics, ms) < 0 && errno != EINTR ? -errno : 0;
+	return ppoll(pfd, (nfds_t)u->nnics, until == UINT64_MAX ? NULL : &ts, NULL) < 0 &&
+	       errno != EINTR ? -errno : 0;
 }
 
 static int udp_wait(struct pm_device *dev, int timeout_ms, uint32_t spin_us)

@@ -29,11 +29,12 @@
 #define UDP_BATCH          32       /* packets per sendmmsg/recvmmsg */
 #define UDP_ACK_EVERY      32       /* in-order packets per pure ACK at most */
 #define UDP_ACK_DELAY_NS   50000u   /* a pending ACK waits this long for a ride */
-#define UDP_RTO_MIN_NS     2000000u /* 2 ms */
+#define UDP_RTO_MIN_NS     10000000u /* 10 ms: below it, scheduling noise fires timers */
 #define UDP_RTO_MAX_NS     200000000u
 #define UDP_PROBE_NS       100000000u
-#define UDP_LOSE_AFTER     3        /* out-of-order packets before a LOSE */
+#define UDP_PATH_IDLE_NS   10000000u /* a path silent this long is left out of loss checks */
 #define UDP_PKT_MAX        9216     /* largest datagram we build or accept */
+#define UDP_INFLIGHT_MAX   (1u << 20) /* bytes in flight per peer at most */
 #define UDP_OPS            256      /* outstanding remote ops per process */
 
 struct udp_path {
@@ -43,6 +44,10 @@ struct udp_path {
 	uint64_t inflight;              /* payload bytes sent on it, unacked */
 	uint64_t next_probe_ns;
 	uint64_t sent, rcvd;            /* packets, for pminfo */
+	/* Receiver's view: a path is FIFO, so the last data seq that came by
+	 * it tells which seqs it can still bring (loss detection, udp_rx.c). */
+	uint32_t rx_latest;
+	uint64_t rx_last_ns;
 };
 
 /* One message queued for sending (user message or remote operation). */
@@ -83,6 +88,7 @@ struct udp_peer {
 	int npaths;
 	uint32_t rr;                    /* round-robin among equal paths */
 	uint16_t frag;                  /* payload bytes per packet */
+	uint64_t max_inflight;          /* bytes: half the peer's socket buffer */
 	int last_rx_path;
 
 	/* sender */
@@ -124,6 +130,7 @@ struct udp_peer {
 	uint32_t lose_for;              /* expected seq a LOSE was sent for */
 	uint64_t lose_ns;
 	uint64_t last_heard_ns;
+	uint64_t first_heard_ns;
 };
 
 struct udp_op_slot {

@@ -67,8 +67,8 @@ static uint16_t mtu_of(const char *name)
 		return mtu;
 	memset(&ifr, 0, sizeof(ifr));
 	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
-	if (ioctl(fd, SIOCGIFMTU, &ifr) == 0 && ifr.ifr_mtu > 0 && ifr.ifr_mtu < 65536)
-		mtu = (uint16_t)ifr.ifr_mtu;
+	if (ioctl(fd, SIOCGIFMTU, &ifr) == 0 && ifr.ifr_mtu > 0)
+		mtu = ifr.ifr_mtu > 65535 ? 65535 : (uint16_t)ifr.ifr_mtu;
 	close(fd);
 	return mtu;
 }

@@ -13,6 +13,7 @@
 #include "udp.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,8 +24,10 @@ enum consume { CONSUMED, REFUSED };
 
 int udp_rx_init(struct udp_dev *u, struct udp_peer *p)
 {
-	p->nooo = 1;
-	while (p->nooo < u->wnd / 4 && p->nooo < 256)
+	/* The wait queue covers the whole window where memory allows (1 MiB
+	 * per peer): what does not fit must be sent again. */
+	p->nooo = 64;
+	while (p->nooo < u->wnd && (p->nooo * 2) * OOO_STRIDE(p) <= (1u << 20))
 		p->nooo <<= 1;
 	p->rx_mem = aligned_alloc(64, ring_footprint(u->ring_bytes));
 	p->ooo = malloc((size_t)p->nooo * OOO_STRIDE(p));
@@ -286,10 +289,30 @@ static void drain_ooo(struct udp_dev *u, struct udp_peer *p)
 	}
 }
 
+static bool gap_is_loss(const struct udp_dev *u, const struct udp_peer *p)
+{
+	int live = 0;
+
+	for (int i = 0; i < p->npaths; i++) {
+		const struct udp_path *pa = &p->paths[i];
+		/* A path that never brought anything counts as silent since
+		 * the first packet of the peer: early on it may still bring it. */
+		uint64_t last = pa->rx_last_ns ? pa->rx_last_ns : p->first_heard_ns;
+
+		if (u->now_ns - last > UDP_PATH_IDLE_NS)
+			continue;
+		if (seq_diff(pa->rx_latest, p->expected) <= 0)
+			return false;
+		live++;
+	}
+	return live > 0;
+}
+
 void udp_rx_on_data(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr *h,
 		    const uint8_t *payload)
 {
 	int32_t d = seq_diff(h->seq, p->expected);
+
 
 	if (d < 0) {
 		/* Already had it: our ack was lost or late.  Say so again. */
@@ -330,9 +353,10 @@ void udp_rx_on_data(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr
 			p->ooo_valid[slot] = 1;
 		}
 	}
-	/* A gap that several later packets have jumped is a loss, not a
-	 * reordering: ask for it once per gap (again after a while). */
-	if (p->ooo_count >= UDP_LOSE_AFTER || (uint32_t)d >= p->nooo) {
+	/* Every path is FIFO: once each live path has brought a packet sent
+	 * after the missing one, it is lost, not late.  Ask for it once per
+	 * gap (again after a while). */
+	if (gap_is_loss(u, p)) {
 		if (p->lose_for != p->expected || u->now_ns - p->lose_ns > p->rto_ns) {
 			p->lose_for = p->expected;
 			p->lose_ns = u->now_ns;

@@ -151,17 +151,40 @@ static bool next_fragment(struct udp_peer *p, struct udp_txpkt *t)
 	return true;
 }
 
+/* A packet no longer on its path: acknowledged, or given up as lost. */
+static void uncount(struct udp_peer *p, const struct udp_txpkt *t)
+{
+	struct udp_path *path = &p->paths[t->path];
+
+	path->inflight -= t->len < path->inflight ? t->len : path->inflight;
+}
+
+/* Bytes on the way to the peer: the window is also capped by what its
+ * sockets can hold, so a burst never overflows them. */
+static uint64_t inflight(const struct udp_peer *p)
+{
+	uint64_t sum = 0;
+
+	for (int i = 0; i < p->npaths; i++)
+		sum += p->paths[i].inflight;
+	return sum;
+}
+
 void udp_tx_pump(struct udp_dev *u, struct udp_peer *p)
 {
 	bool sent = false;
 
 	if (p->probe_due) {
-		/* Stopped and timed out: resend the refused packet alone, so a
-		 * lost GO costs a timeout, not a hang. */
+		/* A timeout resends the oldest packet alone: if only the ack was
+		 * late (a descheduled receiver), that costs one packet, not a
+		 * window; if packets were lost, the receiver's LOSE brings the
+		 * rest.  Stopped, it is how a lost GO costs a timeout, not a hang. */
 		p->probe_due = false;
 		if (seq_diff(p->sent_hi, p->acked) > 0) {
 			struct udp_txpkt *t = pkt_of(p, p->acked + 1);
 
+			if (seq_diff(p->acked + 1, p->next_seq) < 0)
+				uncount(p, t);
 			t->resent = true;
 			u->base.ctx->stats->retransmits++;
 			emit(u, p, p->acked + 1, t);
@@ -170,7 +193,8 @@ void udp_tx_pump(struct udp_dev *u, struct udp_peer *p)
 			sent = true;
 		}
 	}
-	while (!p->stopped && seq_diff(p->next_seq, p->acked) <= (int32_t)p->wnd) {
+	while (!p->stopped && seq_diff(p->next_seq, p->acked) <= (int32_t)p->wnd &&
+	       inflight(p) < p->max_inflight) {
 		struct udp_txpkt *t = pkt_of(p, p->next_seq);
 
 		if (seq_diff(p->next_seq, p->sent_hi) <= 0) {
@@ -194,15 +218,11 @@ void udp_tx_pump(struct udp_dev *u, struct udp_peer *p)
 	}
 }
 
-/* Everything from acked+1 on counts as lost: send it again. */
+/* Everything from `from` on counts as lost: send it again. */
 static void go_back(struct udp_peer *p, uint32_t from)
 {
-	for (uint32_t s = from; seq_diff(s, p->next_seq) < 0; s++) {
-		struct udp_txpkt *t = pkt_of(p, s);
-		struct udp_path *path = &p->paths[t->path];
-
-		path->inflight -= t->len < path->inflight ? t->len : path->inflight;
-	}
+	for (uint32_t s = from; seq_diff(s, p->next_seq) < 0; s++)
+		uncount(p, pkt_of(p, s));
 	if (seq_diff(p->next_seq, from) > 0)
 		p->next_seq = from;
 }
@@ -231,11 +251,10 @@ void udp_tx_on_ack(struct udp_dev *u, struct udp_peer *p, uint32_t ack)
 		return;
 	for (uint32_t s = p->acked + 1; seq_diff(s, ack) <= 0; s++) {
 		struct udp_txpkt *t = pkt_of(p, s);
-		struct udp_path *path = &p->paths[t->path];
 
 		if (seq_diff(s, p->next_seq) < 0)
-			path->inflight -= t->len < path->inflight ? t->len : path->inflight;
-		path->up = true;
+			uncount(p, t);
+		p->paths[t->path].up = true;
 		/* Karn: only packets sent once give a clean sample. */
 		if (s == ack && !t->resent)
 			rtt_sample(p, u->now_ns - t->sent_ns);
@@ -309,11 +328,7 @@ void udp_tx_timers(struct udp_dev *u, struct udp_peer *p)
 		}
 	}
 	p->rto_ns = p->rto_ns * 2 > UDP_RTO_MAX_NS ? UDP_RTO_MAX_NS : p->rto_ns * 2;
-	if (p->stopped) {
-		p->probe_due = true;
-	} else {
-		go_back(p, p->acked + 1);
-	}
+	p->probe_due = true;
 	p->rto_deadline = u->now_ns + p->rto_ns;
 	udp_tx_pump(u, p);
 }

@@ -6,6 +6,7 @@
 #include "pm.h"
 #include "stats.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
@@ -41,6 +42,10 @@ static const struct knob knobs[] = {
 	{ "PM_DEVICE", "composite", "device of new contexts" },
 	{ "PM_SPIN_US", "50", "busy-poll budget of pm_wait() before blocking, us" },
 	{ "PM_SHM_RING_KIB", "512", "shm receive ring per sending peer, KiB" },
+	{ "PM_UDP_RING_KIB", "512", "udp send and receive ring per remote peer, KiB" },
+	{ "PM_UDP_WINDOW", "512", "udp packets in flight per peer" },
+	{ "PM_UDP_NICS", "(all up IPv4)", "NICs of the udp device: names or addresses" },
+	{ "PM_UDP_CONF", "/etc/score/pm.conf", "file naming the udp device's NICs" },
 	{ "PM_STATS_DIR", "/dev/shm", "where contexts publish their counters" },
 	{ "PM_VERBOSE", "1", "0 silences diagnostics on stderr" },
 };
@@ -114,6 +119,15 @@ static void print_context_text(const struct pm_stats_page *p, bool first, void *
 #define X(f) printf("  %-20s %" PRIu64 "\n", #f, p->stats.f);
 	STAT_FIELDS(X)
 #undef X
+	for (uint32_t i = 0; i < p->nnics && i < 8; i++) {
+		const struct pm_stats_nic *n = &p->nics[i];
+		char addr[INET_ADDRSTRLEN] = "?";
+
+		inet_ntop(AF_INET, &n->addr, addr, sizeof(addr));
+		printf("  nic %-8.16s %-15s tx %" PRIu64 " pkts %" PRIu64 " B  rx %" PRIu64
+		       " pkts %" PRIu64 " B\n", n->name, addr, n->tx_packets, n->tx_bytes,
+		       n->rx_packets, n->rx_bytes);
+	}
 }
 
 static void print_context_json(const struct pm_stats_page *p, bool first, void *arg)
@@ -126,7 +140,18 @@ static void print_context_json(const struct pm_stats_page *p, bool first, void *
 #define X(f) printf("%s\"%s\":%" PRIu64, sep, #f, p->stats.f), sep = ",";
 	STAT_FIELDS(X)
 #undef X
-	printf("}}");
+	printf("},\"nics\":[");
+	for (uint32_t i = 0; i < p->nnics && i < 8; i++) {
+		const struct pm_stats_nic *n = &p->nics[i];
+		char addr[INET_ADDRSTRLEN] = "?";
+
+		inet_ntop(AF_INET, &n->addr, addr, sizeof(addr));
+		printf("%s{\"name\":\"%.16s\",\"addr\":\"%s\",\"tx_packets\":%" PRIu64
+		       ",\"tx_bytes\":%" PRIu64 ",\"rx_packets\":%" PRIu64 ",\"rx_bytes\":%" PRIu64 "}",
+		       i ? "," : "", n->name, addr, n->tx_packets, n->tx_bytes, n->rx_packets,
+		       n->rx_bytes);
+	}
+	printf("]}");
 }
 
 /* Devices that can work here: shm needs a writable /dev/shm. */
@@ -163,7 +188,7 @@ int main(int argc, char **argv)
 	}
 
 	if (json) {
-		printf("{\"version\":\"%s\",\"devices\":{\"shm\":%s,\"composite\":true},"
+		printf("{\"version\":\"%s\",\"devices\":{\"shm\":%s,\"udp\":true,\"composite\":true},"
 		       "\"config\":{", pm_version(), shm_available() ? "true" : "false");
 		for (size_t i = 0; i < NKNOBS; i++) {
 			bool env;
@@ -182,14 +207,15 @@ int main(int argc, char **argv)
 		printf("PM %s\n\ndevices on this node:\n", pm_version());
 		printf("  %-10s %s\n", "shm", shm_available() ? "available (processes on this node)"
 							 : "unavailable: /dev/shm not writable");
-		printf("  %-10s available (shm for this node; no network device yet)\n",
+		printf("  %-10s available (reliable UDP over every configured NIC)\n", "udp");
+		printf("  %-10s available (shm on this node, udp to other nodes)\n",
 		       "composite");
 		printf("\nconfiguration:\n");
 		for (size_t i = 0; i < NKNOBS; i++) {
 			bool env;
 			const char *v = knob_value(&knobs[i], &env);
 
-			printf("  %-16s %-10s %s%s\n", knobs[i].env, v, knobs[i].what,
+			printf("  %-16s %-18s %s%s\n", knobs[i].env, v, knobs[i].what,
 			       env ? " (from environment)" : "");
 		}
 	}
