@@ -1,0 +1,324 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_stats.c - the statistics page (pm/src/stats.[ch]).
+ *
+ * The byte layout is an interface: pminfo, scored's agent and anything
+ * else read the page from outside the process.  The offsets below are the
+ * specification (stats.h, docs/pm/stats.md); the test checks the compiled
+ * structure against them, then reads a published page back as raw bytes
+ * at those offsets, as a foreign reader would.
+ */
+#include "check.h"
+#include "pm_internal.h"
+#include "stats.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct field {
+	const char *name;
+	size_t offset, spec;
+};
+
+#define F(member, at) { #member, offsetof(struct pm_stats_page, member), at }
+
+/* The counters, in their documented order, each a u64 from offset 368. */
+static const char *const counters[] = {
+	"msgs_sent", "bytes_sent", "msgs_recv", "bytes_recv", "send_eagain",
+	"rma_writes", "rma_reads", "rma_bytes", "regcache_hits", "regcache_misses",
+	"regcache_evictions", "waits_blocked", "retransmits", "drops", "stops",
+	"gos", "loses", "quiesces", "quiesce_ns",
+};
+
+#define NCOUNTERS (sizeof(counters) / sizeof(counters[0]))
+
+static size_t counter_offset(const char *name)
+{
+#define C(m) if (strcmp(name, #m) == 0) return offsetof(struct pm_stats, m);
+	C(msgs_sent) C(bytes_sent) C(msgs_recv) C(bytes_recv) C(send_eagain)
+	C(rma_writes) C(rma_reads) C(rma_bytes) C(regcache_hits)
+	C(regcache_misses) C(regcache_evictions) C(waits_blocked)
+	C(retransmits) C(drops) C(stops) C(gos) C(loses) C(quiesces)
+	C(quiesce_ns)
+#undef C
+	check_fail(__FILE__, __LINE__, "no counter %s", name);
+}
+
+static void test_layout(void)
+{
+	const struct field fields[] = {
+		F(magic, 0), F(version, 8), F(page_bytes, 12), F(pid, 16), F(rank, 20),
+		F(size, 24), F(nlocal, 28), F(job, 32), F(device, 288), F(start_ns, 304),
+		F(state, 312), F(control, 316), F(reserved, 320), F(stats, 368),
+	};
+
+	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+		CHECK_MSG(fields[i].offset == fields[i].spec,
+			  "field %s at offset %zu, documented at %zu", fields[i].name,
+			  fields[i].offset, fields[i].spec);
+	CHECK_EQ(sizeof(((struct pm_stats_page *)0)->job), 256);
+	CHECK_EQ(sizeof(((struct pm_stats_page *)0)->device), 16);
+	CHECK_EQ(sizeof(((struct pm_stats_page *)0)->state), 4);
+	for (size_t i = 0; i < NCOUNTERS; i++)
+		CHECK_MSG(counter_offset(counters[i]) == 8 * i,
+			  "counter %s at %zu, documented at %zu", counters[i],
+			  counter_offset(counters[i]), 8 * i);
+	/* The counters end at 520 (docs/pm/stats.md); what follows is the
+	 * per-NIC block of the udp device (offsets in stats.h). */
+	CHECK_EQ(sizeof(struct pm_stats), 8 * NCOUNTERS);
+	CHECK_EQ(offsetof(struct pm_stats_page, stats) + sizeof(struct pm_stats), 520);
+	CHECK_EQ(offsetof(struct pm_stats_page, nnics), 520);
+	CHECK_EQ(offsetof(struct pm_stats_page, nics), 528);
+	CHECK_EQ(offsetof(struct pm_stats_nic, addr), 16);
+	CHECK_EQ(offsetof(struct pm_stats_nic, tx_packets), 24);
+	CHECK_EQ(offsetof(struct pm_stats_nic, rx_bytes), 48);
+	CHECK_EQ(sizeof(struct pm_stats_nic), 56);
+	CHECK_EQ(sizeof(struct pm_stats_page),
+		 528 + sizeof(((struct pm_stats_page *)0)->nics));
+	CHECK_EQ(PM_STATS_VERSION, 1);
+	CHECK(memcmp(PM_STATS_MAGIC, "PMSTATS1", 8) == 0);
+	CHECK_EQ(PM_STATS_OPEN, 1);
+	CHECK_EQ(PM_STATS_QUIESCED, 2);
+	CHECK_EQ(PM_STATS_CLOSED, 3);
+}
+
+static char dir[64];
+
+static int files_in_dir(void)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	CHECK(d);
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static uint64_t u64_at(const uint8_t *b, size_t off)
+{
+	uint64_t v;
+
+	memcpy(&v, b + off, 8);
+	return v;
+}
+
+static uint32_t u32_at(const uint8_t *b, size_t off)
+{
+	uint32_t v;
+
+	memcpy(&v, b + off, 4);
+	return v;
+}
+
+static void read_file(const char *path, uint8_t *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY);
+
+	CHECK_MSG(fd >= 0, "open %s: %s", path, strerror(errno));
+	CHECK_EQ(pread(fd, buf, len, 0), (ssize_t)len);
+	close(fd);
+}
+
+static void write_file(const char *path, const void *buf, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	CHECK_MSG(fd >= 0, "create %s: %s", path, strerror(errno));
+	CHECK_EQ(write(fd, buf, len), (ssize_t)len);
+	close(fd);
+}
+
+static void test_publish_and_map(void)
+{
+	struct pm_context *ctx = calloc(1, sizeof(*ctx));
+	struct timespec t0, t1;
+
+	CHECK(ctx);
+	ctx->rank = 3;
+	ctx->size = 8;
+	ctx->boot.nlocal = 4;
+	snprintf(ctx->boot.job, sizeof(ctx->boot.job), "job-%s", "stats-test");
+
+	clock_gettime(CLOCK_REALTIME, &t0);
+	CHECK_OK(pm_stats_publish(ctx, "composite"));
+	clock_gettime(CLOCK_REALTIME, &t1);
+	CHECK(ctx->page && ctx->stats == &ctx->page->stats);
+
+	/* The file is PM_STATS_DIR/pm-stats.PID.SEQ. */
+	char prefix[256];
+
+	snprintf(prefix, sizeof(prefix), "%s/pm-stats.%d.", dir, (int)getpid());
+	CHECK_MSG(strncmp(ctx->stats_path, prefix, strlen(prefix)) == 0,
+		  "page at %s, expected %s*", ctx->stats_path, prefix);
+	CHECK_EQ(files_in_dir(), 1);
+
+	/* The owner counts; a reader sees it live. */
+	for (size_t i = 0; i < NCOUNTERS; i++)
+		((uint64_t *)ctx->stats)[i] = 1000 + i;
+
+	const struct pm_stats_page *p;
+
+	CHECK_OK(pm_stats_map(ctx->stats_path, &p));
+	CHECK(memcmp(p->magic, "PMSTATS1", 8) == 0);
+	CHECK_EQ(p->version, 1);
+	CHECK_EQ(p->page_bytes, sizeof(struct pm_stats_page));
+	CHECK_EQ(p->pid, getpid());
+	CHECK_EQ(p->rank, 3);
+	CHECK_EQ(p->size, 8);
+	CHECK_EQ(p->nlocal, 4);
+	CHECK(strcmp(p->job, "job-stats-test") == 0);
+	CHECK(strcmp(p->device, "composite") == 0);
+	CHECK_EQ(atomic_load(&p->state), PM_STATS_OPEN);
+	uint64_t ns0 = (uint64_t)t0.tv_sec * 1000000000u + (uint64_t)t0.tv_nsec;
+	uint64_t ns1 = (uint64_t)t1.tv_sec * 1000000000u + (uint64_t)t1.tv_nsec;
+
+	CHECK_U64(p->start_ns, >=, ns0);
+	CHECK_U64(p->start_ns, <=, ns1);
+	CHECK_EQ(p->stats.msgs_sent, 1000);
+	CHECK_EQ(p->stats.quiesce_ns, 1000 + NCOUNTERS - 1);
+	ctx->stats->drops = 77;
+	CHECK_EQ(p->stats.drops, 77);
+
+	/* The raw bytes at the documented offsets. */
+	uint8_t raw[sizeof(struct pm_stats_page)];
+
+	read_file(ctx->stats_path, raw, sizeof(raw));
+	CHECK(memcmp(raw, "PMSTATS1", 8) == 0);
+	CHECK_EQ(u32_at(raw, 8), 1);
+	CHECK_EQ(u32_at(raw, 12), sizeof(struct pm_stats_page));
+	CHECK_EQ((int32_t)u32_at(raw, 16), getpid());
+	CHECK_EQ((int32_t)u32_at(raw, 20), 3);
+	CHECK_EQ((int32_t)u32_at(raw, 24), 8);
+	CHECK_EQ((int32_t)u32_at(raw, 28), 4);
+	CHECK(strcmp((const char *)raw + 32, "job-stats-test") == 0);
+	CHECK(strcmp((const char *)raw + 288, "composite") == 0);
+	CHECK_EQ(u64_at(raw, 304), p->start_ns);
+	CHECK_EQ(u32_at(raw, 312), PM_STATS_OPEN);
+	for (size_t i = 0; i < NCOUNTERS; i++) {
+		uint64_t want = strcmp(counters[i], "drops") == 0 ? 77 : 1000 + i;
+
+		CHECK_MSG(u64_at(raw, 368 + 8 * i) == want, "%s at %zu: %llu, expected %llu",
+			  counters[i], 368 + 8 * i,
+			  (unsigned long long)u64_at(raw, 368 + 8 * i),
+			  (unsigned long long)want);
+	}
+
+	/* A second page of the same process gets its own file. */
+	struct pm_context *ctx2 = calloc(1, sizeof(*ctx2));
+
+	CHECK(ctx2);
+	snprintf(ctx2->boot.job, sizeof(ctx2->boot.job), "%s", "other");
+	CHECK_OK(pm_stats_publish(ctx2, "shm"));
+	CHECK(strcmp(ctx2->stats_path, ctx->stats_path) != 0);
+	CHECK_EQ(files_in_dir(), 2);
+	pm_stats_unpublish(ctx2);
+	CHECK(ctx2->page == NULL && ctx2->stats == NULL);
+	CHECK_EQ(files_in_dir(), 1);
+	pm_stats_unpublish(ctx2);       /* twice: nothing happens */
+	free(ctx2);
+
+	/* Unpublishing marks the page closed for readers still mapping it,
+	 * and removes the file. */
+	char path[sizeof(ctx->stats_path)];
+
+	memcpy(path, ctx->stats_path, sizeof(path));
+	pm_stats_unpublish(ctx);
+	CHECK_EQ(atomic_load(&p->state), PM_STATS_CLOSED);
+	CHECK_EQ(p->stats.drops, 77);
+	CHECK_EQ(files_in_dir(), 0);
+	const struct pm_stats_page *q = NULL;
+
+	CHECK_ERR(pm_stats_map(path, &q), -ENOENT);
+	CHECK(q == NULL);
+	pm_stats_unmap(p);
+	free(ctx);
+}
+
+static void test_map_rejects(void)
+{
+	char path[128];
+	struct pm_stats_page good;
+	const struct pm_stats_page *p;
+
+	memset(&good, 0, sizeof(good));
+	memcpy(good.magic, PM_STATS_MAGIC, 8);
+	good.version = PM_STATS_VERSION;
+	good.page_bytes = sizeof(good);
+	snprintf(path, sizeof(path), "%s/pm-stats.1.0", dir);
+
+	/* A well-formed page made by hand maps. */
+	write_file(path, &good, sizeof(good));
+	CHECK_OK(pm_stats_map(path, &p));
+	pm_stats_unmap(p);
+
+	/* Too short (would fault a reader past its end). */
+	write_file(path, &good, sizeof(good) - 1);
+	CHECK_ERR(pm_stats_map(path, &p), -EPROTO);
+	write_file(path, &good, 0);
+	CHECK_ERR(pm_stats_map(path, &p), -EPROTO);
+
+	/* Wrong magic (also: a page still being made), wrong version. */
+	struct pm_stats_page bad = good;
+
+	memset(bad.magic, 0, 8);
+	write_file(path, &bad, sizeof(bad));
+	CHECK_ERR(pm_stats_map(path, &p), -EPROTO);
+	bad = good;
+	bad.magic[7] = '2';
+	write_file(path, &bad, sizeof(bad));
+	CHECK_ERR(pm_stats_map(path, &p), -EPROTO);
+	bad = good;
+	bad.version = 2;
+	write_file(path, &bad, sizeof(bad));
+	CHECK_ERR(pm_stats_map(path, &p), -EPROTO);
+
+	/* Not there. */
+	CHECK_OK(unlink(path));
+	CHECK_ERR(pm_stats_map(path, &p), -ENOENT);
+	CHECK_EQ(files_in_dir(), 0);
+}
+
+static void test_dir(void)
+{
+	CHECK(strcmp(pm_stats_dir(), dir) == 0);
+	setenv("PM_STATS_DIR", "", 1);
+	CHECK(strcmp(pm_stats_dir(), "/dev/shm") == 0);
+	unsetenv("PM_STATS_DIR");
+	CHECK(strcmp(pm_stats_dir(), "/dev/shm") == 0);
+	setenv("PM_STATS_DIR", dir, 1);
+
+	/* A directory that does not exist: publishing fails cleanly. */
+	struct pm_context *ctx = calloc(1, sizeof(*ctx));
+
+	CHECK(ctx);
+	setenv("PM_STATS_DIR", "/nonexistent-pm-test-dir", 1);
+	CHECK_ERR(pm_stats_publish(ctx, "shm"), -ENOENT);
+	CHECK(ctx->page == NULL);
+	pm_stats_unpublish(ctx);
+	free(ctx);
+	setenv("PM_STATS_DIR", dir, 1);
+}
+
+int main(void)
+{
+	snprintf(dir, sizeof(dir), "/tmp/pm-test-stats.XXXXXX");
+	CHECK(mkdtemp(dir));
+	setenv("PM_STATS_DIR", dir, 1);
+
+	test_layout();
+	test_publish_and_map();
+	test_map_rejects();
+	test_dir();
+
+	CHECK_EQ(files_in_dir(), 0);
+	CHECK_OK(rmdir(dir));
+	printf("stats tests passed\n");
+	return 0;
+}
