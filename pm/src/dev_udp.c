@@ -244,15 +244,13 @@ static void handle(struct udp_dev *u, int nic, const uint8_t *buf, size_t n,
 	p->paths[path].rcvd++;
 	p->last_rx_path = path;
 	p->last_heard_ns = u->now_ns;
-	if (!p->first_heard_ns)
-		p->first_heard_ns = u->now_ns;
 	if (h.flags & WIRE_F_ACK)
 		udp_tx_on_ack(u, p, h.ack);
 
 	switch (h.type) {
 	case WIRE_DATA:
 		p->paths[path].rx_latest = h.seq;
-		p->paths[path].rx_last_ns = u->now_ns;
+		p->paths[path].rx_mark = ++p->rx_count;
 		udp_rx_on_data(u, p, &h, buf + WIRE_HDR_BYTES);
 		break;
 	case WIRE_ACK:

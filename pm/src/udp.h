@@ -32,7 +32,10 @@
 #define UDP_RTO_MIN_NS     10000000u /* 10 ms: below it, scheduling noise fires timers */
 #define UDP_RTO_MAX_NS     200000000u
 #define UDP_PROBE_NS       100000000u
-#define UDP_PATH_IDLE_NS   10000000u /* a path silent this long is left out of loss checks */
+/* A path silent while this many data packets came by the others is left
+ * out of loss checks (counted in packets, not time: a descheduled receiver
+ * must not mistake its own absence for a silent path). */
+#define UDP_PATH_IDLE_PKTS (4 * UDP_BATCH)
 #define UDP_PKT_MAX        9216     /* largest datagram we build or accept */
 #define UDP_INFLIGHT_MAX   (1u << 20) /* bytes in flight per peer at most */
 #define UDP_OPS            256      /* outstanding remote ops per process */
@@ -47,7 +50,7 @@ struct udp_path {
 	/* Receiver's view: a path is FIFO, so the last data seq that came by
 	 * it tells which seqs it can still bring (loss detection, udp_rx.c). */
 	uint32_t rx_latest;
-	uint64_t rx_last_ns;
+	uint64_t rx_mark;               /* peer's rx_count at its last data packet */
 };
 
 /* One message queued for sending (user message or remote operation). */
@@ -130,7 +133,7 @@ struct udp_peer {
 	uint32_t lose_for;              /* expected seq a LOSE was sent for */
 	uint64_t lose_ns;
 	uint64_t last_heard_ns;
-	uint64_t first_heard_ns;
+	uint64_t rx_count;              /* data packets received from the peer */
 };
 
 struct udp_op_slot {

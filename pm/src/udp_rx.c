@@ -13,7 +13,6 @@
 #include "udp.h"
 
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -289,17 +288,15 @@ static void drain_ooo(struct udp_dev *u, struct udp_peer *p)
 	}
 }
 
-static bool gap_is_loss(const struct udp_dev *u, const struct udp_peer *p)
+static bool gap_is_loss(const struct udp_peer *p)
 {
 	int live = 0;
 
 	for (int i = 0; i < p->npaths; i++) {
 		const struct udp_path *pa = &p->paths[i];
-		/* A path that never brought anything counts as silent since
-		 * the first packet of the peer: early on it may still bring it. */
-		uint64_t last = pa->rx_last_ns ? pa->rx_last_ns : p->first_heard_ns;
 
-		if (u->now_ns - last > UDP_PATH_IDLE_NS)
+		/* A path that never brought anything counts from the start. */
+		if (p->rx_count - pa->rx_mark > UDP_PATH_IDLE_PKTS)
 			continue;
 		if (seq_diff(pa->rx_latest, p->expected) <= 0)
 			return false;
@@ -356,7 +353,7 @@ void udp_rx_on_data(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr
 	/* Every path is FIFO: once each live path has brought a packet sent
 	 * after the missing one, it is lost, not late.  Ask for it once per
 	 * gap (again after a while). */
-	if (gap_is_loss(u, p)) {
+	if (gap_is_loss(p)) {
 		if (p->lose_for != p->expected || u->now_ns - p->lose_ns > p->rto_ns) {
 			p->lose_for = p->expected;
 			p->lose_ns = u->now_ns;
