@@ -278,7 +278,7 @@ static void usage_full(void)
 "\n"
 "ENVIRONMENT\n"
 "    PM_DEVICE, PM_SPIN_US, PM_SHM_RING_KIB (pm_max_message() is a quarter of\n"
-"    the ring), PM_VERBOSE: see docs/pm/guide.md.\n"
+"    the ring), PM_VERBOSE: see docs/pm/knobs.md.\n"
 "\n"
 "EXIT STATUS\n"
 "    0 success, 1 a failure (PM error, wrong process count, data mismatch),\n"
