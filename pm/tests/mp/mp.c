@@ -18,6 +18,19 @@ struct barrier_msg {
 	uint64_t kind;                  /* 1 arrive (to rank 0), 2 leave */
 };
 
+/*
+ * This process's statistics page while its context is open.  A test that
+ * fails exits without pm_close(); the page would stay behind as a stale
+ * file, so the exit paths remove it (unlink is async-signal-safe).
+ */
+static char own_page[4096];
+
+static void remove_own_page(void)
+{
+	if (own_page[0])
+		unlink(own_page);
+}
+
 static void on_alarm(int sig)
 {
 	static const char msg[] = "mp: time budget exceeded by a blocked call (alarm)\n";
@@ -26,7 +39,33 @@ static void on_alarm(int sig)
 	if (write(2, msg, sizeof(msg) - 1) < 0) {
 		/* nothing more to say */
 	}
+	remove_own_page();
 	_exit(3);
+}
+
+/* mpirun ends the other processes with SIGTERM when one fails. */
+static void on_term(int sig)
+{
+	remove_own_page();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static void find_own_page(void)
+{
+	char prefix[64];
+	DIR *d = opendir(mp_stats_dir());
+	struct dirent *e;
+
+	snprintf(prefix, sizeof(prefix), "pm-stats.%d.", (int)getpid());
+	CHECK(d);
+	while ((e = readdir(d)))
+		if (strncmp(e->d_name, prefix, strlen(prefix)) == 0)
+			snprintf(own_page, sizeof(own_page), "%s/%s", mp_stats_dir(),
+				 e->d_name);
+	closedir(d);
+	CHECK_MSG(own_page[0], "no statistics page %s/%s* after pm_open", mp_stats_dir(),
+		  prefix);
 }
 
 void mp_open(struct mp *m, const struct pm_open_attr *attr, int expect_size,
@@ -40,6 +79,10 @@ void mp_open(struct mp *m, const struct pm_open_attr *attr, int expect_size,
 	m->deadline_ns = check_now_ns() + (uint64_t)budget_s * 1000000000u;
 
 	CHECK_OK(pm_open(&m->ctx, attr));
+	find_own_page();
+	atexit(remove_own_page);
+	signal(SIGTERM, on_term);
+	signal(SIGINT, on_term);
 	m->rank = pm_rank(m->ctx);
 	m->size = pm_size(m->ctx);
 	check_set_tag("rank %d", m->rank);
@@ -207,6 +250,13 @@ void mp_barrier(struct mp *m)
 	}
 }
 
+void mp_closed(struct mp *m)
+{
+	m->ctx = NULL;
+	own_page[0] = 0;
+	alarm(0);
+}
+
 int mp_count_files(const char *dir, const char *prefix)
 {
 	DIR *d = opendir(dir);
@@ -217,6 +267,26 @@ int mp_count_files(const char *dir, const char *prefix)
 	while ((e = readdir(d)))
 		if (strncmp(e->d_name, prefix, strlen(prefix)) == 0)
 			n++;
+	closedir(d);
+	return n;
+}
+
+int mp_remove_files(const char *dir, const char *prefix)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	CHECK_MSG(d, "opendir %s: %s", dir, strerror(errno));
+	while ((e = readdir(d))) {
+		if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
+			char path[4096];
+
+			snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+			CHECK_MSG(unlink(path) == 0, "unlink %s: %s", path, strerror(errno));
+			n++;
+		}
+	}
 	closedir(d);
 	return n;
 }
@@ -265,6 +335,7 @@ void mp_close(struct mp *m)
 		  "no statistics page %s/%s* while open", mp_stats_dir(), mine);
 	CHECK_OK(pm_close(m->ctx));
 	m->ctx = NULL;
+	own_page[0] = 0;
 	CHECK_MSG(mp_count_files(mp_stats_dir(), mine) == 0,
 		  "statistics page %s/%s* left after pm_close", mp_stats_dir(), mine);
 	CHECK_MSG(m->nbstash == 0, "%zu barrier messages left at the end", m->nbstash);

@@ -73,8 +73,14 @@ void mp_barrier(struct mp *m);
  */
 void mp_close(struct mp *m);
 
+/* Tell the helpers that the test closed the context itself. */
+void mp_closed(struct mp *m);
+
 /* Files in dir whose names start with prefix (for leftover checks). */
 int mp_count_files(const char *dir, const char *prefix);
+
+/* Remove them; returns how many there were. */
+int mp_remove_files(const char *dir, const char *prefix);
 
 /* The directory statistics pages go to (PM_STATS_DIR or /dev/shm). */
 const char *mp_stats_dir(void);
