@@ -350,6 +350,13 @@ static int shm_send_buffer(struct pm_device *dev, int peer, size_t len, void **b
 		return -EINVAL;
 
 	struct shm_peer *p = &s->peers[l];
+
+	/* Once the peer is known to be dead (pm_wait, pm_peer_alive or a
+	 * full ring found out), say so: a message written into its ring
+	 * would be lost without a word. */
+	if (p->dead)
+		return -EPIPE;
+
 	int err = ring_reserve(&p->tx, len, buf);
 
 	if (err == -EAGAIN) {
