@@ -269,9 +269,9 @@ void udp_tx_on_ack(struct udp_dev *u, struct udp_peer *p, uint32_t ack)
 	p->acked = ack;
 	if (seq_diff(p->next_seq, ack) <= 0)
 		p->next_seq = ack + 1;
-	if (p->rto_ns > UDP_RTO_MAX_NS)
-		p->rto_ns = UDP_RTO_MAX_NS;
 	arm_timer(u, p);
+	/* The window moved: what waited for room can go now. */
+	udp_tx_pump(u, p);
 }
 
 void udp_tx_on_control(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr *h)
