@@ -12,6 +12,7 @@ set -euo pipefail
 build_pkgs=(
   build-essential pkg-config meson ninja-build
   libpmix-dev libfabric-dev libmunge-dev
+  clang libclang-rt-14-dev
 )
 run_pkgs=(
   iproute2 iputils-ping nftables procps psmisc util-linux

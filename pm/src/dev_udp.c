@@ -864,6 +864,70 @@ static const struct pm_device_ops udp_ops = {
 	.drain = udp_drain,
 };
 
+/* ---- for the fuzzer and unit tests: a device without sockets ---- */
+
+/* The address rank r "has" in a socketless device. */
+static struct sockaddr_in testing_addr(uint32_t r)
+{
+	return (struct sockaddr_in){ .sin_family = AF_INET,
+				     .sin_addr.s_addr = htonl(0x7f000001u + r),
+				     .sin_port = htons((uint16_t)(20000 + r)) };
+}
+
+struct pm_device *pm_udp_testing_create(struct pm_context *ctx, uint64_t jobkey, uint32_t me,
+					uint32_t size)
+{
+	struct pm_device *dev = pm_udp_create(ctx, false);
+	struct udp_dev *u = to_udp(dev);
+
+	if (!dev)
+		return NULL;
+	u->nnics = 1;
+	for (int i = 0; i < UDP_MAX_NICS; i++)
+		u->fds[i] = -1;         /* sends fail and count as lost */
+	u->nics[0] = (struct udp_nic){ .name = "test0", .mtu = 1500, .prefix = 8,
+				       .addr = htonl(0x7f000001u + me) };
+	u->jobkey = jobkey;
+	u->me = me;
+	u->size = size;
+	u->ring_bytes = ctx->udp_ring_kib * 1024u;
+	u->wnd = ctx->udp_window;
+	u->nic_stats = ctx->page->nics;
+	u->rxbuf = malloc((size_t)UDP_BATCH * UDP_PKT_MAX);
+	u->peers = calloc(size, sizeof(*u->peers));
+	u->served = calloc(size, sizeof(*u->served));
+	if (!u->rxbuf || !u->peers || !u->served)
+		goto fail;
+	for (uint32_t r = 0; r < size; r++) {
+		struct udp_peer *p = &u->peers[r];
+
+		p->rank = (int)r;
+		p->npaths = 1;
+		p->paths[0] = (struct udp_path){ .nic = 0, .to = testing_addr(r), .up = true };
+		p->frag = 1500 - 20 - 8 - WIRE_HDR_BYTES;
+		p->max_inflight = UDP_INFLIGHT_MAX;
+		if (udp_tx_init(u, p) || udp_rx_init(u, p))
+			goto fail;
+		u->served[r] = true;
+	}
+	return dev;
+fail:
+	udp_destroy(dev);
+	return NULL;
+}
+
+/* Feed one datagram as if it arrived from rank `from` on NIC 0. */
+void pm_udp_testing_input(struct pm_device *dev, uint32_t from, const uint8_t *buf, size_t len)
+{
+	struct udp_dev *u = to_udp(dev);
+	struct sockaddr_in src = testing_addr(from);
+
+	u->now_ns = pm_now_ns();
+	handle(u, 0, buf, len, &src);
+	timers(u);
+	udp_flush(u);
+}
+
 struct pm_device *pm_udp_create(struct pm_context *ctx, bool remote_only)
 {
 	struct udp_dev *u = calloc(1, sizeof(*u));

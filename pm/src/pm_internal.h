@@ -97,6 +97,11 @@ struct pm_device *pm_shm_create(struct pm_context *ctx);
 struct pm_device *pm_composite_create(struct pm_context *ctx);
 /* remote_only: serve only peers on other nodes (under composite). */
 struct pm_device *pm_udp_create(struct pm_context *ctx, bool remote_only);
+/* The fuzzer's and unit tests' way in: a udp device with no sockets, one
+ * path per rank (127.0.0.1+r:20000+r), fed datagrams directly. */
+struct pm_device *pm_udp_testing_create(struct pm_context *ctx, uint64_t jobkey, uint32_t me,
+					uint32_t size);
+void pm_udp_testing_input(struct pm_device *dev, uint32_t from, const uint8_t *buf, size_t len);
 
 /* ---- the context ---- */
 
