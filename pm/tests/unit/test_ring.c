@@ -651,9 +651,11 @@ static void test_corruption(enum corruption what, uint64_t at)
 
 	switch (what) {
 	case C_HEAD_MISALIGNED:
+		/* A well-formed first record, but the head is not on a record
+		 * boundary: refused before anything is delivered. */
 		h->len = 10;
 		h->flags = 0;
-		atomic_store(&sh->head, at + 32);
+		atomic_store(&sh->head, at + 96);
 		break;
 	case C_HEAD_TOO_FAR:
 		h->len = 10;
@@ -693,11 +695,20 @@ static void test_corruption(enum corruption what, uint64_t at)
 		h->flags = 2;
 		atomic_store(&sh->head, at + 64);
 		break;
-	case C_PAD_SHORT:
+	case C_PAD_SHORT: {
+		/* A PAD that stops 64 bytes short of the end, followed by a
+		 * well-formed record in those 64 bytes: a PAD must reach the
+		 * end, so this is refused rather than delivered. */
 		h->len = (uint32_t)(SMALL - off - 16 - 64);
 		h->flags = 1;
-		atomic_store(&sh->head, at + SMALL);
+
+		struct rec_hdr *t = hdr_at(&r, at + (SMALL - off) - 64);
+
+		t->len = 10;
+		t->flags = 0;
+		atomic_store(&sh->head, at + (SMALL - off));
 		break;
+	}
 	case C_PAD_LONG:
 		h->len = (uint32_t)(SMALL - off - 16 + 64);
 		h->flags = 1;
