@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -326,6 +327,15 @@ static void timers(struct udp_dev *u)
 			}
 		}
 	}
+}
+
+/* Nothing to do yet: let others run.  When every core busy-polls, the
+ * kernel's deferred network processing (ksoftirqd), which is what brings
+ * the next packet, would starve; on one machine playing a cluster that
+ * costs milliseconds per message. */
+static void idle_yield(void)
+{
+	sched_yield();
 }
 
 static void progress(struct udp_dev *u)
@@ -644,7 +654,10 @@ static int udp_recv(struct pm_device *dev, struct pm_msg *msg)
 	if (rx_ready(u, msg))
 		return 0;
 	progress(u);
-	return rx_ready(u, msg) ? 0 : -EAGAIN;
+	if (rx_ready(u, msg))
+		return 0;
+	idle_yield();
+	return -EAGAIN;
 }
 
 static int udp_release(struct pm_device *dev, const struct pm_msg *msg)
@@ -690,6 +703,8 @@ static bool udp_poll(struct pm_device *dev)
 	bool ev = udp_event(u);
 
 	u->op_done = false;
+	if (!ev)
+		idle_yield();
 	return ev;
 }
 

@@ -64,6 +64,8 @@ static size_t length_of(const struct opts *o, uint32_t src, uint64_t seq, size_t
 	size_t hi = o->max_size < max ? o->max_size : max;
 	size_t lo = o->min_size < sizeof(struct hdr) ? sizeof(struct hdr) : o->min_size;
 
+	if (hi < sizeof(struct hdr))
+		hi = sizeof(struct hdr);       /* every message carries its header */
 	if (lo > hi)
 		lo = hi;
 	return lo + (size_t)(splitmix(&s) % (hi - lo + 1));
@@ -125,7 +127,8 @@ static void usage(FILE *f)
 		"\n"
 		"  -c, --count N        messages per (sender, destination) (default 10000)\n"
 		"  -s, --sizes MIN-MAX  message sizes, e.g. 1-9000 or 8K-64K (default 8-4096;\n"
-		"                       capped at each peer's maximum message)\n"
+		"                       at least the 16-byte check header, at most each\n"
+		"                       peer's maximum message)\n"
 		"  -p, --pattern P      pairs (0<->1, 2<->3, ...), ring (to rank+1), all\n"
 		"                       (all-to-all) (default pairs)\n"
 		"  -H, --hold-ms MS     slow receiver: every --hold-every messages, keep them\n"
