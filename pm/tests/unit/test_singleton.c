@@ -328,6 +328,11 @@ static void test_self_rma(pm_context_t *ctx)
 	CHECK_OK(pm_mr_deregister(ctx, mr));
 	CHECK_ERR(pm_mr_deregister(ctx, mr), -EINVAL);
 	CHECK_ERR(pm_read(ctx, 0, local, 1, key, 0, &op), -ENOENT);
+	/* A free slot's key reads as 0: key 0 must not name it (its old
+	 * bounds may still be in the table). */
+	CHECK_ERR(pm_read(ctx, 0, local, 1, 0, 0, &op), -ENOENT);
+	CHECK_ERR(pm_write(ctx, 0, local, 1, 0, 0, &op), -ENOENT);
+	CHECK_ERR(pm_read(ctx, 0, local, 1, key & 0xffff, 0, &op), -ENOENT);
 	CHECK_OK(pm_mr_register(ctx, region, LEN, &mr2));
 	CHECK(pm_mr_key(mr2) != key);
 	CHECK_ERR(pm_read(ctx, 0, local, 1, key, 0, &op), -ENOENT);
