@@ -24,6 +24,26 @@ extern char **environ;
 
 static char dir[64];
 
+/* A failed check exits at once: the temporary directory goes anyway. */
+static void remove_dir(void)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		char path[512];
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		unlink(path);
+	}
+	closedir(d);
+	rmdir(dir);
+}
+
 static int files_in(const char *path, const char *prefix)
 {
 	DIR *d = opendir(path);
@@ -436,6 +456,7 @@ int main(void)
 	unset_pmix();
 	snprintf(dir, sizeof(dir), "/tmp/pm-test-singleton.XXXXXX");
 	CHECK(mkdtemp(dir));
+	atexit(remove_dir);
 	setenv("PM_STATS_DIR", dir, 1);
 	unsetenv("PM_DEVICE");
 	unsetenv("PM_SHM_RING_KIB");

@@ -88,6 +88,26 @@ static void test_layout(void)
 
 static char dir[64];
 
+/* A failed check exits at once: the temporary directory goes anyway. */
+static void remove_dir(void)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		char path[512];
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		unlink(path);
+	}
+	closedir(d);
+	rmdir(dir);
+}
+
 static int files_in_dir(void)
 {
 	DIR *d = opendir(dir);
@@ -310,6 +330,7 @@ int main(void)
 {
 	snprintf(dir, sizeof(dir), "/tmp/pm-test-stats.XXXXXX");
 	CHECK(mkdtemp(dir));
+	atexit(remove_dir);
 	setenv("PM_STATS_DIR", dir, 1);
 
 	test_layout();
