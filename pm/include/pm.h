@@ -150,8 +150,13 @@ struct pm_op {
 
 /*
  * Start a write of len bytes from src into peer's region rkey at roffset,
- * or a read from there into dst.  Errors at start: -ERANGE the range is
- * outside the region, -ENOENT no such key, -EAGAIN quiesced, -EPIPE.
+ * or a read from there into dst.  src/dst must stay valid until the
+ * operation completes.  A range outside the region (-ERANGE) or an unknown
+ * key (-ENOENT) is reported at start by devices that can see the peer's
+ * regions (shm), and in op->status at completion by network devices (udp),
+ * which learn it from the peer.  Other errors at start: -EAGAIN quiesced or
+ * too many operations outstanding, -EPIPE peer gone.  A zero-length
+ * operation completes at once.
  */
 int pm_write(pm_context_t *ctx, int peer, const void *src, size_t len,
 	     uint64_t rkey, uint64_t roffset, struct pm_op *op);

@@ -124,12 +124,16 @@ static int open_device(struct pm_context *ctx, const char *name)
 		err = ctx->dev->ops->connect(ctx->dev, b);
 	int ferr2 = b->ops->fence(b);
 
+	if (ferr || ferr2) {
+		pm_log(ctx, "bootstrap fence failed: %s", strerror(ferr ? -ferr : -ferr2));
+		return -EPROTO;
+	}
+	/* A peer that failed its setup published no address: what we see is
+	 * a failed lookup, which is the bootstrap's failure as far as we know. */
+	if (err == -ENOENT || err == -ETIMEDOUT)
+		return -EPROTO;
 	if (err)
 		return err;
-	if (ferr || ferr2) {
-		pm_log(ctx, "bootstrap fence failed");
-		return ferr ? ferr : ferr2;
-	}
 	ctx->dev->ops->ready(ctx->dev);
 	for (int peer = 0; peer < ctx->size; peer++) {
 		if (!ctx->dev->ops->device_of(ctx->dev, peer)) {

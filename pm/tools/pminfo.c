@@ -105,6 +105,9 @@ static int for_each_context(void (*fn)(const struct pm_stats_page *, bool, void 
 			n++;
 		}
 		pm_stats_unmap(p);
+		/* A process that crashed could not remove its page: do it. */
+		if (!alive)
+			unlink(path);
 	}
 	closedir(d);
 	return n;

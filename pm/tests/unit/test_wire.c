@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_wire.c - the PM/Ethernet packet format: the test vectors of
+ * docs/pm/wire.md (encoded bytes must match, and the document must carry the
+ * same lines), decoding round trips, and every reason a packet is dropped.
+ */
+#include "check.h"
+#include "udp_wire.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define JOBKEY 0x0123456789abcdefull
+
+/* "name: 504d0101 07002500 ..." as docs/pm/wire.md prints it. */
+static void hex_line(char *out, size_t len, const char *name, const uint8_t *b, size_t n)
+{
+	size_t k = (size_t)snprintf(out, len, "%s: ", name);
+
+	for (size_t i = 0; i < n && k + 3 < len; i++)
+		k += (size_t)snprintf(out + k, len - k, "%02x%s", b[i], i % 4 == 3 && i + 1 < n ? " " : "");
+}
+
+static char *doc;
+
+static void load_doc(const char *path)
+{
+	FILE *f = fopen(path, "r");
+
+	CHECK_MSG(f != NULL, "cannot open %s", path);
+	doc = calloc(1, 1 << 20);
+	CHECK_MSG(doc != NULL, "out of memory");
+	fread(doc, 1, (1 << 20) - 1, f);
+	fclose(f);
+}
+
+static void vector(const char *name, const struct wire_hdr *h, const struct wire_msg_hdr *m,
+		   const char *expect)
+{
+	uint8_t b[WIRE_HDR_BYTES + WIRE_MSG_HDR_BYTES];
+	char line[512];
+	size_t n = WIRE_HDR_BYTES;
+
+	wire_encode(h, b);
+	if (m) {
+		wire_encode_msg(m, b + WIRE_HDR_BYTES);
+		n += WIRE_MSG_HDR_BYTES;
+	}
+	hex_line(line, sizeof(line), name, b, n);
+	CHECK_MSG(strcmp(line, expect) == 0, "vector %s:\n  got  %s\n  want %s", name, line, expect);
+	CHECK_MSG(strstr(doc, expect) != NULL, "docs/pm/wire.md lacks the line '%s'", expect);
+
+	/* And it decodes back to the same fields. */
+	struct wire_hdr d;
+	uint8_t pkt[256] = { 0 };
+
+	memcpy(pkt, b, n);
+	CHECK_EQ(wire_decode(pkt, WIRE_HDR_BYTES + h->len, JOBKEY, 1u << 20, h->dst, &d), WIRE_OK);
+	CHECK_MSG(memcmp(&d, h, sizeof(d)) == 0, "vector %s does not decode to its fields", name);
+	if (m) {
+		struct wire_msg_hdr dm;
+
+		CHECK_EQ(wire_decode_msg(pkt + WIRE_HDR_BYTES, WIRE_MSG_HDR_BYTES, &dm), 0);
+		CHECK_EQ(dm.total, m->total);
+		CHECK_EQ(dm.kind, m->kind);
+		CHECK_EQ(dm.key, m->key);
+		CHECK_EQ(dm.offset, m->offset);
+		CHECK_EQ(dm.cookie, m->cookie);
+	}
+}
+
+static void vectors(void)
+{
+	struct wire_hdr data = { WIRE_MAGIC, WIRE_VERSION, WIRE_DATA,
+				 WIRE_F_FIRST | WIRE_F_LAST | WIRE_F_ACK, 32 + 5, JOBKEY, 1, 0, 7, 3 };
+	struct wire_msg_hdr msg = { .total = 5, .kind = WIRE_KIND_MSG };
+
+	vector("data", &data, &msg, "data: 504d0101 07002500 efcdab89 67452301 01000000 00000000 "
+	       "07000000 03000000 05000000 00000000 00000000 00000000 00000000 00000000 00000000 "
+	       "00000000");
+
+	struct wire_hdr ack = { WIRE_MAGIC, WIRE_VERSION, WIRE_ACK, WIRE_F_ACK, 0, JOBKEY, 0, 1, 0, 41 };
+
+	vector("ack", &ack, NULL, "ack: 504d0102 04000000 efcdab89 67452301 00000000 01000000 "
+	       "00000000 29000000");
+
+	struct wire_hdr stop = { WIRE_MAGIC, WIRE_VERSION, WIRE_STOP, WIRE_F_ACK, 0, JOBKEY, 0, 1,
+				 0x100, 0xff };
+
+	vector("stop", &stop, NULL, "stop: 504d0103 04000000 efcdab89 67452301 00000000 01000000 "
+	       "00010000 ff000000");
+
+	struct wire_hdr lose = { WIRE_MAGIC, WIRE_VERSION, WIRE_LOSE, WIRE_F_ACK, 0, JOBKEY, 0, 1,
+				 0xfffffffe, 0xfffffffe };
+
+	vector("lose", &lose, NULL, "lose: 504d0105 04000000 efcdab89 67452301 00000000 01000000 "
+	       "feffffff feffffff");
+
+	struct wire_hdr write = { WIRE_MAGIC, WIRE_VERSION, WIRE_DATA, WIRE_F_FIRST | WIRE_F_ACK,
+				  32 + 1000, JOBKEY, 2, 3, 9, 0 };
+	struct wire_msg_hdr wm = { .total = 4096, .kind = WIRE_KIND_WRITE, .key = 0x20005,
+				   .offset = 128, .cookie = 0x10001 };
+
+	vector("write", &write, &wm, "write: 504d0101 05000804 efcdab89 67452301 02000000 03000000 "
+	       "09000000 00000000 00100000 01000000 05000200 00000000 80000000 00000000 01000100 "
+	       "00000000");
+}
+
+/* Every reason to drop, one packet each. */
+static void verdicts(void)
+{
+	struct wire_hdr ok = { WIRE_MAGIC, WIRE_VERSION, WIRE_DATA, WIRE_F_ACK, 4, JOBKEY, 1, 0, 1, 0 };
+	uint8_t b[64];
+	struct wire_hdr d, h;
+
+#define VERDICT(mutate, n, want)                                                   \
+	do {                                                                       \
+		h = ok;                                                            \
+		mutate;                                                            \
+		wire_encode(&h, b);                                                \
+		CHECK_EQ(wire_decode(b, (n), JOBKEY, 4, 0, &d), (want));           \
+	} while (0)
+
+	VERDICT((void)0, 36, WIRE_OK);
+	VERDICT((void)0, 31, WIRE_SHORT);
+	VERDICT((void)0, 35, WIRE_SHORT);
+	VERDICT((void)0, 37, WIRE_BAD_LEN);
+	VERDICT(h.magic = 0x4d51, 36, WIRE_BAD_MAGIC);
+	VERDICT(h.version = 2, 36, WIRE_BAD_VERSION);
+	VERDICT(h.type = 0, 36, WIRE_BAD_TYPE);
+	VERDICT(h.type = 8, 36, WIRE_BAD_TYPE);
+	VERDICT(h.flags = 0x8, 36, WIRE_BAD_FLAGS);
+	VERDICT((h.type = WIRE_ACK, h.flags = WIRE_F_LAST, h.len = 0), 32, WIRE_BAD_FLAGS);
+	VERDICT((h.type = WIRE_ACK, h.len = 4), 36, WIRE_BAD_LEN);
+	VERDICT(h.len = 0, 32, WIRE_BAD_LEN);
+	VERDICT((h.flags = WIRE_F_FIRST, h.len = 8), 40, WIRE_BAD_LEN);
+	VERDICT(h.jobkey = JOBKEY + 1, 36, WIRE_FOREIGN_JOB);
+	VERDICT(h.src = 4, 36, WIRE_UNKNOWN_PEER);
+	VERDICT(h.dst = 3, 36, WIRE_NOT_FOR_ME);
+	for (int v = 0; v < WIRE_VERDICTS; v++)
+		CHECK_MSG(strcmp(wire_verdict_name((enum wire_verdict)v), "unknown") != 0,
+		      "verdict %d has no name", v);
+
+	/* A message header with an unknown kind is refused. */
+	struct wire_msg_hdr m = { .total = 1, .kind = WIRE_KIND_MAX + 1 };
+
+	wire_encode_msg(&m, b);
+	CHECK_EQ(wire_decode_msg(b, WIRE_MSG_HDR_BYTES, &m), -1);
+	CHECK_EQ(wire_decode_msg(b, WIRE_MSG_HDR_BYTES - 1, &m), -1);
+}
+
+static void serial_arithmetic(void)
+{
+	CHECK_MSG(seq_diff(1, 0xffffffffu) == 2, "wrap: 1 follows 0xffffffff by 2");
+	CHECK_MSG(seq_diff(0xffffffffu, 1) == -2, "wrap backwards");
+	CHECK_MSG(seq_diff(5, 5) == 0, "equal");
+	CHECK_MSG(seq_diff(0x80000000u + 10, 10) < 0, "half the space away is 'before'");
+}
+
+int main(int argc, char **argv)
+{
+	CHECK_MSG(argc == 2, "usage: test_wire docs/pm/wire.md");
+	load_doc(argv[1]);
+	vectors();
+	verdicts();
+	serial_arithmetic();
+	free(doc);
+	printf("wire: vectors, verdicts and serial arithmetic ok\n");
+	return 0;
+}
