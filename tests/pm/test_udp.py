@@ -41,3 +41,19 @@ def test_two_nics_carry_verified_traffic(pair_cluster, jobs):
         print(f"{node} tx packets: {tx}")
         for nic, packets in tx.items():
             assert packets > 50000, f"{node} {nic} sent only {packets} packets: {tx}"
+
+
+@pytest.mark.parametrize("percent, count", [(1, 50000), (10, 4000)])
+def test_random_loss_is_repaired(vcluster, jobs, percent, count):
+    """nftables in both nodes drops `percent` % of incoming UDP: Go-Back-N
+    (LOSE, timeouts) repairs every loss."""
+    vc = vcluster(nodes=2, nics=2)
+    for node in PAIR:
+        add_udp_loss(vc, node, percent)
+    res = jobs(vc, PAIR, [App(2, ["--count", count, "--sizes", "1-9000", "--timeout", 60])]).wait()
+    dropped = {n: udp_loss_dropped(vc, n) for n in PAIR}
+    report(f"{percent} % loss, {count} messages 1-9000 B", res)
+    print(f"dropped by nftables: {dropped}")
+    assert res.all_ok(), res.describe()
+    assert all(dropped.values()), dropped
+    assert res.total("retransmits") > 0 and res.total("loses") > 0, res.describe()
