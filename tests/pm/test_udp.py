@@ -8,6 +8,8 @@ once), so all their traffic is udp.  Figures (pmcheck's seconds and
 counters) are printed: `pytest -s` shows them.
 """
 
+import time
+
 import pytest
 
 from .pmjob import (App, add_udp_loss, garbage_datagrams, grown, nic_counters, pm_sockets,
@@ -57,3 +59,31 @@ def test_random_loss_is_repaired(vcluster, jobs, percent, count):
     assert res.all_ok(), res.describe()
     assert all(dropped.values()), dropped
     assert res.total("retransmits") > 0 and res.total("loses") > 0, res.describe()
+
+
+def test_a_nic_that_goes_down_and_up(vcluster, jobs):
+    """eth1 of n1 goes down for 3 s in the middle of a job: traffic goes on
+    over eth0, nothing is lost or duplicated, and eth1 is used again once it
+    is back."""
+    vc = vcluster(nodes=2, nics=2)
+    job = jobs(vc, PAIR, [App(2, ["--count", 200000, "--sizes", "1-9000", "--timeout", 90])])
+    wait_for("pmcheck's sockets in n1", lambda: pm_sockets(vc, "n1"), timeout=30)
+    time.sleep(2)
+    assert job.running(), "the job ended before the NIC went down: raise --count"
+    vc.exec("n1", "ip", "link", "set", "eth1", "down", check=True)
+    down = nic_counters(vc, "n1")
+    time.sleep(3)
+    assert job.running(), "the job ended while the NIC was down: raise --count"
+    vc.exec("n1", "ip", "link", "set", "eth1", "up", check=True)
+    up = nic_counters(vc, "n1")
+    res = job.wait()
+    end = nic_counters(vc, "n1")
+    report("eth1 of n1 down for 3 s, 200k messages 1-9000 B", res)
+    during = {nic: grown(down, up, nic) for nic in ("eth0", "eth1")}
+    after = {nic: (grown(up, end, nic, "tx"), grown(up, end, nic, "rx")) for nic in ("eth0", "eth1")}
+    print(f"n1 tx packets while eth1 was down: {during}; (tx, rx) after it came back: {after}")
+    assert res.all_ok(), res.describe()
+    assert not down["eth1"]["up"] and up["eth1"]["up"]
+    assert during["eth0"] > 1000, f"traffic did not go on over eth0: {during}"
+    assert after["eth1"][0] > 1000 and after["eth1"][1] > 1000, \
+        f"eth1 carried no traffic after it came back: {after}"
