@@ -304,6 +304,9 @@ static void receive(struct udp_dev *u)
 				}
 				handle(u, nic, iov[i].iov_base, mm[i].msg_len, &from[i]);
 			}
+			/* Acknowledgements and replies go out after every batch, so
+			 * a sender's window never waits for a whole receive pass. */
+			udp_flush(u);
 			more |= r == UDP_BATCH;
 		}
 	}

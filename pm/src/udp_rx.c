@@ -255,8 +255,10 @@ static enum consume consume(struct udp_dev *u, struct udp_peer *p, const struct 
 static void ack_later(struct udp_dev *u, struct udp_peer *p)
 {
 	p->ack_pending++;
+	/* Enough to matter to the sender's window: acknowledge right away,
+	 * not at the end of a long receive pass. */
 	if (p->ack_pending >= UDP_ACK_EVERY)
-		p->ack_now = true;
+		udp_send_control(u, p, WIRE_ACK, 0);
 	else if (!p->ack_deadline)
 		p->ack_deadline = u->now_ns + UDP_ACK_DELAY_NS;
 }
