@@ -63,6 +63,11 @@ static int comp_setup(struct pm_device *dev, struct pm_boot *b)
 		if (err)
 			return err;
 	}
+	/* With a blocking network device beside them, the other devices wake
+	 * a sleeper through a descriptor: set that up before peers look. */
+	for (int i = 0; c->nsub > 1 && i < c->nsub - 1; i++)
+		if (c->sub[i]->ops->sleep_fd)
+			c->sub[i]->ops->sleep_fd(c->sub[i]);
 	return 0;
 }
 
@@ -162,9 +167,10 @@ static bool comp_poll(struct pm_device *dev)
 	return ev;
 }
 
-/* While sleeping, the network device blocks in slices this long and shm is
- * checked between them (see docs/pm/design.md, "Progress"). */
-#define COMPOSITE_SLICE_MS 1
+/* While sleeping, the blocking device waits in slices this long when some
+ * other device has no file descriptor to wake it (see docs/pm/design.md,
+ * "Progress"). */
+#define COMPOSITE_SLICE_NS 1000000ull
 
 static int comp_wait(struct pm_device *dev, int timeout_ms, uint32_t spin_us)
 {
@@ -176,28 +182,48 @@ static int comp_wait(struct pm_device *dev, int timeout_ms, uint32_t spin_us)
 	uint64_t start = pm_now_ns();
 	uint64_t spin_end = start + (uint64_t)spin_us * 1000u;
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000u;
+	/* The last device blocks; the others wake it through their fds. */
 	struct pm_device *last = c->sub[c->nsub - 1];
+	int fds[COMPOSITE_MAX_SUB];
+	int nfds = 0;
+	bool all_fds = true;
+
+	for (int i = 0; i < c->nsub - 1; i++) {
+		int fd = c->sub[i]->ops->sleep_fd ? c->sub[i]->ops->sleep_fd(c->sub[i]) : -1;
+
+		if (fd >= 0)
+			fds[nfds++] = fd;
+		else
+			all_fds = false;
+	}
 
 	do {
 		if (comp_poll(dev))
 			return 0;
 	} while (pm_now_ns() < spin_end && pm_now_ns() < deadline);
+
+	dev->ctx->stats->waits_blocked++;
 	for (;;) {
 		uint64_t now = pm_now_ns();
+		bool ready = false;
 
 		if (now >= deadline)
 			return -ETIMEDOUT;
-		int slice = deadline - now < COMPOSITE_SLICE_MS * 1000000ull
-				    ? (int)((deadline - now) / 1000000u) : COMPOSITE_SLICE_MS;
-		int err = last->ops->wait(last, slice, 0);
-
-		if (err == 0)
-			return 0;
-		if (err != -ETIMEDOUT)
-			return err;
 		for (int i = 0; i < c->nsub - 1; i++)
-			if (c->sub[i]->ops->poll(c->sub[i]))
-				return 0;
+			if (c->sub[i]->ops->sleep_prepare)
+				ready |= c->sub[i]->ops->sleep_prepare(c->sub[i]);
+
+		uint64_t until = all_fds || deadline - now < COMPOSITE_SLICE_NS
+					 ? deadline : now + COMPOSITE_SLICE_NS;
+		int err = ready ? 0 : last->ops->block(last, until, fds, nfds);
+
+		for (int i = 0; i < c->nsub - 1; i++)
+			if (c->sub[i]->ops->sleep_finish)
+				c->sub[i]->ops->sleep_finish(c->sub[i]);
+		if (err)
+			return err;
+		if (comp_poll(dev))
+			return 0;
 	}
 }
 

@@ -17,6 +17,7 @@
 #include "ring.h"
 
 #include <errno.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -27,6 +28,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -50,6 +52,9 @@ struct shm_seg {
 	int32_t rank;
 	_Alignas(64) _Atomic uint32_t bell;     /* bumped to wake the owner */
 	_Atomic uint32_t sleeping;              /* the owner is in futex_wait */
+	_Atomic uint32_t wake_port;             /* 0, or the owner also sleeps on
+						   a UDP socket at 127.0.0.1:port
+						   (network order) */
 	_Alignas(64) struct shm_window win[PM_MAX_WINDOWS];
 };
 
@@ -83,6 +88,7 @@ struct shm_dev {
 	int nlocal;
 	struct shm_peer *peers;         /* by local index */
 	int *local_of;                  /* rank -> local index, or -1 */
+	int wake_fd;                    /* 127.0.0.1 socket, or -1 (futex only) */
 	int next_rx;                    /* round-robin start of recv */
 	uint64_t ring_bytes;
 };
@@ -308,6 +314,8 @@ static void shm_destroy(struct pm_device *dev)
 		if (p->pidfd >= 0)
 			close(p->pidfd);
 	}
+	if (s->wake_fd >= 0)
+		close(s->wake_fd);
 	if (s->me)
 		munmap(s->me, s->me_len);
 	free(s->peers);
@@ -330,14 +338,30 @@ static size_t shm_max_message(const struct pm_device *dev, int peer)
 	return l < 0 ? 0 : ring_max_message(s->peers[l].tx.size);
 }
 
+static int shm_sleep_fd(struct pm_device *dev);
+
 /* Wake the owner of seg if it sleeps.  The fence pairs with the one in
- * shm_wait(): either it sees our update or we see it sleeping. */
-static void ring_bell(struct shm_seg *seg)
+ * shm_wait(): either it sees our update or we see it sleeping.  An owner
+ * that sleeps in poll() beside a network device (composite) is woken by a
+ * datagram on its loopback wake socket; the futex covers everyone else. */
+static void ring_bell(struct shm_dev *s, struct shm_seg *seg)
 {
 	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&seg->sleeping, memory_order_relaxed)) {
-		atomic_fetch_add_explicit(&seg->bell, 1, memory_order_relaxed);
-		futex_wake_shared(&seg->bell);
+	if (!atomic_load_explicit(&seg->sleeping, memory_order_relaxed))
+		return;
+	atomic_fetch_add_explicit(&seg->bell, 1, memory_order_relaxed);
+	futex_wake_shared(&seg->bell);
+
+	uint32_t port = atomic_load_explicit(&seg->wake_port, memory_order_relaxed);
+
+	/* Any process can wake a poll()ing sleeper: the socket to send from
+	 * is made on first need. */
+	if (port && (s->wake_fd >= 0 || shm_sleep_fd(&s->base) >= 0)) {
+		struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = (in_port_t)port,
+					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		char b = 0;
+
+		sendto(s->wake_fd, &b, 1, MSG_DONTWAIT, (struct sockaddr *)&to, sizeof(to));
 	}
 }
 
@@ -379,7 +403,7 @@ static int shm_send(struct pm_device *dev, int peer, size_t len)
 	int err = ring_publish(&s->peers[l].tx, len);
 
 	if (!err)
-		ring_bell(s->peers[l].seg);
+		ring_bell(s, s->peers[l].seg);
 	return err;
 }
 
@@ -426,7 +450,7 @@ static int shm_release(struct pm_device *dev, const struct pm_msg *msg)
 	int err = ring_release(&p->rx, msg->_cookie);
 
 	if (!err && p->rx.tail != tail)
-		ring_bell(p->seg);
+		ring_bell(s, p->seg);
 	return err;
 }
 
@@ -499,6 +523,49 @@ static int shm_wait(struct pm_device *dev, int timeout_ms, uint32_t spin_us)
 static bool shm_poll(struct pm_device *dev)
 {
 	return shm_event(to_shm(dev));
+}
+
+/* The loopback socket peers send a byte to when this process sleeps in
+ * poll() rather than on its futex; made on first use. */
+static int shm_sleep_fd(struct pm_device *dev)
+{
+	struct shm_dev *s = to_shm(dev);
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+
+	if (s->wake_fd >= 0)
+		return s->wake_fd;
+	s->wake_fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (s->wake_fd < 0)
+		return -1;
+	if (bind(s->wake_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    getsockname(s->wake_fd, (struct sockaddr *)&sa, &len) < 0) {
+		close(s->wake_fd);
+		s->wake_fd = -1;
+		return -1;
+	}
+	atomic_store(&s->me->wake_port, sa.sin_port);
+	return s->wake_fd;
+}
+
+static bool shm_sleep_prepare(struct pm_device *dev)
+{
+	struct shm_dev *s = to_shm(dev);
+
+	atomic_store_explicit(&s->me->sleeping, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst);
+	return shm_event(s);
+}
+
+static void shm_sleep_finish(struct pm_device *dev)
+{
+	struct shm_dev *s = to_shm(dev);
+	char buf[64];
+
+	atomic_store_explicit(&s->me->sleeping, 0, memory_order_relaxed);
+	while (s->wake_fd >= 0 && recv(s->wake_fd, buf, sizeof(buf), MSG_DONTWAIT) > 0)
+		;
 }
 
 static int shm_peer_alive(struct pm_device *dev, int peer)
@@ -609,6 +676,9 @@ static const struct pm_device_ops shm_ops = {
 	.release = shm_release,
 	.wait = shm_wait,
 	.poll = shm_poll,
+	.sleep_fd = shm_sleep_fd,
+	.sleep_prepare = shm_sleep_prepare,
+	.sleep_finish = shm_sleep_finish,
 	.peer_alive = shm_peer_alive,
 	.expose = shm_expose,
 	.rma = shm_rma,
@@ -624,5 +694,6 @@ struct pm_device *pm_shm_create(struct pm_context *ctx)
 		return NULL;
 	s->base.ops = &shm_ops;
 	s->base.ctx = ctx;
+	s->wake_fd = -1;
 	return &s->base;
 }

@@ -277,8 +277,14 @@ static void receive(struct udp_dev *u)
 	struct sockaddr_in from[UDP_BATCH];
 
 	/* One batch per NIC in turn: reading one NIC dry first would make
-	 * packets striped over the others look late (deeper reordering). */
+	 * packets striped over the others look late.  With several NICs the
+	 * batches are smaller, so the reordering stays well inside the wait
+	 * queue (at most UDP_BATCH packets ahead across all NICs). */
 	bool more = true;
+	unsigned batch = u->nnics > 1 ? UDP_BATCH / (unsigned)u->nnics : UDP_BATCH;
+
+	if (batch < 4)
+		batch = 4;
 
 	for (int round = 0; round < UDP_RX_ROUNDS && more; round++) {
 		more = false;
@@ -291,7 +297,7 @@ static void receive(struct udp_dev *u)
 				mm[i].msg_hdr.msg_name = &from[i];
 				mm[i].msg_hdr.msg_namelen = sizeof(from[i]);
 			}
-			int r = recvmmsg(u->fds[nic], mm, UDP_BATCH, MSG_DONTWAIT, NULL);
+			int r = recvmmsg(u->fds[nic], mm, batch, MSG_DONTWAIT, NULL);
 
 			if (r <= 0)
 				continue;
@@ -307,7 +313,7 @@ static void receive(struct udp_dev *u)
 			/* Acknowledgements and replies go out after every batch, so
 			 * a sender's window never waits for a whole receive pass. */
 			udp_flush(u);
-			more |= r == UDP_BATCH;
+			more |= (unsigned)r == batch;
 		}
 	}
 }
@@ -711,9 +717,12 @@ static bool udp_poll(struct pm_device *dev)
 	return ev;
 }
 
-static int udp_block(struct udp_dev *u, uint64_t deadline)
+#define UDP_EXTRA_FDS 4
+
+static int udp_block(struct udp_dev *u, uint64_t deadline, const int *extra, int nextra)
 {
-	struct pollfd pfd[UDP_MAX_NICS];
+	struct pollfd pfd[UDP_MAX_NICS + UDP_EXTRA_FDS];
+	int n = 0;
 
 	/* Going to sleep: no reply will carry our acks soon, so send them
 	 * now instead of letting senders wait out the delay. */
@@ -737,9 +746,16 @@ static int udp_block(struct udp_dev *u, uint64_t deadline)
 			       .tv_nsec = (long)(left % 1000000000u) };
 
 	for (int i = 0; i < u->nnics; i++)
-		pfd[i] = (struct pollfd){ .fd = u->fds[i], .events = POLLIN };
-	return ppoll(pfd, (nfds_t)u->nnics, until == UINT64_MAX ? NULL : &ts, NULL) < 0 &&
+		pfd[n++] = (struct pollfd){ .fd = u->fds[i], .events = POLLIN };
+	for (int i = 0; i < nextra && i < UDP_EXTRA_FDS; i++)
+		pfd[n++] = (struct pollfd){ .fd = extra[i], .events = POLLIN };
+	return ppoll(pfd, (nfds_t)n, until == UINT64_MAX ? NULL : &ts, NULL) < 0 &&
 	       errno != EINTR ? -errno : 0;
+}
+
+static int udp_block_op(struct pm_device *dev, uint64_t deadline, const int *extra, int nextra)
+{
+	return udp_block(to_udp(dev), deadline, extra, nextra);
 }
 
 static int udp_wait(struct pm_device *dev, int timeout_ms, uint32_t spin_us)
@@ -758,7 +774,7 @@ static int udp_wait(struct pm_device *dev, int timeout_ms, uint32_t spin_us)
 	for (;;) {
 		if (pm_now_ns() >= deadline)
 			return -ETIMEDOUT;
-		int err = udp_block(u, deadline);
+		int err = udp_block(u, deadline, NULL, 0);
 
 		if (err)
 			return err;
@@ -857,7 +873,7 @@ static int udp_drain(struct pm_device *dev)
 			       (unsigned long long)(UDP_DRAIN_TIMEOUT_NS / 1000000000ull));
 			return -ETIMEDOUT;
 		}
-		udp_block(u, pm_now_ns() + 1000000);
+		udp_block(u, pm_now_ns() + 1000000, NULL, 0);
 	}
 }
 
@@ -875,6 +891,7 @@ static const struct pm_device_ops udp_ops = {
 	.release = udp_release,
 	.wait = udp_wait,
 	.poll = udp_poll,
+	.block = udp_block_op,
 	.peer_alive = udp_peer_alive,
 	.expose = udp_expose,
 	.rma = udp_rma,

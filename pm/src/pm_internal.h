@@ -74,6 +74,17 @@ struct pm_device_ops {
 	/* Make progress without blocking; true when something happened that
 	 * a waiter cares about (a message, send space, a completion). */
 	bool (*poll)(struct pm_device *dev);
+
+	/* Sleeping on several devices at once (composite).  A device that can
+	 * be woken through a file descriptor returns it from sleep_fd (NULL op
+	 * or -1: it cannot); sleep_prepare announces the sleep and says whether
+	 * an event is already there; sleep_finish ends it.  block sleeps in
+	 * the device until its own event, one of extra_fds, or deadline. */
+	int (*sleep_fd)(struct pm_device *dev);
+	bool (*sleep_prepare)(struct pm_device *dev);
+	void (*sleep_finish)(struct pm_device *dev);
+	int (*block)(struct pm_device *dev, uint64_t deadline_ns, const int *extra_fds,
+		     int nextra);
 	int (*peer_alive)(struct pm_device *dev, int peer);
 
 	/* Make [addr, addr+len) reachable by peers under key in window slot

@@ -32,10 +32,6 @@
 #define UDP_RTO_MIN_NS     10000000u /* 10 ms: below it, scheduling noise fires timers */
 #define UDP_RTO_MAX_NS     200000000u
 #define UDP_PROBE_NS       100000000u
-/* A path silent while this many data packets came by the others is left
- * out of loss checks (counted in packets, not time: a descheduled receiver
- * must not mistake its own absence for a silent path). */
-#define UDP_PATH_IDLE_PKTS (4 * UDP_BATCH)
 #define UDP_PKT_MAX        9216     /* largest datagram we build or accept */
 #define UDP_INFLIGHT_MAX   (1u << 20) /* bytes in flight per peer at most */
 #define UDP_OPS            256      /* outstanding remote ops per process */

@@ -23,10 +23,11 @@ enum consume { CONSUMED, REFUSED };
 
 int udp_rx_init(struct udp_dev *u, struct udp_peer *p)
 {
-	/* The wait queue covers the whole window where memory allows (1 MiB
-	 * per peer): what does not fit must be sent again. */
-	p->nooo = 64;
-	while (p->nooo < u->wnd && (p->nooo * 2) * OOO_STRIDE(p) <= (1u << 20))
+	/* The wait queue covers the whole window where memory allows (2 MiB
+	 * per peer), and always the reordering that reading the NICs in turn
+	 * makes (dev_udp.c, receive): what does not fit must be sent again. */
+	p->nooo = 128;
+	while (p->nooo < u->wnd && (p->nooo * 2) * OOO_STRIDE(p) <= (2u << 20))
 		p->nooo <<= 1;
 	p->rx_mem = aligned_alloc(64, ring_footprint(u->ring_bytes));
 	p->ooo = malloc((size_t)p->nooo * OOO_STRIDE(p));
@@ -290,7 +291,14 @@ static void drain_ooo(struct udp_dev *u, struct udp_peer *p)
 	}
 }
 
-static bool gap_is_loss(const struct udp_peer *p)
+/*
+ * A path silent while a whole window of data packets came by the others is
+ * left out: the sender cannot have sent that much past a packet still on
+ * its way, so that path has lost what it carried (or is down).  Counting in
+ * packets, not time, keeps a descheduled receiver from taking its own
+ * absence for a silent path.
+ */
+static bool gap_is_loss(const struct udp_dev *u, const struct udp_peer *p)
 {
 	int live = 0;
 
@@ -298,7 +306,7 @@ static bool gap_is_loss(const struct udp_peer *p)
 		const struct udp_path *pa = &p->paths[i];
 
 		/* A path that never brought anything counts from the start. */
-		if (p->rx_count - pa->rx_mark > UDP_PATH_IDLE_PKTS)
+		if (p->rx_count - pa->rx_mark > u->wnd)
 			continue;
 		if (seq_diff(pa->rx_latest, p->expected) <= 0)
 			return false;
@@ -355,7 +363,7 @@ void udp_rx_on_data(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr
 	/* Every path is FIFO: once each live path has brought a packet sent
 	 * after the missing one, it is lost, not late.  Ask for it once per
 	 * gap (again after a while). */
-	if (gap_is_loss(p)) {
+	if (gap_is_loss(u, p)) {
 		if (p->lose_for != p->expected || u->now_ns - p->lose_ns > p->rto_ns) {
 			p->lose_for = p->expected;
 			p->lose_ns = u->now_ns;
