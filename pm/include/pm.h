@@ -121,12 +121,13 @@ int pm_release(pm_context_t *ctx, const struct pm_msg *msg);
  * Progress: busy-poll for up to spin_us, then block until a message may
  * have arrived or send space may have been freed, or timeout_ms passes
  * (-1 waits forever).  Returns 0 on an event, -ETIMEDOUT, or -ECONNRESET
- * when a peer has died (see pm_peer_alive()).  Spurious wake-ups happen;
- * callers retry their pm_recv()/pm_send_buffer().
+ * when a peer has died without closing its context (crashed, killed); a
+ * peer that closed and exited is simply gone (see pm_peer_alive()).
+ * Spurious wake-ups happen; callers retry their pm_recv()/pm_send_buffer().
  */
 int pm_wait(pm_context_t *ctx, int timeout_ms);
 
-/* 1 if peer is alive, 0 if it has died, negative on error. */
+/* 1 if peer is alive, 0 if it is gone (exited or died), negative on error. */
 int pm_peer_alive(pm_context_t *ctx, int peer);
 
 /* ------------------------------------------------------------------------

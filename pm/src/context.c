@@ -302,7 +302,30 @@ int pm_release(pm_context_t *ctx, const struct pm_msg *msg)
 
 int pm_wait(pm_context_t *ctx, int timeout_ms)
 {
-	return ctx->dev->ops->wait(ctx->dev, timeout_ms, ctx->spin_us);
+	struct pm_device *dev = ctx->dev;
+	uint64_t start = pm_now_ns();
+	uint64_t spin_end = start + (uint64_t)ctx->spin_us * 1000u;
+	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000u;
+
+	/* Busy-poll first: an answer that comes within the spin costs no
+	 * system call to sleep and none to be woken. */
+	do {
+		if (dev->ops->poll(dev))
+			return 0;
+	} while (pm_now_ns() < spin_end && pm_now_ns() < deadline);
+
+	ctx->stats->waits_blocked++;
+	for (;;) {
+		if (pm_now_ns() >= deadline)
+			return -ETIMEDOUT;
+
+		int err = dev->ops->sleep(dev, deadline);
+
+		if (err)
+			return err;
+		if (dev->ops->poll(dev))
+			return 0;
+	}
 }
 
 int pm_peer_alive(pm_context_t *ctx, int peer)

@@ -172,20 +172,17 @@ static bool comp_poll(struct pm_device *dev)
  * "Progress"). */
 #define COMPOSITE_SLICE_NS 1000000ull
 
-static int comp_wait(struct pm_device *dev, int timeout_ms, uint32_t spin_us)
+static int comp_sleep(struct pm_device *dev, uint64_t deadline)
 {
 	struct composite_dev *c = to_comp(dev);
 
 	if (c->nsub == 1)
-		return c->sub[0]->ops->wait(c->sub[0], timeout_ms, spin_us);
+		return c->sub[0]->ops->sleep(c->sub[0], deadline);
 
-	uint64_t start = pm_now_ns();
-	uint64_t spin_end = start + (uint64_t)spin_us * 1000u;
-	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000u;
 	/* The last device blocks; the others wake it through their fds. */
 	struct pm_device *last = c->sub[c->nsub - 1];
 	int fds[COMPOSITE_MAX_SUB];
-	int nfds = 0;
+	int nfds = 0, ready = 0, err = 0;
 	bool all_fds = true;
 
 	for (int i = 0; i < c->nsub - 1; i++) {
@@ -196,35 +193,20 @@ static int comp_wait(struct pm_device *dev, int timeout_ms, uint32_t spin_us)
 		else
 			all_fds = false;
 	}
+	for (int i = 0; i < c->nsub - 1 && !ready; i++)
+		if (c->sub[i]->ops->sleep_prepare)
+			ready = c->sub[i]->ops->sleep_prepare(c->sub[i]);
 
-	do {
-		if (comp_poll(dev))
-			return 0;
-	} while (pm_now_ns() < spin_end && pm_now_ns() < deadline);
+	uint64_t now = pm_now_ns();
+	uint64_t until = all_fds || deadline - now < COMPOSITE_SLICE_NS ? deadline
+								       : now + COMPOSITE_SLICE_NS;
 
-	dev->ctx->stats->waits_blocked++;
-	for (;;) {
-		uint64_t now = pm_now_ns();
-		bool ready = false;
-
-		if (now >= deadline)
-			return -ETIMEDOUT;
-		for (int i = 0; i < c->nsub - 1; i++)
-			if (c->sub[i]->ops->sleep_prepare)
-				ready |= c->sub[i]->ops->sleep_prepare(c->sub[i]);
-
-		uint64_t until = all_fds || deadline - now < COMPOSITE_SLICE_NS
-					 ? deadline : now + COMPOSITE_SLICE_NS;
-		int err = ready ? 0 : last->ops->block(last, until, fds, nfds);
-
-		for (int i = 0; i < c->nsub - 1; i++)
-			if (c->sub[i]->ops->sleep_finish)
-				c->sub[i]->ops->sleep_finish(c->sub[i]);
-		if (err)
-			return err;
-		if (comp_poll(dev))
-			return 0;
-	}
+	if (ready == 0)
+		err = last->ops->block(last, until, fds, nfds);
+	for (int i = 0; i < c->nsub - 1; i++)
+		if (c->sub[i]->ops->sleep_finish)
+			c->sub[i]->ops->sleep_finish(c->sub[i]);
+	return ready < 0 ? ready : err;
 }
 
 static int comp_peer_alive(struct pm_device *dev, int peer)
@@ -288,7 +270,7 @@ static const struct pm_device_ops composite_ops = {
 	.send = comp_send,
 	.recv = comp_recv,
 	.release = comp_release,
-	.wait = comp_wait,
+	.sleep = comp_sleep,
 	.poll = comp_poll,
 	.peer_alive = comp_peer_alive,
 	.expose = comp_expose,

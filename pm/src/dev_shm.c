@@ -55,6 +55,8 @@ struct shm_seg {
 	_Atomic uint32_t wake_port;             /* 0, or the owner also sleeps on
 						   a UDP socket at 127.0.0.1:port
 						   (network order) */
+	_Atomic uint32_t closed;                /* the owner closed its context:
+						   its exit is no crash */
 	_Alignas(64) struct shm_window win[PM_MAX_WINDOWS];
 };
 
@@ -306,6 +308,8 @@ static void shm_destroy(struct pm_device *dev)
 	struct shm_dev *s = to_shm(dev);
 
 	shm_ready(dev);
+	if (s->me)
+		atomic_store_explicit(&s->me->closed, 1, memory_order_release);
 	for (int i = 0; s->peers && i < s->nlocal; i++) {
 		struct shm_peer *p = &s->peers[i];
 
@@ -472,52 +476,44 @@ static bool shm_event(struct shm_dev *s)
 	return false;
 }
 
-static bool any_peer_died(struct shm_dev *s)
+/* A peer that is gone without closing its context: it crashed (or was
+ * killed).  One that closed first simply finished before us. */
+static bool any_peer_crashed(struct shm_dev *s)
 {
-	bool died = false;
+	bool crashed = false;
 
-	for (int i = 0; i < s->nlocal; i++)
-		died |= peer_died(&s->peers[i]);
-	return died;
+	for (int i = 0; i < s->nlocal; i++) {
+		struct shm_peer *p = &s->peers[i];
+
+		crashed |= peer_died(p) && p->seg && p->seg != s->me &&
+			   !atomic_load_explicit(&p->seg->closed, memory_order_acquire);
+	}
+	return crashed;
 }
 
-static int shm_wait(struct pm_device *dev, int timeout_ms, uint32_t spin_us)
+static int shm_sleep(struct pm_device *dev, uint64_t deadline)
 {
 	struct shm_dev *s = to_shm(dev);
-	uint64_t start = pm_now_ns();
-	uint64_t spin_end = start + (uint64_t)spin_us * 1000u;
-	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000u;
 
-	do {
-		if (shm_event(s))
-			return 0;
-	} while (pm_now_ns() < spin_end && pm_now_ns() < deadline);
+	if (any_peer_crashed(s))
+		return shm_event(s) ? 0 : -ECONNRESET;
 
-	dev->ctx->stats->waits_blocked++;
-	for (;;) {
-		if (any_peer_died(s))
-			return shm_event(s) ? 0 : -ECONNRESET;
+	uint64_t now = pm_now_ns();
 
-		uint64_t now = pm_now_ns();
+	if (now >= deadline)
+		return 0;
 
-		if (now >= deadline)
-			return -ETIMEDOUT;
+	/* Wake at least every slice to look at the peers' health. */
+	uint64_t left_ms = (deadline - now + 999999u) / 1000000u;
+	int slice = left_ms < SHM_BLOCK_SLICE_MS ? (int)left_ms : SHM_BLOCK_SLICE_MS;
+	uint32_t bell = atomic_load_explicit(&s->me->bell, memory_order_relaxed);
 
-		uint64_t left_ms = (deadline - now + 999999u) / 1000000u;
-		int slice = left_ms < SHM_BLOCK_SLICE_MS ? (int)left_ms : SHM_BLOCK_SLICE_MS;
-		uint32_t bell = atomic_load_explicit(&s->me->bell, memory_order_relaxed);
-
-		atomic_store_explicit(&s->me->sleeping, 1, memory_order_relaxed);
-		atomic_thread_fence(memory_order_seq_cst);
-		if (shm_event(s)) {
-			atomic_store_explicit(&s->me->sleeping, 0, memory_order_relaxed);
-			return 0;
-		}
+	atomic_store_explicit(&s->me->sleeping, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (!shm_event(s))
 		futex_wait_shared(&s->me->bell, bell, slice);
-		atomic_store_explicit(&s->me->sleeping, 0, memory_order_relaxed);
-		if (shm_event(s))
-			return 0;
-	}
+	atomic_store_explicit(&s->me->sleeping, 0, memory_order_relaxed);
+	return 0;
 }
 
 static bool shm_poll(struct pm_device *dev)
@@ -549,10 +545,12 @@ static int shm_sleep_fd(struct pm_device *dev)
 	return s->wake_fd;
 }
 
-static bool shm_sleep_prepare(struct pm_device *dev)
+static int shm_sleep_prepare(struct pm_device *dev)
 {
 	struct shm_dev *s = to_shm(dev);
 
+	if (any_peer_crashed(s))
+		return shm_event(s) ? 1 : -ECONNRESET;
 	atomic_store_explicit(&s->me->sleeping, 1, memory_order_relaxed);
 	atomic_thread_fence(memory_order_seq_cst);
 	return shm_event(s);
@@ -674,7 +672,7 @@ static const struct pm_device_ops shm_ops = {
 	.send = shm_send,
 	.recv = shm_recv,
 	.release = shm_release,
-	.wait = shm_wait,
+	.sleep = shm_sleep,
 	.poll = shm_poll,
 	.sleep_fd = shm_sleep_fd,
 	.sleep_prepare = shm_sleep_prepare,

@@ -758,29 +758,9 @@ static int udp_block_op(struct pm_device *dev, uint64_t deadline, const int *ext
 	return udp_block(to_udp(dev), deadline, extra, nextra);
 }
 
-static int udp_wait(struct pm_device *dev, int timeout_ms, uint32_t spin_us)
+static int udp_sleep(struct pm_device *dev, uint64_t deadline)
 {
-	struct udp_dev *u = to_udp(dev);
-	uint64_t start = pm_now_ns();
-	uint64_t spin_end = start + (uint64_t)spin_us * 1000u;
-	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000u;
-
-	do {
-		if (udp_poll(dev))
-			return 0;
-	} while (pm_now_ns() < spin_end && pm_now_ns() < deadline);
-
-	dev->ctx->stats->waits_blocked++;
-	for (;;) {
-		if (pm_now_ns() >= deadline)
-			return -ETIMEDOUT;
-		int err = udp_block(u, deadline, NULL, 0);
-
-		if (err)
-			return err;
-		if (udp_poll(dev))
-			return 0;
-	}
+	return udp_block(to_udp(dev), deadline, NULL, 0);
 }
 
 static int udp_peer_alive(struct pm_device *dev, int peer)
@@ -889,7 +869,7 @@ static const struct pm_device_ops udp_ops = {
 	.send = udp_send,
 	.recv = udp_recv,
 	.release = udp_release,
-	.wait = udp_wait,
+	.sleep = udp_sleep,
 	.poll = udp_poll,
 	.block = udp_block_op,
 	.peer_alive = udp_peer_alive,

@@ -70,18 +70,22 @@ struct pm_device_ops {
 	int (*send)(struct pm_device *dev, int peer, size_t len);
 	int (*recv)(struct pm_device *dev, struct pm_msg *msg);
 	int (*release)(struct pm_device *dev, const struct pm_msg *msg);
-	int (*wait)(struct pm_device *dev, int timeout_ms, uint32_t spin_us);
 	/* Make progress without blocking; true when something happened that
 	 * a waiter cares about (a message, send space, a completion). */
 	bool (*poll)(struct pm_device *dev);
+	/* Sleep until something may have happened or deadline_ns (CLOCK_
+	 * MONOTONIC) passes; 0, or -ECONNRESET when a peer died.  pm_wait()
+	 * spins on poll first and calls this in a loop (context.c). */
+	int (*sleep)(struct pm_device *dev, uint64_t deadline_ns);
 
 	/* Sleeping on several devices at once (composite).  A device that can
 	 * be woken through a file descriptor returns it from sleep_fd (NULL op
-	 * or -1: it cannot); sleep_prepare announces the sleep and says whether
-	 * an event is already there; sleep_finish ends it.  block sleeps in
-	 * the device until its own event, one of extra_fds, or deadline. */
+	 * or -1: it cannot); sleep_prepare announces the sleep and returns 1
+	 * when an event is already there, 0, or -ECONNRESET; sleep_finish ends
+	 * it.  block sleeps in the device until its own event, one of
+	 * extra_fds, or deadline. */
 	int (*sleep_fd)(struct pm_device *dev);
-	bool (*sleep_prepare)(struct pm_device *dev);
+	int (*sleep_prepare)(struct pm_device *dev);
 	void (*sleep_finish)(struct pm_device *dev);
 	int (*block)(struct pm_device *dev, uint64_t deadline_ns, const int *extra_fds,
 		     int nextra);
