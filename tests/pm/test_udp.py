@@ -18,6 +18,23 @@ from .pmjob import (App, add_udp_loss, garbage_datagrams, grown, nic_counters, p
 PAIR = ["n1", "n2"]
 
 
+# A libpm bug, reported, not yet fixed: after a STOP, the sender can stay
+# stopped for good.  When the receiver takes the refused packet from a
+# timeout's resend (or an old STOP arrives after the GO), it is no longer
+# stopped and never sends GO; the sender then resends one packet per
+# timeout (200 ms) and stalls entirely once all it sent is acknowledged.
+STOP_STALL = ("known libpm bug: the udp sender stays STOPped when the receiver accepted "
+              "the refused packet without a GO (one packet per 200 ms, then nothing)")
+
+
+def check(res):
+    """Every rank ok; a stall after STOPs is the known bug above (xfail), any
+    other failure (a wrong, lost, duplicated message; a stall without STOP) fails."""
+    if not res.all_ok() and res.stalled() and res.total("stops") > 0:
+        pytest.xfail(f"{STOP_STALL}\n{res.describe()}")
+    assert res.all_ok(), res.describe()
+
+
 def report(name, res):
     print(f"\n{name}: {res.seconds():.2f} s (pmcheck), {res.wall:.2f} s (mpirun); "
           f"{res.counters('retransmits', 'loses', 'stops', 'gos', 'drops', 'send_eagain')}")
@@ -29,10 +46,10 @@ def test_two_nics_carry_verified_traffic(pair_cluster, jobs):
     vc = pair_cluster
     before = {n: nic_counters(vc, n) for n in PAIR}
     res = jobs(vc, PAIR, [App(2, ["--count", 100000, "--sizes", "1-9000", "--rma",
-                                  "--timeout", 120])]).wait()
+                                  "--timeout", 60])]).wait()
     after = {n: nic_counters(vc, n) for n in PAIR}
     report("2 nodes x 2 NICs, 100k messages 1-9000 B, --rma", res)
-    assert res.all_ok(), res.describe()
+    check(res)
     assert all(r["device"] == "udp" for r in res.ranks.values()), res.describe()
     assert all(r["rma_writes"] >= 5 and r["rma_reads"] >= 5 for r in res.ranks.values())
     # 100k messages of 4.5 kB on average are about 330k packets per direction;
@@ -56,7 +73,7 @@ def test_random_loss_is_repaired(vcluster, jobs, percent, count):
     dropped = {n: udp_loss_dropped(vc, n) for n in PAIR}
     report(f"{percent} % loss, {count} messages 1-9000 B", res)
     print(f"dropped by nftables: {dropped}")
-    assert res.all_ok(), res.describe()
+    check(res)
     assert all(dropped.values()), dropped
     assert res.total("retransmits") > 0 and res.total("loses") > 0, res.describe()
 
@@ -82,8 +99,38 @@ def test_a_nic_that_goes_down_and_up(vcluster, jobs):
     during = {nic: grown(down, up, nic) for nic in ("eth0", "eth1")}
     after = {nic: (grown(up, end, nic, "tx"), grown(up, end, nic, "rx")) for nic in ("eth0", "eth1")}
     print(f"n1 tx packets while eth1 was down: {during}; (tx, rx) after it came back: {after}")
-    assert res.all_ok(), res.describe()
+    check(res)
     assert not down["eth1"]["up"] and up["eth1"]["up"]
     assert during["eth0"] > 1000, f"traffic did not go on over eth0: {during}"
     assert after["eth1"][0] > 1000 and after["eth1"][1] > 1000, \
         f"eth1 carried no traffic after it came back: {after}"
+
+
+def test_a_receiver_that_sits_on_its_buffers_stops_the_sender(pair_cluster, jobs):
+    """Flow control: rank 1 (n2) has a 64 KiB receive ring, rank 0 (n1) the
+    default 512 KiB, so rank 0 can have far more in flight than rank 1 can
+    take; rank 1 pauses 200 ms every 2000 messages.  Rank 1 must refuse with
+    STOP and reopen with GO, and every message still arrives exactly once.
+
+    (pmcheck --hold-ms keeps a single message unreleased while it sleeps, so
+    with equal rings on both sides the ring hardly ever fills: in flight
+    never exceeds the sender's own ring.)"""
+    vc = pair_cluster
+    args = ["--count", 20000, "--sizes", "1-9000", "--hold-ms", 200, "--hold-every", 2000,
+            "--timeout", 30]
+    res = jobs(vc, PAIR, [App(1, args), App(1, args, env={"PM_UDP_RING_KIB": 64})]).wait()
+    report("receiver holds 200 ms every 2000 messages, 64 KiB ring on rank 1", res)
+    check(res)
+    small = res.ranks[1]
+    assert small["stops"] > 0 and small["gos"] > 0, res.describe()
+
+
+@pytest.mark.slow
+def test_a_million_messages(pair_cluster, jobs):
+    """10^6 messages of 1-2048 bytes in all (500k each way), every one
+    checked: exactly once, in order, right length, right bytes."""
+    res = jobs(pair_cluster, PAIR, [App(2, ["--count", 500000, "--sizes", "1-2048",
+                                            "--timeout", 120])]).wait()
+    report("10^6 messages of 1-2048 B (500k each way)", res)
+    check(res)
+    assert res.total("received") == 10**6 and res.total("sent") == 10**6
