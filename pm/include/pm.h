@@ -46,7 +46,7 @@ typedef struct pm_mr pm_mr_t;
 struct pm_open_attr {
 	const char *device;     /* "composite" (default), "shm", "udp" PM_DEVICE */
 	uint32_t spin_us;       /* busy-poll budget of pm_wait(),    PM_SPIN_US
-	                           then block (default 50 us)                  */
+	                           then block (default 200 us)                 */
 	uint32_t shm_ring_kib;  /* bytes of each shm receive ring,   PM_SHM_RING_KIB
 	                           per sending peer (default 512)              */
 	uint32_t udp_ring_kib;  /* udp send and receive ring per     PM_UDP_RING_KIB

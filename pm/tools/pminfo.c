@@ -40,7 +40,7 @@ struct knob {
 
 static const struct knob knobs[] = {
 	{ "PM_DEVICE", "composite", "device of new contexts" },
-	{ "PM_SPIN_US", "50", "busy-poll budget of pm_wait() before blocking, us" },
+	{ "PM_SPIN_US", "200", "busy-poll budget of pm_wait() before blocking, us" },
 	{ "PM_SHM_RING_KIB", "512", "shm receive ring per sending peer, KiB" },
 	{ "PM_UDP_RING_KIB", "512", "udp send and receive ring per remote peer, KiB" },
 	{ "PM_UDP_WINDOW", "512", "udp packets in flight per peer" },
