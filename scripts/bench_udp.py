@@ -58,13 +58,7 @@ class Cluster:
 
     def __exit__(self, *exc):
         for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            self.stop(p)
         subprocess.run([str(VCLUSTER), "down", "--name", self.name], capture_output=True)
 
     def address(self, node, net=0):
@@ -85,7 +79,9 @@ class Cluster:
         self.procs.append(p)
         return p
 
-    def stop(self, p):
+    @staticmethod
+    def stop(p):
+        """End a process this suite started (by PID: SIGTERM, then SIGKILL)."""
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
             try:
