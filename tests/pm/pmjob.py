@@ -12,6 +12,7 @@ pmcheck's own --timeout bounds every rank as well.
 import json
 import os
 import random
+import re
 import signal
 import struct
 import subprocess
@@ -206,16 +207,23 @@ def udp_loss_dropped(vc, node):
 
 
 def pm_sockets(vc, node, program="pmcheck"):
-    """[(address, port)] of the UDP sockets `program` has open in `node` (ss -uanp)."""
-    proc = vc.exec(node, "ss", "-uanpH", check=True, timeout=10)
-    found = []
+    """{(address, port): kernel drops} of the UDP sockets `program` has open in
+    `node` (ss -uanpm; the drops are datagrams the kernel discarded, e.g. for a
+    full receive buffer, before the program could read them)."""
+    proc = vc.exec(node, "ss", "-uanpmH", check=True, timeout=10)
+    found, current = {}, None
     for line in proc.stdout.splitlines():
-        if f'"{program}"' not in line:
+        if line.startswith((" ", "\t")):       # skmem:(r0,rb...,d<drops>) of the line above
+            m = re.search(r"\bd(\d+)\)", line)
+            if current and m:
+                found[current] = int(m.group(1))
             continue
-        local = line.split()[3]             # State Recv-Q Send-Q Local Peer Process
-        addr, _, port = local.rpartition(":")
-        found.append((addr, int(port)))
-    return sorted(found)
+        current = None
+        if f'"{program}"' in line:
+            addr, _, port = line.split()[3].rpartition(":")    # State Recv-Q Send-Q Local ...
+            current = (addr, int(port))
+            found[current] = 0
+    return found
 
 
 def wait_for(what, predicate, timeout, interval=0.1):

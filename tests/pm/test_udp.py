@@ -134,3 +134,31 @@ def test_a_million_messages(pair_cluster, jobs):
     report("10^6 messages of 1-2048 B (500k each way)", res)
     check(res)
     assert res.total("received") == 10**6 and res.total("sent") == 10**6
+
+
+def test_foreign_and_malformed_datagrams_are_dropped(pair_cluster, jobs):
+    """While n1 and n2 run a job, n3 sends n1's PM sockets random bytes,
+    truncated headers and well-formed packets of another job (wrong job
+    key): rank 0 drops and counts every one, and the job is untouched."""
+    vc = pair_cluster
+    job = jobs(vc, PAIR, [App(2, ["--count", 100000, "--sizes", "1-9000", "--timeout", 60])])
+    nics = {vc.address("n1", net) for net in (0, 1)}
+
+    def pm_ports():     # one per NIC; not the launcher's own sockets on loopback
+        found = {s: d for s, d in pm_sockets(vc, "n1").items() if s[0] in nics}
+        return found if len(found) == len(nics) else None
+
+    targets = wait_for("pmcheck's socket on each NIC of n1", pm_ports, timeout=30)
+    sent = send_datagrams(vc, "n3", sorted(targets), garbage_datagrams(seed=7, count=3000))
+    time.sleep(0.5)
+    after = pm_ports()
+    assert after and job.running(), "the job ended before the datagrams were read: raise --count"
+    # What the kernel discarded (a full socket buffer) never reached PM.
+    kernel = sum(after.values()) - sum(targets.values())
+    res = job.wait()
+    report(f"{sent} foreign datagrams sent to rank 0", res)
+    check(res)
+    drops = {r: res.ranks[r]["drops"] for r in res.ranks}
+    print(f"drops: {drops} of {sent} sent; discarded by the kernel: {kernel}")
+    assert sent - kernel <= drops[0] <= sent, f"{drops} of {sent} sent, {kernel} lost in the kernel"
+    assert drops[1] == 0, f"rank 1 received no foreign datagram, yet dropped some: {drops}"
