@@ -8,6 +8,7 @@ once), so all their traffic is udp.  Figures (pmcheck's seconds and
 counters) are printed: `pytest -s` shows them.
 """
 
+import shutil
 import time
 
 import pytest
@@ -18,11 +19,14 @@ from .pmjob import (App, add_udp_loss, garbage_datagrams, grown, nic_counters, p
 PAIR = ["n1", "n2"]
 
 
-# A libpm bug, reported, not yet fixed: after a STOP, the sender can stay
-# stopped for good.  When the receiver takes the refused packet from a
-# timeout's resend (or an old STOP arrives after the GO), it is no longer
-# stopped and never sends GO; the sender then resends one packet per
-# timeout (200 ms) and stalls entirely once all it sent is acknowledged.
+# A libpm bug, reported, not yet fixed: after a STOP the sender can stay
+# stopped for good.  Seen in a stalled job (gdb): the sender's peer state has
+# `stopped` set while the receiver's `stop_sent` is clear.  The sender leaves
+# STOP only on a GO, and the receiver sends GO only while it is stopped; once
+# it has taken the refused packet some other way (a timeout's resend found
+# room before a release sent GO, or a late STOP re-stopped the sender after
+# the GO), the sender resends one packet per timeout (200 ms) and stalls
+# entirely once all it sent is acknowledged.
 STOP_STALL = ("known libpm bug: the udp sender stays STOPped when the receiver accepted "
               "the refused packet without a GO (one packet per 200 ms, then nothing)")
 
@@ -46,7 +50,7 @@ def test_two_nics_carry_verified_traffic(pair_cluster, jobs):
     vc = pair_cluster
     before = {n: nic_counters(vc, n) for n in PAIR}
     res = jobs(vc, PAIR, [App(2, ["--count", 100000, "--sizes", "1-9000", "--rma",
-                                  "--timeout", 60])]).wait()
+                                  "--timeout", 45])]).wait()
     after = {n: nic_counters(vc, n) for n in PAIR}
     report("2 nodes x 2 NICs, 100k messages 1-9000 B, --rma", res)
     check(res)
@@ -62,7 +66,10 @@ def test_two_nics_carry_verified_traffic(pair_cluster, jobs):
             assert packets > 50000, f"{node} {nic} sent only {packets} packets: {tx}"
 
 
-@pytest.mark.parametrize("percent, count", [(1, 50000), (10, 4000)])
+@pytest.mark.skipif(shutil.which("nft") is None,
+                    reason="nftables is not installed (nftables, scripts/install-deps.sh)")
+@pytest.mark.parametrize("percent, count", [(1, 50000),
+                                            pytest.param(10, 4000, marks=pytest.mark.slow)])
 def test_random_loss_is_repaired(vcluster, jobs, percent, count):
     """nftables in both nodes drops `percent` % of incoming UDP: Go-Back-N
     (LOSE, timeouts) repairs every loss."""
@@ -78,12 +85,13 @@ def test_random_loss_is_repaired(vcluster, jobs, percent, count):
     assert res.total("retransmits") > 0 and res.total("loses") > 0, res.describe()
 
 
+@pytest.mark.slow
 def test_a_nic_that_goes_down_and_up(vcluster, jobs):
     """eth1 of n1 goes down for 3 s in the middle of a job: traffic goes on
     over eth0, nothing is lost or duplicated, and eth1 is used again once it
     is back."""
     vc = vcluster(nodes=2, nics=2)
-    job = jobs(vc, PAIR, [App(2, ["--count", 200000, "--sizes", "1-9000", "--timeout", 90])])
+    job = jobs(vc, PAIR, [App(2, ["--count", 200000, "--sizes", "1-9000", "--timeout", 60])])
     wait_for("pmcheck's sockets in n1", lambda: pm_sockets(vc, "n1"), timeout=30)
     time.sleep(2)
     assert job.running(), "the job ended before the NIC went down: raise --count"
@@ -130,7 +138,7 @@ def test_a_million_messages(pair_cluster, jobs):
     """10^6 messages of 1-2048 bytes in all (500k each way), every one
     checked: exactly once, in order, right length, right bytes."""
     res = jobs(pair_cluster, PAIR, [App(2, ["--count", 500000, "--sizes", "1-2048",
-                                            "--timeout", 120])]).wait()
+                                            "--timeout", 90])]).wait()
     report("10^6 messages of 1-2048 B (500k each way)", res)
     check(res)
     assert res.total("received") == 10**6 and res.total("sent") == 10**6
@@ -141,7 +149,7 @@ def test_foreign_and_malformed_datagrams_are_dropped(pair_cluster, jobs):
     truncated headers and well-formed packets of another job (wrong job
     key): rank 0 drops and counts every one, and the job is untouched."""
     vc = pair_cluster
-    job = jobs(vc, PAIR, [App(2, ["--count", 100000, "--sizes", "1-9000", "--timeout", 60])])
+    job = jobs(vc, PAIR, [App(2, ["--count", 100000, "--sizes", "1-9000", "--timeout", 45])])
     nics = {vc.address("n1", net) for net in (0, 1)}
 
     def pm_ports():     # one per NIC; not the launcher's own sockets on loopback
