@@ -104,6 +104,7 @@ struct udp_peer {
 	uint32_t sent_hi;               /* highest seq sent */
 	uint32_t next_seq;              /* next seq to send (go back lowers it) */
 	bool stopped;                   /* receiver said STOP; wait for GO */
+	uint32_t stop_seq;              /* the seq it refused */
 	bool probe_due;                 /* resend acked+1 even though stopped */
 	uint64_t rto_ns, srtt_ns, rttvar_ns;
 	uint64_t rto_deadline;          /* 0: no timer */

@@ -267,6 +267,11 @@ void udp_tx_on_ack(struct udp_dev *u, struct udp_peer *p, uint32_t ack)
 		}
 	}
 	p->acked = ack;
+	/* The refused packet was taken after all (the timeout's resend found
+	 * room, or a late STOP crossed a GO): that is a GO too.  Without this
+	 * the sender would wait for a GO the receiver never sends. */
+	if (p->stopped && seq_diff(ack, p->stop_seq) >= 0)
+		p->stopped = false;
 	if (seq_diff(p->next_seq, ack) <= 0)
 		p->next_seq = ack + 1;
 	arm_timer(u, p);
@@ -282,6 +287,7 @@ void udp_tx_on_control(struct udp_dev *u, struct udp_peer *p, const struct wire_
 		udp_tx_on_ack(u, p, h->seq - 1);
 		if (seq_diff(h->seq, p->acked) == 1 && seq_diff(h->seq, p->sent_hi) <= 0) {
 			p->stopped = true;
+			p->stop_seq = h->seq;
 			go_back(p, h->seq);
 			arm_timer(u, p);
 		}
