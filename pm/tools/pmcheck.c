@@ -131,8 +131,9 @@ static void usage(FILE *f)
 		"                       peer's maximum message)\n"
 		"  -p, --pattern P      pairs (0<->1, 2<->3, ...), ring (to rank+1), all\n"
 		"                       (all-to-all) (default pairs)\n"
-		"  -H, --hold-ms MS     slow receiver: every --hold-every messages, keep them\n"
-		"                       unreleased for MS ms (exercises flow control)\n"
+		"  -H, --hold-ms MS     slow receiver: every --hold-every messages, for MS ms\n"
+		"                       take messages but release none (flow control must\n"
+		"                       stop the senders), then release them all\n"
 		"  -e, --hold-every K   (default 1000)\n"
 		"  -r, --rma            also write into and read back from each partner's\n"
 		"                       registered region, verifying the bytes\n"
@@ -311,41 +312,62 @@ static int send_some(struct state *st)
 	return progress;
 }
 
-#define HOLD_MAX 64
+#define HOLD_MAX 4096
+
+/* Take one message if there is one: 1 taken, 0 none, -1 wrong. */
+static int take(struct state *st, struct pm_msg *m)
+{
+	if (st->received >= st->to_recv || pm_recv(st->ctx, m) != 0)
+		return 0;
+	if (!st->have_early && st->next_recv[m->peer] == st->o->count &&
+	    sends_to(st->o, m->peer, st->rank, st->size)) {
+		st->early = *m;
+		st->have_early = true;
+		return 0;
+	}
+	if (check_msg(st, m))
+		return -1;
+	st->received++;
+	return 1;
+}
+
+/*
+ * A slow receiver: for hold_ms, keep taking (and checking) messages but
+ * release none, so the senders' space runs out and flow control must act;
+ * then release them all, newest first (any order is allowed).
+ */
+static int hold(struct state *st)
+{
+	static struct pm_msg held[HOLD_MAX];
+	int n = 0, r = 0;
+	double until = now_s() + st->o->hold_ms / 1000.0;
+
+	while (now_s() < until && n < HOLD_MAX) {
+		r = take(st, &held[n]);
+		if (r < 0)
+			break;
+		if (r > 0)
+			n++;
+		else
+			pm_wait(st->ctx, 1);
+	}
+	while (n)
+		pm_release(st->ctx, &held[--n]);
+	return r < 0 ? -1 : 0;
+}
 
 static int recv_some(struct state *st)
 {
-	static struct pm_msg held[HOLD_MAX];
-	static int nheld;
 	struct pm_msg m;
-	int got = 0;
+	int got = 0, r;
 
-	while (got < 64 && st->received < st->to_recv && pm_recv(st->ctx, &m) == 0) {
-		if (!st->have_early && st->next_recv[m.peer] == st->o->count &&
-		    sends_to(st->o, m.peer, st->rank, st->size)) {
-			st->early = m;
-			st->have_early = true;
-			continue;
-		}
-		if (check_msg(st, &m))
+	while (got < 64 && (r = take(st, &m)) != 0) {
+		if (r < 0)
 			return -1;
-		st->received++;
+		pm_release(st->ctx, &m);
 		got++;
-		bool hold = st->o->hold_ms && st->received % st->o->hold_every == 0;
-
-		if (hold || nheld) {
-			held[nheld++] = m;
-			if (nheld == HOLD_MAX || hold) {
-				/* A slow receiver: sit on the messages, then release
-				 * them in reverse order (any order is allowed). */
-				if (hold)
-					usleep(st->o->hold_ms * 1000u);
-				while (nheld)
-					pm_release(st->ctx, &held[--nheld]);
-			}
-		} else {
-			pm_release(st->ctx, &m);
-		}
+		if (st->o->hold_ms && st->received % st->o->hold_every == 0 && hold(st))
+			return -1;
 	}
 	return got;
 }
