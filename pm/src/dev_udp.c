@@ -28,6 +28,8 @@
 struct udp_blob {
 	uint32_t nnics;
 	uint32_t rcvbuf;                /* bytes each socket can hold */
+	uint32_t ring_bytes;            /* its receive rings (PM_UDP_RING_KIB) */
+	uint32_t _pad;
 	struct udp_nic_addr nic[UDP_MAX_NICS];
 };
 
@@ -447,6 +449,7 @@ static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 		return -ENOMEM;
 
 	blob.nnics = (uint32_t)n;
+	blob.ring_bytes = u->ring_bytes;
 	u->nic_stats = ctx->page->nics;
 	ctx->page->nnics = (uint32_t)n;
 	for (int i = 0; i < n; i++) {
@@ -530,6 +533,12 @@ static int udp_connect(struct pm_device *dev, struct pm_boot *b)
 		p->max_inflight = (uint64_t)(blob.rcvbuf ? blob.rcvbuf : 65536) / 2 * blob.nnics;
 		if (p->max_inflight > UDP_INFLIGHT_MAX)
 			p->max_inflight = UDP_INFLIGHT_MAX;
+		/* Ranks may be given different rings: a message must fit ours
+		 * and the peer's. */
+		p->max_message = ring_max_message(u->ring_bytes);
+		if (ring_size_valid(blob.ring_bytes) &&
+		    ring_max_message(blob.ring_bytes) < p->max_message)
+			p->max_message = ring_max_message(blob.ring_bytes);
 		if (make_paths(u, p, &blob)) {
 			pm_log(dev->ctx, "udp: rank %d shares no network with this process "
 			       "(check PM_UDP_NICS)", r);
@@ -550,19 +559,57 @@ static void udp_ready(struct pm_device *dev)
 	(void)dev;
 }
 
+/*
+ * Closing: give peers their last acknowledgements, then linger while they
+ * keep sending.  A peer whose final ACK from us was lost resends until it
+ * hears one (its pm_quiesce() waits for that); answering for a moment costs
+ * us UDP_LINGER_QUIET_NS when all is quiet, at most UDP_LINGER_MAX_NS.
+ */
+#define UDP_LINGER_QUIET_NS 20000000ull
+#define UDP_LINGER_MAX_NS 500000000ull
+
+static int udp_block(struct udp_dev *u, uint64_t deadline, const int *extra, int nextra);
+
+static uint64_t packets_in(const struct udp_dev *u)
+{
+	uint64_t n = 0;
+
+	for (int i = 0; i < u->nnics; i++)
+		n += u->nic_stats[i].rx_packets;
+	return n;
+}
+
+static void linger(struct udp_dev *u)
+{
+	uint64_t start = pm_now_ns();
+	uint64_t quiet_until = start + UDP_LINGER_QUIET_NS;
+	uint64_t seen = packets_in(u);
+
+	u->now_ns = start;
+	for (uint32_t r = 0; r < u->size; r++)
+		if (u->served[r] && u->peers[r].ack_pending)
+			udp_send_control(u, &u->peers[r], WIRE_ACK, 0);
+	udp_flush(u);
+	while (u->nnics > 0 && u->fds[0] >= 0) {
+		uint64_t now = pm_now_ns();
+
+		if (now >= quiet_until || now - start >= UDP_LINGER_MAX_NS)
+			break;
+		udp_block(u, quiet_until, NULL, 0);
+		progress(u);
+		if (packets_in(u) != seen) {
+			seen = packets_in(u);
+			quiet_until = pm_now_ns() + UDP_LINGER_QUIET_NS;
+		}
+	}
+}
+
 static void udp_destroy(struct pm_device *dev)
 {
 	struct udp_dev *u = to_udp(dev);
 
-	/* Give peers their last acknowledgements: a closing process's final
-	 * ACKs let them complete without a retransmission. */
-	if (u->peers && u->served) {
-		u->now_ns = pm_now_ns();
-		for (uint32_t r = 0; r < u->size; r++)
-			if (u->served[r] && u->peers[r].ack_pending)
-				udp_send_control(u, &u->peers[r], WIRE_ACK, 0);
-		udp_flush(u);
-	}
+	if (u->peers && u->served)
+		linger(u);
 	for (uint32_t r = 0; u->peers && r < u->size; r++) {
 		if (u->served && u->served[r]) {
 			udp_tx_fini(&u->peers[r]);
@@ -589,7 +636,9 @@ static size_t udp_max_message(const struct pm_device *dev, int peer)
 {
 	struct udp_dev *u = (struct udp_dev *)dev;
 
-	return udp_peer_of(u, peer) ? ring_max_message(u->ring_bytes) : 0;
+	const struct udp_peer *p = udp_peer_of(u, peer);
+
+	return p ? p->max_message : 0;
 }
 
 static int udp_send_buffer(struct pm_device *dev, int peer, size_t len, void **buf)
@@ -599,6 +648,8 @@ static int udp_send_buffer(struct pm_device *dev, int peer, size_t len, void **b
 
 	if (!p)
 		return -EINVAL;
+	if (len > p->max_message)
+		return -EMSGSIZE;
 	for (int attempt = 0; attempt < 2; attempt++) {
 		int err = udp_txq_free(p) ? ring_reserve(&p->tx_user, len, buf) : -EAGAIN;
 
@@ -921,6 +972,7 @@ struct pm_device *pm_udp_testing_create(struct pm_context *ctx, uint64_t jobkey,
 		p->paths[0] = (struct udp_path){ .nic = 0, .to = testing_addr(r), .up = true };
 		p->frag = 1500 - 20 - 8 - WIRE_HDR_BYTES;
 		p->max_inflight = UDP_INFLIGHT_MAX;
+		p->max_message = ring_max_message(u->ring_bytes);
 		if (udp_tx_init(u, p) || udp_rx_init(u, p))
 			goto fail;
 		u->served[r] = true;

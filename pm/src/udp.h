@@ -88,6 +88,8 @@ struct udp_peer {
 	uint32_t rr;                    /* round-robin among equal paths */
 	uint16_t frag;                  /* payload bytes per packet */
 	uint64_t max_inflight;          /* bytes: half the peer's socket buffer */
+	size_t max_message;             /* what both our send ring and the peer's
+					   receive ring can take */
 	int last_rx_path;
 
 	/* sender */
