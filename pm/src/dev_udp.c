@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdio.h>
@@ -47,9 +48,31 @@ struct udp_peer *udp_peer_of(struct udp_dev *u, int rank)
 
 /* ---- output batching ---- */
 
-static void flush_nic(struct udp_dev *u, int nic)
+/* The packet could not go: Go-Back-N resends it.  Mark its path down when
+ * the network said the link is gone (err: the errno of the send). */
+static void out_lost(struct udp_dev *u, const struct udp_out *o, int err)
 {
-	int n = u->nout[nic], done = 0;
+	if (err != ENETDOWN && err != ENETUNREACH && err != EHOSTUNREACH && err != EPERM)
+		return;
+
+	struct udp_peer *p = udp_peer_of(u, o->peer);
+
+	if (p && p->paths[o->path].up) {
+		int up = 0;
+
+		for (int i = 0; i < p->npaths; i++)
+			up += p->paths[i].up;
+		if (up > 1) {
+			p->paths[o->path].up = false;
+			p->paths[o->path].next_probe_ns = u->now_ns + UDP_PROBE_NS;
+		}
+	}
+}
+
+/* One datagram per packet, from packet `from` of the batch on. */
+static void flush_plain(struct udp_dev *u, int nic, int from)
+{
+	int n = u->nout[nic], done = from;
 	bool waited = false;
 
 	while (done < n) {
@@ -71,27 +94,125 @@ static void flush_nic(struct udp_dev *u, int nic)
 			continue;
 		}
 		/* The packet at done could not go: a full socket buffer or a link
-		 * that is down.  Count it as lost (Go-Back-N resends it) and mark
-		 * its path down when the network said so. */
-		struct udp_out *o = &u->out[nic][done];
-
-		if (r < 0 && (errno == ENETDOWN || errno == ENETUNREACH ||
-			      errno == EHOSTUNREACH || errno == EPERM)) {
-			struct udp_peer *p = udp_peer_of(u, o->peer);
-
-			if (p && p->paths[o->path].up) {
-				int up = 0;
-
-				for (int i = 0; i < p->npaths; i++)
-					up += p->paths[i].up;
-				if (up > 1) {
-					p->paths[o->path].up = false;
-					p->paths[o->path].next_probe_ns = u->now_ns + UDP_PROBE_NS;
-				}
-			}
-		}
+		 * that is down.  Count it as lost (Go-Back-N resends it). */
+		out_lost(u, &u->out[nic][done], r < 0 ? errno : EIO);
 		done++;
 	}
+}
+
+static size_t out_bytes(const struct udp_out *o)
+{
+	size_t b = 0;
+
+	for (size_t i = 0; i < o->mh.msg_hdr.msg_iovlen; i++)
+		b += o->iov[i].iov_len;
+	return b;
+}
+
+static bool same_to(const struct udp_out *a, const struct udp_out *b)
+{
+	const struct sockaddr_in *x = a->mh.msg_hdr.msg_name, *y = b->mh.msg_hdr.msg_name;
+
+	return x->sin_addr.s_addr == y->sin_addr.s_addr && x->sin_port == y->sin_port;
+}
+
+/* Group the batch into GSO messages: a run of packets to one address, all
+ * of one size but the last (which may be shorter), within the kernel's
+ * limits on segments and bytes.  The kernel cuts the run's bytes every
+ * gso_size bytes, so each segment is exactly one of our packets, headers
+ * included; nothing is copied.  Returns the number of messages. */
+static int gso_build(struct udp_dev *u, int nic)
+{
+	struct udp_gso *g = &u->gso_out;
+	const struct udp_out *out = u->out[nic];
+	int n = u->nout[nic], m = 0, k = 0;
+
+	for (int i = 0; i < n; m++) {
+		size_t seg = out_bytes(&out[i]), total = 0;
+		struct msghdr *mh = &g->mh[m].msg_hdr;
+		int j = i;
+
+		*mh = (struct msghdr){ .msg_name = out[i].mh.msg_hdr.msg_name,
+				       .msg_namelen = out[i].mh.msg_hdr.msg_namelen,
+				       .msg_iov = &g->iov[k] };
+		while (j < n && j - i < UDP_GSO_SEGS) {
+			size_t b = out_bytes(&out[j]);
+
+			if (j > i && (!same_to(&out[i], &out[j]) || b > seg || total + b > UDP_GSO_BYTES))
+				break;
+			for (size_t v = 0; v < out[j].mh.msg_hdr.msg_iovlen; v++)
+				g->iov[k++] = out[j].iov[v];
+			mh->msg_iovlen += out[j].mh.msg_hdr.msg_iovlen;
+			total += b;
+			j++;
+			if (b < seg)
+				break;          /* a short packet ends a run */
+		}
+		if (j - i > 1) {
+			struct cmsghdr *c = &g->cm[m].align;
+
+			mh->msg_control = g->cm[m].buf;
+			mh->msg_controllen = sizeof(g->cm[m].buf);
+			c->cmsg_level = SOL_UDP;
+			c->cmsg_type = UDP_SEGMENT;
+			c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+			*(uint16_t *)(void *)CMSG_DATA(c) = (uint16_t)seg;
+		}
+		g->first[m] = i;
+		i = j;
+	}
+	g->first[m] = n;
+	return m;
+}
+
+static void flush_gso(struct udp_dev *u, int nic)
+{
+	struct udp_gso *g = &u->gso_out;
+	int m = gso_build(u, nic), done = 0;
+	bool waited = false;
+
+	while (done < m) {
+		int r = sendmmsg(u->fds[nic], &g->mh[done], (unsigned)(m - done), 0);
+
+		if (r > 0) {
+			done += r;
+			continue;
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && (errno == EAGAIN || errno == ENOBUFS) && !waited) {
+			struct pollfd pfd = { .fd = u->fds[nic], .events = POLLOUT };
+
+			poll(&pfd, 1, 10);
+			waited = true;
+			continue;
+		}
+		int err = r < 0 ? errno : EIO;
+
+		if (g->first[done + 1] - g->first[done] > 1 &&
+		    (err == EIO || err == EINVAL || err == EMSGSIZE || err == ENOPROTOOPT)) {
+			/* The route cannot segment (no checksum offload, an
+			 * xfrm policy, an old kernel): send per packet from
+			 * here on, on this socket for good. */
+			u->gso[nic] = false;
+			pm_log(u->base.ctx, "udp: %s: UDP GSO refused (%s), one datagram per packet",
+			       u->nics[nic].name, strerror(err));
+			flush_plain(u, nic, g->first[done]);
+			return;
+		}
+		/* The whole message is lost: its packets share one path. */
+		for (int i = g->first[done]; i < g->first[done + 1]; i++)
+			out_lost(u, &u->out[nic][i], err);
+		done++;
+	}
+}
+
+static void flush_nic(struct udp_dev *u, int nic)
+{
+	if (u->gso[nic] && u->nout[nic] > 1)
+		flush_gso(u, nic);
+	else
+		flush_plain(u, nic, 0);
 	u->nout[nic] = 0;
 }
 
@@ -272,16 +393,36 @@ static void handle(struct udp_dev *u, int nic, const uint8_t *buf, size_t n,
 	}
 }
 
+/* The segment size of a GRO batch, or 0 when the message is one datagram. */
+static size_t gro_size(struct msghdr *mh)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+		int seg;
+
+		if (c->cmsg_level != SOL_UDP || c->cmsg_type != UDP_GRO ||
+		    c->cmsg_len < CMSG_LEN(sizeof(seg)))
+			continue;
+		memcpy(&seg, CMSG_DATA(c), sizeof(seg));
+		return seg > 0 ? (size_t)seg : 0;
+	}
+	return 0;
+}
+
 static void receive(struct udp_dev *u)
 {
 	struct mmsghdr mm[UDP_BATCH];
 	struct iovec iov[UDP_BATCH];
 	struct sockaddr_in from[UDP_BATCH];
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} cm[UDP_BATCH];
 
 	/* One batch per NIC in turn: reading one NIC dry first would make
 	 * packets striped over the others look late.  With several NICs the
-	 * batches are smaller, so the reordering stays well inside the wait
-	 * queue (at most UDP_BATCH packets ahead across all NICs). */
+	 * batches are smaller, so the reordering stays shallow: a GRO batch
+	 * holds at most 64 KiB, and what is early is bounded by the sender's
+	 * bytes in flight anyway, which the wait queue holds. */
 	bool more = true;
 	unsigned batch = u->nnics > 1 ? UDP_BATCH / (unsigned)u->nnics : UDP_BATCH;
 
@@ -292,25 +433,43 @@ static void receive(struct udp_dev *u)
 		more = false;
 		for (int nic = 0; nic < u->nnics; nic++) {
 			for (int i = 0; i < UDP_BATCH; i++) {
-				iov[i] = (struct iovec){ u->rxbuf + (size_t)i * UDP_PKT_MAX, UDP_PKT_MAX };
+				iov[i] = (struct iovec){ u->rxbuf + (size_t)i * u->rx_slot, u->rx_slot };
 				memset(&mm[i], 0, sizeof(mm[i]));
 				mm[i].msg_hdr.msg_iov = &iov[i];
 				mm[i].msg_hdr.msg_iovlen = 1;
 				mm[i].msg_hdr.msg_name = &from[i];
 				mm[i].msg_hdr.msg_namelen = sizeof(from[i]);
+				mm[i].msg_hdr.msg_control = cm[i].buf;
+				mm[i].msg_hdr.msg_controllen = sizeof(cm[i].buf);
 			}
 			int r = recvmmsg(u->fds[nic], mm, batch, MSG_DONTWAIT, NULL);
 
 			if (r <= 0)
 				continue;
-			u->nic_stats[nic].rx_packets += (uint64_t)r;
 			for (int i = 0; i < r; i++) {
-				u->nic_stats[nic].rx_bytes += mm[i].msg_len;
+				const uint8_t *buf = iov[i].iov_base;
+				size_t len = mm[i].msg_len, seg = gro_size(&mm[i].msg_hdr);
+
+				u->nic_stats[nic].rx_bytes += len;
 				if (mm[i].msg_hdr.msg_flags & MSG_TRUNC) {
+					u->nic_stats[nic].rx_packets++;
 					drop(u, WIRE_BAD_LEN);
 					continue;
 				}
-				handle(u, nic, iov[i].iov_base, mm[i].msg_len, &from[i]);
+				/* With GRO one message is several datagrams of
+				 * seg bytes (the last may be shorter), each one
+				 * of the peer's packets. */
+				size_t off = 0;
+
+				if (seg == 0 || seg > len)
+					seg = len;
+				do {
+					size_t n = len - off < seg ? len - off : seg;
+
+					u->nic_stats[nic].rx_packets++;
+					handle(u, nic, buf + off, n, &from[i]);
+					off += n;
+				} while (off < len);
 			}
 			/* Acknowledgements and replies go out after every batch, so
 			 * a sender's window never waits for a whole receive pass. */
@@ -413,6 +572,16 @@ static int open_socket(struct udp_dev *u, int i, uint16_t *port, uint32_t *rcvbu
 	}
 	u->fds[i] = fd;
 	*port = sa.sin_port;
+
+	/* GSO (Linux 4.18) sends a run of packets as one message; GRO (5.0)
+	 * hands us a run as one buffer.  Either is optional: without it a
+	 * packet is a datagram, as on the wire anyway.  A gso_size of 0 for
+	 * the socket only asks whether the option exists; sends set theirs. */
+	int zero = 0, one = 1;
+
+	u->gso[i] = setsockopt(fd, SOL_UDP, UDP_SEGMENT, &zero, sizeof(zero)) == 0;
+	if (setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0)
+		u->rx_slot = UDP_RX_SLOT;
 	return 0;
 }
 
@@ -442,12 +611,12 @@ static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 		       "of two (ring >= 4 KiB, window 8..1M)", ctx->udp_ring_kib, ctx->udp_window);
 		return -EINVAL;
 	}
-	u->rxbuf = malloc((size_t)UDP_BATCH * UDP_PKT_MAX);
 	u->peers = calloc(u->size, sizeof(*u->peers));
 	u->served = calloc(u->size, sizeof(*u->served));
-	if (!u->rxbuf || !u->peers || !u->served)
+	if (!u->peers || !u->served)
 		return -ENOMEM;
 
+	u->rx_slot = UDP_PKT_MAX;
 	blob.nnics = (uint32_t)n;
 	blob.ring_bytes = u->ring_bytes;
 	u->nic_stats = ctx->page->nics;
@@ -469,6 +638,11 @@ static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 		blob.nic[i].mtu = u->nics[i].mtu;
 		blob.nic[i].prefix = u->nics[i].prefix;
 	}
+	/* Sized once the sockets said whether GRO is on: 2 MiB of address
+	 * space with it, touched only as far as batches are long. */
+	u->rxbuf = malloc((size_t)UDP_BATCH * u->rx_slot);
+	if (!u->rxbuf)
+		return -ENOMEM;
 	return b->ops->put(b, UDP_KEY, &blob, sizeof(blob));
 }
 
@@ -959,7 +1133,8 @@ struct pm_device *pm_udp_testing_create(struct pm_context *ctx, uint64_t jobkey,
 	u->ring_bytes = ctx->udp_ring_kib * 1024u;
 	u->wnd = ctx->udp_window;
 	u->nic_stats = ctx->page->nics;
-	u->rxbuf = malloc((size_t)UDP_BATCH * UDP_PKT_MAX);
+	u->rx_slot = UDP_PKT_MAX;
+	u->rxbuf = malloc((size_t)UDP_BATCH * u->rx_slot);
 	u->peers = calloc(size, sizeof(*u->peers));
 	u->served = calloc(size, sizeof(*u->served));
 	if (!u->rxbuf || !u->peers || !u->served)

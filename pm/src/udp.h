@@ -35,6 +35,9 @@
 #define UDP_PKT_MAX        9216     /* largest datagram we build or accept */
 #define UDP_INFLIGHT_MAX   (1u << 20) /* bytes in flight per peer at most */
 #define UDP_OPS            256      /* outstanding remote ops per process */
+#define UDP_GSO_SEGS       64       /* segments per GSO message (UDP_MAX_SEGMENTS) */
+#define UDP_GSO_BYTES      65000    /* bytes per GSO message: under 64 KiB with headers */
+#define UDP_RX_SLOT        65536    /* receive buffer per message with GRO on */
 
 struct udp_path {
 	int nic;                        /* index of our NIC and socket */
@@ -159,6 +162,17 @@ struct udp_out {
 	uint8_t path;
 };
 
+/* The batch of one NIC regrouped into GSO messages (dev_udp.c, gso_build). */
+struct udp_gso {
+	struct mmsghdr mh[UDP_BATCH];
+	struct iovec iov[2 * UDP_BATCH];
+	union {
+		char buf[CMSG_SPACE(sizeof(uint16_t))];
+		struct cmsghdr align;
+	} cm[UDP_BATCH];
+	int first[UDP_BATCH + 1];       /* message m holds packets [first[m], first[m+1]) */
+};
+
 struct udp_dev {
 	struct pm_device base;
 	struct udp_nic nics[UDP_MAX_NICS];
@@ -176,6 +190,9 @@ struct udp_dev {
 	uint16_t op_gen;
 	struct udp_out out[UDP_MAX_NICS][UDP_BATCH];   /* per NIC: one sendmmsg each */
 	int nout[UDP_MAX_NICS];
+	struct udp_gso gso_out;
+	bool gso[UDP_MAX_NICS];         /* the socket segments for us (UDP_SEGMENT) */
+	size_t rx_slot;                 /* bytes per receive buffer (more with GRO) */
 	uint8_t *rxbuf;                 /* UDP_BATCH datagrams */
 	uint64_t drops_by[WIRE_VERDICTS];
 	uint64_t now_ns;                /* refreshed once per progress pass */
