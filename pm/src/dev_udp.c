@@ -69,6 +69,34 @@ static void out_lost(struct udp_dev *u, const struct udp_out *o, int err)
 	}
 }
 
+/*
+ * sendmmsg() of n messages: how many went (> 0), or the negative errno why
+ * the first could not.  Interrupted calls are repeated; a full socket
+ * buffer gets one bounded wait per flush (*waited) rather than losing the
+ * packets at once.
+ */
+static int send_messages(int fd, struct mmsghdr *mh, unsigned n, bool *waited)
+{
+	for (;;) {
+		int r = sendmmsg(fd, mh, n, 0);
+
+		if (r > 0)
+			return r;
+		if (r == 0)
+			return -EIO;
+		if (errno == EINTR)
+			continue;
+		if ((errno == EAGAIN || errno == ENOBUFS) && !*waited) {
+			struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+
+			poll(&pfd, 1, 10);
+			*waited = true;
+			continue;
+		}
+		return -errno;
+	}
+}
+
 /* One datagram per packet, from packet `from` of the batch on. */
 static void flush_plain(struct udp_dev *u, int nic, int from)
 {
@@ -76,26 +104,16 @@ static void flush_plain(struct udp_dev *u, int nic, int from)
 	bool waited = false;
 
 	while (done < n) {
-		int r = sendmmsg(u->fds[nic], &u->out[nic][done].mh, (unsigned)(n - done), 0);
+		int r = send_messages(u->fds[nic], &u->out[nic][done].mh, (unsigned)(n - done),
+				      &waited);
 
 		if (r > 0) {
 			done += r;
 			continue;
 		}
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0 && (errno == EAGAIN || errno == ENOBUFS) && !waited) {
-			/* The socket buffer is full: give the NIC a moment rather
-			 * than lose the packets (a bounded wait). */
-			struct pollfd pfd = { .fd = u->fds[nic], .events = POLLOUT };
-
-			poll(&pfd, 1, 10);
-			waited = true;
-			continue;
-		}
 		/* The packet at done could not go: a full socket buffer or a link
 		 * that is down.  Count it as lost (Go-Back-N resends it). */
-		out_lost(u, &u->out[nic][done], r < 0 ? errno : EIO);
+		out_lost(u, &u->out[nic][done], -r);
 		done++;
 	}
 }
@@ -172,22 +190,14 @@ static void flush_gso(struct udp_dev *u, int nic)
 	bool waited = false;
 
 	while (done < m) {
-		int r = sendmmsg(u->fds[nic], &g->mh[done], (unsigned)(m - done), 0);
+		int r = send_messages(u->fds[nic], &g->mh[done], (unsigned)(m - done), &waited);
 
 		if (r > 0) {
 			done += r;
 			continue;
 		}
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0 && (errno == EAGAIN || errno == ENOBUFS) && !waited) {
-			struct pollfd pfd = { .fd = u->fds[nic], .events = POLLOUT };
 
-			poll(&pfd, 1, 10);
-			waited = true;
-			continue;
-		}
-		int err = r < 0 ? errno : EIO;
+		int err = -r;
 
 		if (g->first[done + 1] - g->first[done] > 1 &&
 		    (err == EIO || err == EINVAL || err == EMSGSIZE || err == ENOPROTOOPT)) {
