@@ -205,4 +205,40 @@ static inline long long check_verify(const void *buf, size_t len, uint64_t seed)
 				   (size_t)(len), (unsigned long long)(seed), check_at_); \
 	} while (0)
 
+/*
+ * A fresh directory under /tmp named after the test, removed with its files
+ * at exit, also when a failed check exits at once.  Returns its path.
+ */
+#include <dirent.h>
+#include <unistd.h>
+
+static char check_tmp_dir[64];
+
+static inline void check_tmp_dir_remove(void)
+{
+	DIR *d = opendir(check_tmp_dir);
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		char path[512];
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", check_tmp_dir, e->d_name);
+		unlink(path);
+	}
+	closedir(d);
+	rmdir(check_tmp_dir);
+}
+
+static inline const char *check_tmp_dir_make(const char *test)
+{
+	snprintf(check_tmp_dir, sizeof(check_tmp_dir), "/tmp/pm-test-%s.XXXXXX", test);
+	CHECK(mkdtemp(check_tmp_dir));
+	atexit(check_tmp_dir_remove);
+	return check_tmp_dir;
+}
+
 #endif /* PM_TESTS_CHECK_H */

@@ -22,27 +22,8 @@
 
 extern char **environ;
 
-static char dir[64];
-
-/* A failed check exits at once: the temporary directory goes anyway. */
-static void remove_dir(void)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-
-	if (!d)
-		return;
-	while ((e = readdir(d))) {
-		char path[512];
-
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-		unlink(path);
-	}
-	closedir(d);
-	rmdir(dir);
-}
+/* The statistics directory of the test (check.h removes it at exit). */
+static const char *dir;
 
 static int files_in(const char *path, const char *prefix)
 {
@@ -454,9 +435,7 @@ static void test_open_failures(void)
 int main(void)
 {
 	unset_pmix();
-	snprintf(dir, sizeof(dir), "/tmp/pm-test-singleton.XXXXXX");
-	CHECK(mkdtemp(dir));
-	atexit(remove_dir);
+	dir = check_tmp_dir_make("singleton");
 	setenv("PM_STATS_DIR", dir, 1);
 	unsetenv("PM_DEVICE");
 	unsetenv("PM_SHM_RING_KIB");

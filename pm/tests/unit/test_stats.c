@@ -86,27 +86,8 @@ static void test_layout(void)
 	CHECK_EQ(PM_STATS_CLOSED, 3);
 }
 
-static char dir[64];
-
-/* A failed check exits at once: the temporary directory goes anyway. */
-static void remove_dir(void)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-
-	if (!d)
-		return;
-	while ((e = readdir(d))) {
-		char path[512];
-
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-		unlink(path);
-	}
-	closedir(d);
-	rmdir(dir);
-}
+/* The statistics directory of the test (check.h removes it at exit). */
+static const char *dir;
 
 static int files_in_dir(void)
 {
@@ -328,9 +309,7 @@ static void test_dir(void)
 
 int main(void)
 {
-	snprintf(dir, sizeof(dir), "/tmp/pm-test-stats.XXXXXX");
-	CHECK(mkdtemp(dir));
-	atexit(remove_dir);
+	dir = check_tmp_dir_make("stats");
 	setenv("PM_STATS_DIR", dir, 1);
 
 	test_layout();
