@@ -109,7 +109,8 @@ void mp_progress(struct mp *m, const char *what)
 		  check_errname(err));
 }
 
-void mp_send(struct mp *m, int peer, const void *data, size_t len)
+/* A send buffer for len bytes to peer, waiting (bounded) for space. */
+static void *send_buffer(struct mp *m, int peer, size_t len)
 {
 	void *buf;
 	int err;
@@ -118,6 +119,13 @@ void mp_send(struct mp *m, int peer, const void *data, size_t len)
 		mp_progress(m, "waiting for send space");
 	CHECK_MSG(err == 0, "pm_send_buffer(peer %d, %zu bytes): %s", peer, len,
 		  check_errname(err));
+	return buf;
+}
+
+void mp_send(struct mp *m, int peer, const void *data, size_t len)
+{
+	void *buf = send_buffer(m, peer, len);
+
 	if (len)
 		memcpy(buf, data, len);
 	CHECK_OK(pm_send(m->ctx, peer, len));
@@ -125,14 +133,7 @@ void mp_send(struct mp *m, int peer, const void *data, size_t len)
 
 void mp_send_pattern(struct mp *m, int peer, size_t len, uint64_t seed)
 {
-	void *buf;
-	int err;
-
-	while ((err = pm_send_buffer(m->ctx, peer, len, &buf)) == -EAGAIN)
-		mp_progress(m, "waiting for send space");
-	CHECK_MSG(err == 0, "pm_send_buffer(peer %d, %zu bytes): %s", peer, len,
-		  check_errname(err));
-	check_fill(buf, len, seed);
+	check_fill(send_buffer(m, peer, len), len, seed);
 	CHECK_OK(pm_send(m->ctx, peer, len));
 }
 

@@ -35,6 +35,17 @@ static uint64_t median(uint64_t *v, int n)
 	return v[n / 2];
 }
 
+/* Print the wake-up latencies (ns) and check their median; failure is a
+ * printf format taking the median in us. */
+static void check_woken(uint64_t *lat, const char *what, const char *failure)
+{
+	uint64_t med = median(lat, ROUNDS);
+
+	printf("%s: median %llu us, max %llu us\n", what, (unsigned long long)(med / 1000),
+	       (unsigned long long)(lat[ROUNDS - 1] / 1000));
+	CHECK_MSG(med < BOUND_NS, failure, (unsigned long long)(med / 1000));
+}
+
 /* Block in pm_wait until `ready` says so; at most 5 s. */
 static void wait_until(struct mp *m, bool (*ready)(struct mp *, void *), void *arg)
 {
@@ -95,15 +106,9 @@ static void message_wakeup(struct mp *m)
 			lat[r] = woke - sent;
 		}
 	}
-	if (m->rank == 1) {
-		uint64_t med = median(lat, ROUNDS);
-
-		printf("woken by a message: median %llu us, max %llu us\n",
-		       (unsigned long long)(med / 1000),
-		       (unsigned long long)(lat[ROUNDS - 1] / 1000));
-		CHECK_MSG(med < BOUND_NS, "a sleeper is not woken by a message: median "
-			  "%llu us after it was sent", (unsigned long long)(med / 1000));
-	}
+	if (m->rank == 1)
+		check_woken(lat, "woken by a message",
+			    "a sleeper is not woken by a message: median %llu us after it was sent");
 }
 
 /* (b) Rank 0 fills its ring to rank 1 and sleeps waiting for space; rank 1
@@ -164,15 +169,10 @@ static void space_wakeup(struct mp *m)
 		}
 	}
 	mp_barrier(m);
-	if (m->rank == 0) {
-		uint64_t med = median(lat, ROUNDS);
-
-		printf("woken by released space: median %llu us, max %llu us\n",
-		       (unsigned long long)(med / 1000),
-		       (unsigned long long)(lat[ROUNDS - 1] / 1000));
-		CHECK_MSG(med < BOUND_NS, "a sender waiting for space is not woken by the "
-			  "release: median %llu us after it", (unsigned long long)(med / 1000));
-	}
+	if (m->rank == 0)
+		check_woken(lat, "woken by released space",
+			    "a sender waiting for space is not woken by the release: median "
+			    "%llu us after it");
 }
 
 int main(void)
