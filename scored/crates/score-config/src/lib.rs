@@ -1,0 +1,258 @@
+//! The configuration file of score, `/etc/score/scored.toml` by default
+//! (`SCORE_CONFIG` or `--config` choose another).  One file serves the master,
+//! the agents and the clients; each reads its own section.  Every key has a
+//! default, so an absent file or section is valid.  The reference is
+//! `docs/scored/admin.md`.
+
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub const DEFAULT_PATH: &str = "/etc/score/scored.toml";
+pub const DEFAULT_MUNGE_SOCKET: &str = "/run/munge/munge.socket.2";
+pub const DEFAULT_MASTER_PORT: u16 = 7100;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: toml::de::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub master: MasterConfig,
+    #[serde(default)]
+    pub agent: AgentConfig,
+    #[serde(default)]
+    pub client: ClientConfig,
+    #[serde(default)]
+    pub munge: MungeConfig,
+    /// Where the configuration came from (not a key of the file).
+    #[serde(skip)]
+    pub path: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MasterConfig {
+    /// gRPC address the master listens on.
+    pub listen: String,
+    /// Prometheus /metrics address ("" disables it).
+    pub metrics_listen: String,
+    /// Agents send a heartbeat this often.
+    #[serde(with = "duration_ms")]
+    pub heartbeat_interval_ms: Duration,
+    /// A node whose agent is silent this long is marked down and its jobs fail.
+    #[serde(with = "duration_ms")]
+    pub heartbeat_timeout_ms: Duration,
+    /// Jobs of uid 0 are refused unless this is true.
+    pub allow_root_jobs: bool,
+    /// After a cancel, SIGTERM is followed by SIGKILL this much later.
+    #[serde(with = "duration_ms")]
+    pub kill_grace_ms: Duration,
+    /// Nodes expected in the cluster; they show as down until they register.
+    pub nodes: Vec<String>,
+    /// Finished jobs kept for `scorectl jobs --all` and `show`.
+    pub history: usize,
+}
+
+impl Default for MasterConfig {
+    fn default() -> Self {
+        Self {
+            listen: format!("0.0.0.0:{DEFAULT_MASTER_PORT}"),
+            metrics_listen: "0.0.0.0:7101".into(),
+            heartbeat_interval_ms: Duration::from_secs(2),
+            heartbeat_timeout_ms: Duration::from_secs(10),
+            allow_root_jobs: false,
+            kill_grace_ms: Duration::from_secs(5),
+            nodes: Vec::new(),
+            history: 1000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// The master's gRPC address, e.g. "http://head:7100".
+    pub master: String,
+    /// This node's name; default: the host name.
+    pub node_name: String,
+    /// Processes a job may place on this node; 0: the number of CPUs.
+    pub slots: u32,
+    /// Prometheus /metrics address ("" disables it).
+    pub metrics_listen: String,
+    /// The parent cgroup (v2) of the job cgroups; "": `score` under the
+    /// cgroup2 mount found in /proc/mounts.
+    pub cgroup_root: String,
+    /// Runtime state: the PMIx server's rendezvous files, per-job directories.
+    pub state_dir: String,
+    /// Wait this long before retrying a lost connection to the master.
+    #[serde(with = "duration_ms")]
+    pub reconnect_ms: Duration,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            master: format!("http://127.0.0.1:{DEFAULT_MASTER_PORT}"),
+            node_name: String::new(),
+            slots: 0,
+            metrics_listen: "0.0.0.0:7102".into(),
+            cgroup_root: String::new(),
+            state_dir: "/run/score".into(),
+            reconnect_ms: Duration::from_secs(1),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClientConfig {
+    /// The master scrun and scorectl talk to; default: the agent's `master`.
+    pub master: String,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            master: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MungeConfig {
+    /// munged's socket.
+    pub socket: String,
+}
+
+impl Default for MungeConfig {
+    fn default() -> Self {
+        Self {
+            socket: DEFAULT_MUNGE_SOCKET.into(),
+        }
+    }
+}
+
+impl Config {
+    /// Loads `path`, or when it is None: `$SCORE_CONFIG`, else
+    /// [`DEFAULT_PATH`] if it exists, else the defaults.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let env_path = std::env::var_os("SCORE_CONFIG").map(PathBuf::from);
+        let (path, required) = match (path, env_path) {
+            (Some(p), _) => (p.to_path_buf(), true),
+            (None, Some(p)) => (p, true),
+            (None, None) => (PathBuf::from(DEFAULT_PATH), false),
+        };
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Self::default())
+            }
+            Err(source) => return Err(ConfigError::Read { path, source }),
+        };
+        Self::parse(&text, &path)
+    }
+
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let mut cfg: Config = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        cfg.path = Some(path.to_path_buf());
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            path: self.path.clone().unwrap_or_default(),
+            message,
+        };
+        if self.master.heartbeat_timeout_ms <= self.master.heartbeat_interval_ms {
+            return Err(invalid(format!(
+                "master.heartbeat_timeout_ms ({} ms) must exceed master.heartbeat_interval_ms ({} ms)",
+                self.master.heartbeat_timeout_ms.as_millis(),
+                self.master.heartbeat_interval_ms.as_millis()
+            )));
+        }
+        if self.master.heartbeat_interval_ms.is_zero() {
+            return Err(invalid("master.heartbeat_interval_ms must be > 0".into()));
+        }
+        Ok(())
+    }
+
+    /// The master address clients use: `client.master`, else `agent.master`.
+    pub fn client_master(&self) -> String {
+        if self.client.master.is_empty() {
+            self.agent.master.clone()
+        } else {
+            self.client.master.clone()
+        }
+    }
+}
+
+/// Durations are written as integer milliseconds (`heartbeat_timeout_ms = 10000`).
+mod duration_ms {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c = Config::parse("", Path::new("x.toml")).unwrap();
+        assert_eq!(c.master.heartbeat_timeout_ms, Duration::from_secs(10));
+        assert_eq!(c.munge.socket, DEFAULT_MUNGE_SOCKET);
+        assert_eq!(c.client_master(), "http://127.0.0.1:7100");
+    }
+
+    #[test]
+    fn sections_override_defaults() {
+        let c = Config::parse(
+            "[agent]\nmaster = \"http://10.0.0.1:7100\"\nslots = 4\n[client]\nmaster = \"http://h:1\"\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.agent.slots, 4);
+        assert_eq!(c.client_master(), "http://h:1");
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_naming_the_file() {
+        let e = Config::parse("[master]\nlisten_port = 3\n", Path::new("/etc/x.toml")).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("/etc/x.toml") && msg.contains("listen_port"), "{msg}");
+    }
+
+    #[test]
+    fn timeout_must_exceed_interval() {
+        let e = Config::parse(
+            "[master]\nheartbeat_interval_ms = 5000\nheartbeat_timeout_ms = 1000\n",
+            Path::new("x.toml"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("must exceed"), "{e}");
+    }
+}
