@@ -1,0 +1,383 @@
+//! The pure parts of scrun's command line: SCore's `-nodes=` form, node
+//! shapes (`4x2`), time limits and `--env` values.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::time::Duration;
+
+/// scrun's options that take a value as a separate word (`--nodes 4`): the
+/// word after them is not the program.  Keep in step with `Cli` in main.rs.
+const OPTIONS_WITH_VALUE: &[&str] = &[
+    "-N", "--nodes", "-p", "--ppn", "-t", "--time", "-e", "--env", "-J", "--name", "--master",
+    "--config",
+];
+
+/// Rewrites SCore's single-dash `-nodes=4x2` (and `-nodes 4x2`) into clap's
+/// `--nodes=4x2`, but only among scrun's own options: everything from the
+/// program name on belongs to the program and is passed through untouched,
+/// so `scrun -nodes=2 ./prog -nodes=9` gives `-nodes=9` to `prog`.
+pub fn preprocess_args<I>(args: I) -> Vec<OsString>
+where
+    I: IntoIterator<Item = OsString>,
+{
+    let mut it = args.into_iter();
+    let mut out: Vec<OsString> = it.next().into_iter().collect(); // argv[0]
+    while let Some(arg) = it.next() {
+        let Some(s) = arg.to_str() else {
+            // Not UTF-8: not one of our options, so it is the program.
+            out.push(arg);
+            break;
+        };
+        if s == "--" || !s.starts_with('-') || s == "-" {
+            out.push(arg);
+            break;
+        }
+        if let Some(value) = s.strip_prefix("-nodes=") {
+            out.push(format!("--nodes={value}").into());
+        } else if s == "-nodes" {
+            out.push("--nodes".into());
+            out.extend(it.next());
+        } else if OPTIONS_WITH_VALUE.contains(&s) {
+            out.push(arg);
+            out.extend(it.next());
+        } else {
+            out.push(arg);
+        }
+    }
+    out.extend(it);
+    out
+}
+
+/// `N` or `NxP`: N nodes, P processes on each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeShape {
+    pub nodes: u32,
+    pub ppn: Option<u32>,
+}
+
+impl fmt::Display for NodeShape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.ppn {
+            Some(p) => write!(f, "{}x{}", self.nodes, p),
+            None => write!(f, "{}", self.nodes),
+        }
+    }
+}
+
+/// Parses `4` or `4x2` (clap value parser for `--nodes`).
+pub fn parse_node_shape(s: &str) -> Result<NodeShape, String> {
+    let usage = "expected N or NxP, e.g. 4 (4 nodes) or 4x2 (4 nodes, 2 processes each)";
+    let (n, p) = match s.split_once(['x', 'X']) {
+        Some((n, p)) => (n, Some(p)),
+        None => (s, None),
+    };
+    let count = |what: &str, v: &str| -> Result<u32, String> {
+        if v.is_empty() {
+            return Err(format!("the {what} count is missing: {usage}"));
+        }
+        match v.parse::<u32>() {
+            Ok(0) => Err(format!("the {what} count must be at least 1")),
+            Ok(c) => Ok(c),
+            Err(_) if v.bytes().all(|b| b.is_ascii_digit()) => {
+                Err(format!("the {what} count is too large"))
+            }
+            Err(_) => Err(format!("not a node count: {usage}")),
+        }
+    };
+    let nodes = count("node", n)?;
+    let ppn = p.map(|p| count("process", p)).transpose()?;
+    Ok(NodeShape { nodes, ppn })
+}
+
+/// Parses a process count for `--ppn`.
+pub fn parse_ppn(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => Err("the process count must be at least 1".into()),
+        Ok(p) => Ok(p),
+        Err(_) => Err("not a process count (a whole number, at least 1)".to_string()),
+    }
+}
+
+/// Combines `--nodes` and `--ppn` into (nodes, ppn); both default to 1.
+pub fn resolve_shape(shape: Option<NodeShape>, ppn: Option<u32>) -> Result<(u32, u32), String> {
+    let nodes = shape.map_or(1, |s| s.nodes);
+    match (shape.and_then(|s| s.ppn), ppn) {
+        (Some(a), Some(b)) if a != b => Err(format!(
+            "--nodes {} asks for {a} processes per node but --ppn asks for {b}",
+            shape.unwrap()
+        )),
+        (Some(a), _) => Ok((nodes, a)),
+        (None, Some(b)) => Ok((nodes, b)),
+        (None, None) => Ok((nodes, 1)),
+    }
+}
+
+/// Parses a time limit the way Slurm's `--time` does, plus unit suffixes:
+///
+/// * `90` — minutes (as in Slurm); `0` means no limit
+/// * `90s`, `500ms`, `5m`, `1h`, `2d` — a number with a unit
+/// * `1:30` — minutes:seconds; `1:00:00` — hours:minutes:seconds
+/// * `2-12`, `2-12:30`, `2-12:30:00` — days-hours[:minutes[:seconds]]
+pub fn parse_time_limit(s: &str) -> Result<Duration, String> {
+    let bad = || {
+        "not a time limit: use minutes (90), a number with a unit \
+         (90s, 5m, 1h, 2d), M:SS, H:MM:SS or D-HH:MM:SS"
+            .to_string()
+    };
+    let t = s.trim();
+    if t.is_empty() {
+        return Err(bad());
+    }
+    let num = |v: &str| -> Result<u64, String> {
+        if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        v.parse::<u64>().map_err(|_| bad())
+    };
+    let secs = |n: u64, unit: u64| n.checked_mul(unit).map(Duration::from_secs).ok_or_else(bad);
+
+    // Unit suffixes.
+    for (suffix, unit_ms) in [
+        ("ms", 1u64),
+        ("s", 1000),
+        ("m", 60_000),
+        ("h", 3_600_000),
+        ("d", 86_400_000),
+    ] {
+        if let Some(n) = t.strip_suffix(suffix) {
+            if n.bytes().all(|b| b.is_ascii_digit()) && !n.is_empty() {
+                return num(n)?
+                    .checked_mul(unit_ms)
+                    .map(Duration::from_millis)
+                    .ok_or_else(bad);
+            }
+        }
+    }
+
+    // days-rest
+    let (days, rest) = match t.split_once('-') {
+        Some((d, r)) => (Some(num(d)?), r),
+        None => (None, t),
+    };
+    let parts: Vec<&str> = rest.split(':').collect();
+    let parts: Vec<u64> = parts.iter().map(|p| num(p)).collect::<Result<_, _>>()?;
+    let total = match (days, parts.as_slice()) {
+        (None, [m]) => secs(*m, 60)?,
+        (None, [m, s]) => secs(*m, 60)? + secs(*s, 1)?,
+        (None, [h, m, s]) | (Some(_), [h, m, s]) => secs(*h, 3600)? + secs(*m, 60)? + secs(*s, 1)?,
+        (Some(_), [h]) => secs(*h, 3600)?,
+        (Some(_), [h, m]) => secs(*h, 3600)? + secs(*m, 60)?,
+        _ => return Err(bad()),
+    };
+    match days {
+        Some(d) => secs(d, 86_400)?.checked_add(total).ok_or_else(bad),
+        None => Ok(total),
+    }
+}
+
+/// One `--env` argument: `NAME=VALUE`, or `NAME` to copy scrun's own value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvArg {
+    pub name: String,
+    pub value: Option<String>,
+}
+
+pub fn parse_env_arg(s: &str) -> Result<EnvArg, String> {
+    let (name, value) = match s.split_once('=') {
+        Some((n, v)) => (n, Some(v.to_string())),
+        None => (s, None),
+    };
+    if name.is_empty() {
+        return Err(format!(
+            "'{s}': the variable name is empty; use NAME=VALUE or NAME"
+        ));
+    }
+    if name.contains('\0') {
+        return Err(format!("'{s}': a variable name cannot contain NUL"));
+    }
+    Ok(EnvArg {
+        name: name.to_string(),
+        value,
+    })
+}
+
+/// Resolves `--env NAME` against `lookup` (scrun's environment).
+pub fn resolve_env_args(
+    args: &[EnvArg],
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<(String, String)>, String> {
+    args.iter()
+        .map(|a| match &a.value {
+            Some(v) => Ok((a.name.clone(), v.clone())),
+            None => lookup(&a.name).map(|v| (a.name.clone(), v)).ok_or_else(|| {
+                format!(
+                    "--env {0}: {0} is not set in scrun's environment (use --env {0}=VALUE)",
+                    a.name
+                )
+            }),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pre(args: &[&str]) -> Vec<String> {
+        preprocess_args(args.iter().map(OsString::from))
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn score_nodes_form_is_rewritten_before_the_program_only() {
+        assert_eq!(
+            pre(&["scrun", "-nodes=4x2", "./prog", "a", "-nodes=9"]),
+            ["scrun", "--nodes=4x2", "./prog", "a", "-nodes=9"]
+        );
+        assert_eq!(
+            pre(&["scrun", "-nodes", "4", "./prog"]),
+            ["scrun", "--nodes", "4", "./prog"]
+        );
+        assert_eq!(
+            pre(&["scrun", "-nodes=2", "./prog", "--nodes", "9"]),
+            ["scrun", "--nodes=2", "./prog", "--nodes", "9"]
+        );
+    }
+
+    #[test]
+    fn option_values_are_not_taken_for_the_program() {
+        assert_eq!(
+            pre(&["scrun", "--name", "x", "-nodes=3", "prog", "-nodes=1"]),
+            ["scrun", "--name", "x", "--nodes=3", "prog", "-nodes=1"]
+        );
+        assert_eq!(
+            pre(&["scrun", "-v", "--time", "5m", "-nodes=2x1", "p"]),
+            ["scrun", "-v", "--time", "5m", "--nodes=2x1", "p"]
+        );
+        // After "--" everything is the program's.
+        assert_eq!(
+            pre(&["scrun", "--", "-nodes=3"]),
+            ["scrun", "--", "-nodes=3"]
+        );
+        assert_eq!(pre(&["scrun"]), ["scrun"]);
+    }
+
+    #[test]
+    fn node_shapes() {
+        assert_eq!(
+            parse_node_shape("4x2").unwrap(),
+            NodeShape {
+                nodes: 4,
+                ppn: Some(2)
+            }
+        );
+        assert_eq!(
+            parse_node_shape("4").unwrap(),
+            NodeShape {
+                nodes: 4,
+                ppn: None
+            }
+        );
+        assert_eq!(parse_node_shape("16X8").unwrap().ppn, Some(8));
+    }
+
+    #[test]
+    fn invalid_node_shapes_say_why() {
+        let e = parse_node_shape("0x2").unwrap_err();
+        assert!(e.contains("node count must be at least 1"), "{e}");
+        let e = parse_node_shape("4x").unwrap_err();
+        assert!(e.contains("process count is missing"), "{e}");
+        let e = parse_node_shape("4x0").unwrap_err();
+        assert!(e.contains("process count must be at least 1"), "{e}");
+        let e = parse_node_shape("abc").unwrap_err();
+        assert!(e.contains("not a node count") && e.contains("4x2"), "{e}");
+        let e = parse_node_shape("x2").unwrap_err();
+        assert!(e.contains("node count is missing"), "{e}");
+        let e = parse_node_shape("99999999999").unwrap_err();
+        assert!(e.contains("too large"), "{e}");
+        assert!(parse_node_shape("-4").is_err());
+        assert!(parse_node_shape("4x2x1").is_err());
+    }
+
+    #[test]
+    fn shape_and_ppn_combine() {
+        let s = |n, p| Some(NodeShape { nodes: n, ppn: p });
+        assert_eq!(resolve_shape(None, None), Ok((1, 1)));
+        assert_eq!(resolve_shape(s(4, None), None), Ok((4, 1)));
+        assert_eq!(resolve_shape(s(4, None), Some(2)), Ok((4, 2)));
+        assert_eq!(resolve_shape(s(4, Some(2)), None), Ok((4, 2)));
+        assert_eq!(resolve_shape(s(4, Some(2)), Some(2)), Ok((4, 2)));
+        let e = resolve_shape(s(4, Some(2)), Some(3)).unwrap_err();
+        assert!(
+            e.contains("--nodes 4x2") && e.contains("--ppn asks for 3"),
+            "{e}"
+        );
+        assert!(parse_ppn("0").is_err());
+        assert_eq!(parse_ppn("8"), Ok(8));
+    }
+
+    #[test]
+    fn time_limits() {
+        let d = Duration::from_secs;
+        assert_eq!(parse_time_limit("90"), Ok(d(90 * 60)));
+        assert_eq!(parse_time_limit("0"), Ok(d(0)));
+        assert_eq!(parse_time_limit("90s"), Ok(d(90)));
+        assert_eq!(parse_time_limit("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_time_limit("5m"), Ok(d(300)));
+        assert_eq!(parse_time_limit("1h"), Ok(d(3600)));
+        assert_eq!(parse_time_limit("2d"), Ok(d(2 * 86400)));
+        assert_eq!(parse_time_limit("1:30"), Ok(d(90)));
+        assert_eq!(parse_time_limit("1:00:00"), Ok(d(3600)));
+        assert_eq!(parse_time_limit("1:02:03"), Ok(d(3723)));
+        assert_eq!(parse_time_limit("2-12"), Ok(d(2 * 86400 + 12 * 3600)));
+        assert_eq!(parse_time_limit("1-0:30"), Ok(d(86400 + 1800)));
+        assert_eq!(parse_time_limit("1-00:00:10"), Ok(d(86410)));
+    }
+
+    #[test]
+    fn invalid_time_limits() {
+        for s in [
+            "",
+            "abc",
+            "1:2:3:4",
+            "-5",
+            "5x",
+            "1.5h",
+            "m",
+            ":30",
+            "1:",
+            "99999999999999999999d",
+        ] {
+            let e = parse_time_limit(s).unwrap_err();
+            assert!(e.contains("not a time limit"), "{s}: {e}");
+        }
+    }
+
+    #[test]
+    fn env_args() {
+        assert_eq!(
+            parse_env_arg("A=b=c").unwrap(),
+            EnvArg {
+                name: "A".into(),
+                value: Some("b=c".into())
+            }
+        );
+        assert_eq!(parse_env_arg("A=").unwrap().value, Some(String::new()));
+        assert_eq!(parse_env_arg("HOME").unwrap().value, None);
+        assert!(parse_env_arg("=x").is_err());
+
+        let args = [
+            parse_env_arg("X=1").unwrap(),
+            parse_env_arg("HOME").unwrap(),
+        ];
+        let got = resolve_env_args(&args, |n| (n == "HOME").then(|| "/h".to_string())).unwrap();
+        assert_eq!(
+            got,
+            [("X".into(), "1".into()), ("HOME".into(), "/h".into())]
+        );
+        let e = resolve_env_args(&[parse_env_arg("NOPE").unwrap()], |_| None).unwrap_err();
+        assert!(e.contains("NOPE is not set"), "{e}");
+    }
+}
