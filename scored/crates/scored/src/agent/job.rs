@@ -1,0 +1,234 @@
+//! A job's share of one node: its cgroup, its PMIx namespace, its ranks,
+//! their stdin and the fences in progress.
+
+use super::cgroup::{CgroupRoot, JobCgroup};
+use super::rank;
+use super::spawn::{spawn, RankSpawn};
+use super::Internal;
+use score_pmix::{FenceReply, JobLayout, PmixServer};
+use score_proto::v1::{AgentMessage, JobInfo, StdinChunk};
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// How long a cleanup waits for the processes to die and their output and
+/// exits to be reported.
+const CLEANUP_WITHIN: Duration = Duration::from_secs(10);
+
+pub struct AgentJob {
+    pub id: u64,
+    pub nspace: String,
+    pub cgroup: JobCgroup,
+    tmpdir: PathBuf,
+    single_node: bool,
+    watchers: Vec<JoinHandle<()>>,
+    stdin: Option<mpsc::UnboundedSender<StdinChunk>>,
+    next_fence: u64,
+    fences: BTreeMap<u64, FenceReply>,
+    registered: bool,
+    cleaning: bool,
+}
+
+impl AgentJob {
+    /// Creates the job's cgroup, working files and PMIx namespace and starts
+    /// its ranks on this node.  The job is returned even when the launch
+    /// fails, so that the master's cleanup finds whatever was started.
+    pub fn launch(
+        info: JobInfo,
+        node_index: u32,
+        node: &str,
+        cgroups: &CgroupRoot,
+        jobs_dir: &Path,
+        pmix: &PmixServer,
+        out: &mpsc::UnboundedSender<AgentMessage>,
+    ) -> (AgentJob, Result<Vec<u32>, String>) {
+        let mut job = AgentJob {
+            id: info.id,
+            nspace: format!("score.{}", info.id),
+            cgroup: cgroups.job(info.id),
+            tmpdir: jobs_dir.join(format!("job-{}", info.id)),
+            single_node: info.nodes.len() == 1,
+            watchers: Vec::new(),
+            stdin: None,
+            next_fence: 0,
+            fences: BTreeMap::new(),
+            registered: false,
+            cleaning: false,
+        };
+        let r = job.start(&info, node_index, node, pmix, out);
+        (job, r)
+    }
+
+    fn start(
+        &mut self,
+        info: &JobInfo,
+        node_index: u32,
+        node: &str,
+        pmix: &PmixServer,
+        out: &mpsc::UnboundedSender<AgentMessage>,
+    ) -> Result<Vec<u32>, String> {
+        let spec = info.spec.as_ref().ok_or("the job has no spec")?;
+        self.cgroup
+            .create()
+            .map_err(|e| format!("cannot create the job cgroup: {e}"))?;
+        std::fs::create_dir_all(&self.tmpdir)
+            .and_then(|()| {
+                std::fs::set_permissions(&self.tmpdir, std::fs::Permissions::from_mode(0o700))
+            })
+            .and_then(|()| std::os::unix::fs::chown(&self.tmpdir, Some(info.uid), Some(info.gid)))
+            .map_err(|e| format!("cannot create {}: {e}", self.tmpdir.display()))?;
+        pmix.register_job(&JobLayout {
+            nspace: self.nspace.clone(),
+            uid: info.uid,
+            gid: info.gid,
+            nodes: info.nodes.clone(),
+            ppn: spec.ppn,
+            node_index,
+            tmpdir: self.tmpdir.clone(),
+        })
+        .map_err(|e| format!("PMIx cannot register the job: {e}"))?;
+        self.registered = true;
+
+        let procs = self.cgroup.procs_file();
+        let size = spec.nodes * spec.ppn;
+        let mut pids = Vec::new();
+        for local in 0..spec.ppn {
+            let rank = node_index * spec.ppn + local;
+            let mut env: BTreeMap<String, String> = spec.env.clone().into_iter().collect();
+            for (k, v) in pmix
+                .setup_fork(&self.nspace, rank)
+                .map_err(|e| format!("PMIx setup for rank {rank}: {e}"))?
+            {
+                env.insert(k, v);
+            }
+            for (k, v) in [
+                ("SCORE_JOB_ID", info.id.to_string()),
+                ("SCORE_RANK", rank.to_string()),
+                ("SCORE_SIZE", size.to_string()),
+                ("SCORE_LOCAL_RANK", local.to_string()),
+                ("SCORE_NODE", node.to_string()),
+                ("SCORE_NODES", info.nodes.join(",")),
+            ] {
+                env.insert(k.to_string(), v);
+            }
+            let with_stdin = rank == 0 && spec.stdin_open;
+            let mut child = spawn(&RankSpawn {
+                argv: &spec.argv,
+                env: env.into_iter().collect(),
+                cwd: &spec.cwd,
+                uid: info.uid,
+                gid: info.gid,
+                user: &info.user,
+                cgroup_procs: &procs,
+                stdin: with_stdin,
+            })
+            .map_err(|e| {
+                format!(
+                    "cannot start {} (rank {rank}) as {} in {}: {e}",
+                    spec.argv[0], info.user, spec.cwd
+                )
+            })?;
+            pids.push(child.id().unwrap_or(0));
+            if let Some(mut w) = child.stdin.take() {
+                let (tx, mut rx) = mpsc::unbounded_channel::<StdinChunk>();
+                self.stdin = Some(tx);
+                tokio::spawn(async move {
+                    while let Some(c) = rx.recv().await {
+                        if !c.data.is_empty() && w.write_all(&c.data).await.is_err() {
+                            return; // rank 0 closed its stdin
+                        }
+                        if c.eof {
+                            return;
+                        }
+                    }
+                });
+            }
+            self.watchers.push(tokio::spawn(rank::watch(
+                child,
+                info.id,
+                rank,
+                node.to_string(),
+                out.clone(),
+            )));
+        }
+        Ok(pids)
+    }
+
+    pub fn stdin(&mut self, chunk: StdinChunk) {
+        if let Some(tx) = &self.stdin {
+            let eof = chunk.eof;
+            let _ = tx.send(chunk);
+            if eof {
+                self.stdin = None;
+            }
+        }
+    }
+
+    /// The node's ranks entered a fence.  Single-node jobs complete it here;
+    /// otherwise returns the contribution to send to the master.
+    pub fn fence_enter(&mut self, data: Vec<u8>, reply: FenceReply) -> Option<(u64, Vec<u8>)> {
+        if self.single_node {
+            reply.complete(Ok(data));
+            return None;
+        }
+        let seq = self.next_fence;
+        self.next_fence += 1;
+        self.fences.insert(seq, reply);
+        Some((seq, data))
+    }
+
+    pub fn fence_complete(&mut self, seq: u64, ok: bool, data: Vec<u8>) {
+        if let Some(reply) = self.fences.remove(&seq) {
+            if ok {
+                reply.complete(Ok(data));
+            }
+            // else: dropping the reply fails the fence for the clients.
+        }
+    }
+
+    /// Kill the processes and wait for their reports, in the background;
+    /// `done` hears about it when the cgroup is gone.
+    pub fn start_cleanup(&mut self, done: mpsc::UnboundedSender<Internal>) {
+        if self.cleaning {
+            return;
+        }
+        self.cleaning = true;
+        self.stdin = None;
+        self.fences.clear();
+        let cgroup = self.cgroup.clone();
+        let watchers = std::mem::take(&mut self.watchers);
+        let id = self.id;
+        tokio::spawn(async move {
+            cgroup.destroy(CLEANUP_WITHIN).await;
+            for w in watchers {
+                let abort = w.abort_handle();
+                if tokio::time::timeout(CLEANUP_WITHIN, w).await.is_err() {
+                    abort.abort();
+                }
+            }
+            let _ = done.send(Internal::CleanedUp(id));
+        });
+    }
+
+    /// Kill everything now (no reports): the master is gone.
+    pub async fn destroy(&mut self) {
+        self.fences.clear();
+        self.stdin = None;
+        self.cgroup.destroy(CLEANUP_WITHIN).await;
+        for w in self.watchers.drain(..) {
+            w.abort();
+        }
+    }
+
+    /// Forget the PMIx namespace and the job's files.
+    pub fn release(self, pmix: &PmixServer) {
+        if self.registered {
+            pmix.deregister_job(&self.nspace);
+        }
+        let _ = std::fs::remove_dir_all(&self.tmpdir);
+    }
+}

@@ -1,0 +1,359 @@
+//! The agent role: one per node.  It keeps one connection (an Attach stream)
+//! to the master for its whole life, launches the node's share of each job,
+//! serves the job's PMIx clients and reports everything that happens.
+//!
+//! If the master connection is lost, the agent kills every job it runs (a
+//! job cannot go on without its stdio, fences and control), then reconnects.
+
+mod cgroup;
+mod job;
+mod metrics;
+mod pmstats;
+mod rank;
+mod spawn;
+
+use anyhow::{anyhow, Context};
+use cgroup::CgroupRoot;
+use job::AgentJob;
+use prometheus_client::registry::Registry;
+use score_auth::Munge;
+use score_config::Config;
+use score_pmix::{PmixServer, ServerEvent};
+use score_proto::v1::{
+    agent_message, master_message, AgentMessage, FenceContribution, Heartbeat, Launched,
+    MasterMessage, RankAborted, Register,
+};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+/// Internal events from the agent's own tasks.
+enum Internal {
+    /// A job's processes are gone and its cgroup removed.
+    CleanedUp(u64),
+}
+
+struct Agent {
+    node: String,
+    slots: u32,
+    boot_id: u64,
+    metrics_url: String,
+    cgroups: CgroupRoot,
+    jobs_dir: PathBuf,
+    pmix: PmixServer,
+    jobs: HashMap<u64, AgentJob>,
+    out: mpsc::UnboundedSender<AgentMessage>,
+    internal_tx: mpsc::UnboundedSender<Internal>,
+    killed_at_start: Vec<u64>,
+}
+
+fn host_name() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+fn send(out: &mpsc::UnboundedSender<AgentMessage>, job: u64, msg: agent_message::Msg) {
+    let _ = out.send(AgentMessage {
+        job,
+        msg: Some(msg),
+    });
+}
+
+pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
+    let ac = &config.agent;
+    let node = node
+        .or_else(|| (!ac.node_name.is_empty()).then(|| ac.node_name.clone()))
+        .unwrap_or_else(host_name);
+    let slots = if ac.slots == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+    } else {
+        ac.slots
+    };
+    let cgroups = CgroupRoot::open(&ac.cgroup_root).context("job cgroups (agent.cgroup_root)")?;
+    let state_dir = PathBuf::from(&ac.state_dir);
+    let jobs_dir = state_dir.join("jobs");
+    let pmix_dir = state_dir.join("pmix");
+    for d in [&state_dir, &jobs_dir, &pmix_dir] {
+        std::fs::create_dir_all(d)
+            .with_context(|| format!("cannot create {} (agent.state_dir)", d.display()))?;
+    }
+
+    // Whatever an earlier agent left on this node is dead weight: its job
+    // ended when that agent's connection did.
+    let killed_at_start = cgroups.leftover_jobs();
+    for j in &killed_at_start {
+        tracing::warn!(job = j, "killing a job left by an earlier agent");
+        cgroups.job(*j).destroy(Duration::from_secs(10)).await;
+        let _ = std::fs::remove_dir_all(jobs_dir.join(format!("job-{j}")));
+    }
+
+    let (pmix, mut pmix_events) =
+        PmixServer::init(&pmix_dir).map_err(|e| anyhow!("cannot start the PMIx server: {e}"))?;
+
+    let metrics_url = if ac.metrics_listen.is_empty() {
+        String::new()
+    } else {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(metrics::AgentCollector {
+            cgroups: cgroups.clone(),
+            stats_dir: PathBuf::from(
+                std::env::var("PM_STATS_DIR").unwrap_or_else(|_| "/dev/shm".into()),
+            ),
+            node: node.clone(),
+        }));
+        let addr =
+            crate::metrics_http::serve(&ac.metrics_listen, Arc::new(Mutex::new(registry)), None)
+                .await?;
+        format!("http://{addr}/metrics")
+    };
+
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        crate::shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+
+    let (internal_tx, mut internal_rx) = mpsc::unbounded_channel();
+    let (dead_out, _) = mpsc::unbounded_channel();
+    let mut agent = Agent {
+        node,
+        slots,
+        boot_id: score_config_boot_id(),
+        metrics_url,
+        cgroups,
+        jobs_dir,
+        pmix,
+        jobs: HashMap::new(),
+        out: dead_out,
+        internal_tx,
+        killed_at_start,
+    };
+    let munge = Munge::new(&config.munge.socket);
+    tracing::info!(node = %agent.node, slots, master = %ac.master, "agent starting");
+    loop {
+        let r = agent
+            .session(
+                &ac.master,
+                &munge,
+                &mut pmix_events,
+                &mut internal_rx,
+                &mut stop_rx,
+            )
+            .await;
+        agent.abandon_all().await;
+        match r {
+            Ok(()) => break,
+            Err(e) => tracing::warn!("{e:#}; retrying in {} ms", ac.reconnect_ms.as_millis()),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(ac.reconnect_ms) => {}
+            _ = stop_rx.changed() => break,
+        }
+    }
+    tracing::info!("agent stopped");
+    Ok(())
+}
+
+/// Distinguishes this start of the agent from earlier ones.
+fn score_config_boot_id() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+        ^ u64::from(std::process::id())
+}
+
+impl Agent {
+    /// One connection to the master, until it breaks (Err) or the agent is
+    /// told to stop (Ok).
+    async fn session(
+        &mut self,
+        master: &str,
+        munge: &Munge,
+        pmix_events: &mut mpsc::UnboundedReceiver<ServerEvent>,
+        internal_rx: &mut mpsc::UnboundedReceiver<Internal>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> anyhow::Result<()> {
+        let mut client = tokio::select! {
+            c = score_auth::connect(master, munge.clone()) => c?,
+            _ = stop.changed() => return Ok(()),
+        };
+        let (out, out_rx) = mpsc::unbounded_channel();
+        send(
+            &out,
+            0,
+            agent_message::Msg::Register(Register {
+                node: self.node.clone(),
+                slots: self.slots,
+                boot_id: self.boot_id,
+                metrics_url: self.metrics_url.clone(),
+                jobs: std::mem::take(&mut self.killed_at_start),
+            }),
+        );
+        let mut inbound = client
+            .attach(UnboundedReceiverStream::new(out_rx))
+            .await
+            .map_err(|s| anyhow!("the master refused this agent: {}", s.message()))?
+            .into_inner();
+        self.out = out;
+        tracing::info!(master, "attached to the master");
+        let mut heartbeat = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            tokio::select! {
+                m = inbound.message() => match m {
+                    Ok(Some(m)) => {
+                        if let Some(period) = self.handle_master(m) {
+                            heartbeat = tokio::time::interval(period);
+                        }
+                    }
+                    Ok(None) => return Err(anyhow!("the master closed the connection")),
+                    Err(s) => return Err(anyhow!("lost the master: {}", s.message())),
+                },
+                Some(ev) = pmix_events.recv() => self.handle_pmix(ev),
+                Some(ev) = internal_rx.recv() => self.handle_internal(ev),
+                _ = heartbeat.tick() => send(&self.out, 0, agent_message::Msg::Heartbeat(Heartbeat {})),
+                _ = stop.changed() => return Ok(()),
+            }
+        }
+    }
+
+    /// Returns a new heartbeat period when the master sets one.
+    fn handle_master(&mut self, m: MasterMessage) -> Option<Duration> {
+        let id = m.job;
+        match m.msg? {
+            master_message::Msg::Welcome(w) => {
+                return Some(Duration::from_millis(w.heartbeat_interval_ms.max(10)));
+            }
+            master_message::Msg::Launch(l) => {
+                let Some(info) = l.job else { return None };
+                let (job, result) = AgentJob::launch(
+                    info,
+                    l.node_index,
+                    &self.node,
+                    &self.cgroups,
+                    &self.jobs_dir,
+                    &self.pmix,
+                    &self.out,
+                );
+                let reply = match result {
+                    Ok(pids) => Launched {
+                        ok: true,
+                        error: String::new(),
+                        pids,
+                    },
+                    Err(e) => {
+                        tracing::warn!(job = id, "launch failed: {e}");
+                        Launched {
+                            ok: false,
+                            error: e,
+                            pids: Vec::new(),
+                        }
+                    }
+                };
+                self.jobs.insert(id, job);
+                send(&self.out, id, agent_message::Msg::Launched(reply));
+            }
+            master_message::Msg::Stdin(chunk) => {
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.stdin(chunk);
+                }
+            }
+            master_message::Msg::Signal(s) => {
+                if let Some(j) = self.jobs.get(&id) {
+                    j.cgroup.signal(s.signal);
+                }
+            }
+            master_message::Msg::Fence(f) => {
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.fence_complete(f.seq, f.ok, f.data);
+                }
+            }
+            master_message::Msg::Cleanup(_) => match self.jobs.get_mut(&id) {
+                Some(j) => j.start_cleanup(self.internal_tx.clone()),
+                // Never launched here (or already gone): nothing to clean.
+                None => send(
+                    &self.out,
+                    id,
+                    agent_message::Msg::Cleaned(Default::default()),
+                ),
+            },
+        }
+        None
+    }
+
+    fn handle_pmix(&mut self, ev: ServerEvent) {
+        match ev {
+            ServerEvent::Fence {
+                nspace,
+                data,
+                reply,
+                ..
+            } => {
+                let Some(j) = self.jobs.values_mut().find(|j| j.nspace == nspace) else {
+                    tracing::warn!(%nspace, "fence for an unknown job");
+                    return; // dropping the reply fails the fence
+                };
+                if let Some((seq, data)) = j.fence_enter(data, reply) {
+                    send(
+                        &self.out,
+                        j.id,
+                        agent_message::Msg::Fence(FenceContribution { seq, data }),
+                    );
+                }
+            }
+            ServerEvent::Abort {
+                nspace,
+                rank,
+                status,
+                message,
+            } => {
+                if let Some(j) = self.jobs.values().find(|j| j.nspace == nspace) {
+                    send(
+                        &self.out,
+                        j.id,
+                        agent_message::Msg::Aborted(RankAborted {
+                            rank,
+                            status,
+                            message,
+                        }),
+                    );
+                }
+            }
+            ServerEvent::ClientConnected { nspace, rank } => {
+                tracing::debug!(%nspace, rank, "PMIx client connected")
+            }
+            ServerEvent::ClientFinalized { nspace, rank } => {
+                tracing::debug!(%nspace, rank, "PMIx client finalized")
+            }
+        }
+    }
+
+    fn handle_internal(&mut self, ev: Internal) {
+        match ev {
+            Internal::CleanedUp(id) => {
+                if let Some(j) = self.jobs.remove(&id) {
+                    j.release(&self.pmix);
+                }
+                send(
+                    &self.out,
+                    id,
+                    agent_message::Msg::Cleaned(Default::default()),
+                );
+            }
+        }
+    }
+
+    /// Kill and forget every job (the master is gone or we stop).
+    async fn abandon_all(&mut self) {
+        for (id, mut j) in self.jobs.drain() {
+            tracing::warn!(job = id, "killing the job: no master");
+            j.destroy().await;
+            j.release(&self.pmix);
+        }
+    }
+}

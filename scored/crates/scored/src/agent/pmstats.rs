@@ -1,0 +1,123 @@
+//! Reading the PM statistics pages (docs/pm/stats.md) of the processes of
+//! this node's jobs.  /dev/shm may be shared with other nodes (the virtual
+//! cluster) or other launchers, so only pages whose pid is in one of our job
+//! cgroups count.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+const MAGIC: &[u8; 8] = b"PMSTATS1";
+const PAGE_MIN: usize = 520;
+const COUNTERS_AT: usize = 368;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PmContext {
+    pub pid: i32,
+    pub rank: i32,
+    pub job_name: String,
+    pub device: String,
+    pub counters: [u64; 19],
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn cstr_at(b: &[u8], at: usize, len: usize) -> String {
+    let field = &b[at..at + len];
+    let end = field.iter().position(|&c| c == 0).unwrap_or(len);
+    String::from_utf8_lossy(&field[..end]).into_owned()
+}
+
+/// Parses one page; None if it is not a valid version-1 page.
+pub fn parse(page: &[u8]) -> Option<PmContext> {
+    if page.len() < PAGE_MIN || &page[0..8] != MAGIC || u32_at(page, 8) != 1 {
+        return None;
+    }
+    let mut counters = [0u64; 19];
+    for (i, c) in counters.iter_mut().enumerate() {
+        let at = COUNTERS_AT + 8 * i;
+        *c = u64::from_le_bytes(page[at..at + 8].try_into().expect("8 bytes"));
+    }
+    Some(PmContext {
+        pid: u32_at(page, 16) as i32,
+        rank: u32_at(page, 20) as i32,
+        job_name: cstr_at(page, 32, 256),
+        device: cstr_at(page, 288, 16),
+        counters,
+    })
+}
+
+/// The contexts of processes in `pids`, read from `dir` (normally /dev/shm).
+pub fn scan(dir: &Path, pids: &HashSet<i32>) -> Vec<PmContext> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.filter_map(|e| e.ok()) {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("pm-stats.")) else {
+            continue;
+        };
+        let Some(pid) = rest.split('.').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        if !pids.contains(&pid) {
+            continue;
+        }
+        if let Some(ctx) = std::fs::read(e.path()).ok().as_deref().and_then(parse) {
+            out.push(ctx);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(pid: i32, rank: i32, sent: u64) -> Vec<u8> {
+        let mut p = vec![0u8; 976];
+        p[0..8].copy_from_slice(MAGIC);
+        p[8..12].copy_from_slice(&1u32.to_le_bytes());
+        p[12..16].copy_from_slice(&976u32.to_le_bytes());
+        p[16..20].copy_from_slice(&pid.to_le_bytes());
+        p[20..24].copy_from_slice(&rank.to_le_bytes());
+        p[32..40].copy_from_slice(b"score.42");
+        p[288..291].copy_from_slice(b"udp");
+        p[COUNTERS_AT..COUNTERS_AT + 8].copy_from_slice(&sent.to_le_bytes());
+        p
+    }
+
+    #[test]
+    fn parses_a_page() {
+        let c = parse(&page(10, 3, 77)).unwrap();
+        assert_eq!((c.pid, c.rank, c.counters[0]), (10, 3, 77));
+        assert_eq!(c.job_name, "score.42");
+        assert_eq!(c.device, "udp");
+    }
+
+    #[test]
+    fn rejects_short_or_foreign_pages() {
+        assert!(parse(&[0u8; 100]).is_none());
+        let mut p = page(1, 0, 0);
+        p[0] = b'X';
+        assert!(parse(&p).is_none());
+        let mut p = page(1, 0, 0);
+        p[8] = 2;
+        assert!(parse(&p).is_none());
+    }
+
+    #[test]
+    fn scan_keeps_only_our_pids() {
+        let dir = std::env::temp_dir().join(format!("score-pmstats-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("pm-stats.10.0"), page(10, 0, 5)).unwrap();
+        std::fs::write(dir.join("pm-stats.11.0"), page(11, 1, 6)).unwrap();
+        std::fs::write(dir.join("unrelated"), b"x").unwrap();
+        let found = scan(&dir, &HashSet::from([11]));
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].counters[0], 6);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

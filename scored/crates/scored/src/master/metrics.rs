@@ -1,0 +1,69 @@
+//! The master's Prometheus metrics (names follow the Prometheus conventions:
+//! `score_` prefix, base units, `_total` for counters).
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+pub type Labels = Vec<(String, String)>;
+
+#[derive(Clone)]
+pub struct MasterMetrics {
+    pub jobs: Family<Labels, Gauge>,
+    pub nodes: Family<Labels, Gauge>,
+    pub jobs_submitted: Counter,
+    pub jobs_finished: Family<Labels, Counter>,
+    pub requests_rejected: Family<Labels, Counter>,
+    pub queue_wait: Histogram,
+    pub launch_time: Histogram,
+}
+
+impl MasterMetrics {
+    pub fn new(registry: &mut Registry) -> Self {
+        let m = Self {
+            jobs: Family::default(),
+            nodes: Family::default(),
+            jobs_submitted: Counter::default(),
+            jobs_finished: Family::default(),
+            requests_rejected: Family::default(),
+            // 1 ms .. ~9 h
+            queue_wait: Histogram::new(exponential_buckets(0.001, 4.0, 13)),
+            // 1 ms .. ~65 s
+            launch_time: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
+        };
+        registry.register(
+            "score_jobs",
+            "Jobs known to the master that have not finished, by state",
+            m.jobs.clone(),
+        );
+        registry.register("score_nodes", "Nodes by state", m.nodes.clone());
+        registry.register(
+            "score_jobs_submitted",
+            "Jobs accepted into the queue",
+            m.jobs_submitted.clone(),
+        );
+        registry.register(
+            "score_jobs_finished",
+            "Jobs finished, by final state",
+            m.jobs_finished.clone(),
+        );
+        registry.register(
+            "score_requests_rejected",
+            "Requests refused, by reason (unauthenticated, permission, invalid)",
+            m.requests_rejected.clone(),
+        );
+        registry.register(
+            "score_job_queue_wait_seconds",
+            "Time from submission to launch",
+            m.queue_wait.clone(),
+        );
+        registry.register(
+            "score_job_launch_seconds",
+            "Time from launch to every node reporting its processes started",
+            m.launch_time.clone(),
+        );
+        m
+    }
+}

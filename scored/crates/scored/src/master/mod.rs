@@ -1,0 +1,86 @@
+//! The master role: one per cluster.  It keeps the node table and the job
+//! queue, allocates nodes to jobs and drives the agents.
+
+mod metrics;
+mod service;
+pub mod state;
+
+use anyhow::Context;
+use prometheus_client::registry::Registry;
+use score_auth::Munge;
+use score_config::Config;
+use score_proto::v1::master_server::MasterServer;
+use state::{Limits, State, Timer};
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+
+pub use metrics::MasterMetrics;
+
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let mc = &config.master;
+    let mut registry = Registry::default();
+    let metrics = MasterMetrics::new(&mut registry);
+    let (timer_tx, mut timer_rx) = mpsc::unbounded_channel::<Timer>();
+    let limits = Limits {
+        allow_root_jobs: mc.allow_root_jobs,
+        kill_grace: mc.kill_grace_ms,
+        heartbeat_timeout: mc.heartbeat_timeout_ms,
+        history: mc.history,
+    };
+    let state = Arc::new(Mutex::new(State::new(limits, &mc.nodes, timer_tx, metrics)));
+
+    // Timers: each sleeps on its own task, then calls back into the state.
+    let st = state.clone();
+    tokio::spawn(async move {
+        while let Some(t) = timer_rx.recv().await {
+            let st = st.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(t.after).await;
+                st.lock()
+                    .expect("master state lock")
+                    .timer_fired(t.job, t.kind);
+            });
+        }
+    });
+
+    // Heartbeats: look for silent agents twice per interval.
+    let st = state.clone();
+    let period = mc.heartbeat_interval_ms / 2;
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        loop {
+            tick.tick().await;
+            st.lock().expect("master state lock").check_heartbeats();
+        }
+    });
+
+    if !mc.metrics_listen.is_empty() {
+        let addr =
+            crate::metrics_http::serve(&mc.metrics_listen, Arc::new(Mutex::new(registry)), None)
+                .await?;
+        tracing::info!("metrics on http://{addr}/metrics");
+    }
+
+    let addr: std::net::SocketAddr = mc
+        .listen
+        .parse()
+        .with_context(|| format!("master.listen = {:?} is not an address:port", mc.listen))?;
+    let munge = Munge::new(&config.munge.socket);
+    let service = service::MasterService::new(state, munge, mc.heartbeat_interval_ms);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} (master.listen)"))?;
+    tracing::info!("master listening on {addr}");
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(5)))
+        .add_service(MasterServer::new(service))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            crate::shutdown_signal(),
+        )
+        .await
+        .context("gRPC server failed")?;
+    tracing::info!("master stopped");
+    Ok(())
+}

@@ -1,0 +1,294 @@
+//! The master's gRPC face: authenticates every call with MUNGE, then turns it
+//! into operations on the [`State`] behind one lock.
+
+use super::state::{Requester, State};
+use futures::Stream;
+use score_auth::{verify, Munge};
+use score_proto::v1::{
+    agent_message, master_message, master_server::Master, run_request, AgentMessage, CancelReply,
+    CancelRequest, JobEvent, JobInfo, ListJobsReply, ListJobsRequest, ListNodesReply,
+    ListNodesRequest, MasterMessage, NodeReply, NodeRequest, RunRequest, ShowJobRequest, Welcome,
+};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
+
+pub struct MasterService {
+    state: Arc<Mutex<State>>,
+    munge: Munge,
+    heartbeat_interval: Duration,
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<JobEvent, Status>> + Send>>;
+type CommandStream = Pin<Box<dyn Stream<Item = Result<MasterMessage, Status>> + Send>>;
+
+impl MasterService {
+    pub fn new(state: Arc<Mutex<State>>, munge: Munge, heartbeat_interval: Duration) -> Self {
+        Self {
+            state,
+            munge,
+            heartbeat_interval,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().expect("master state lock")
+    }
+
+    fn authenticate<T>(&self, req: &Request<T>) -> Result<Requester, Status> {
+        match verify(&self.munge, req) {
+            Ok(c) => Ok(Requester {
+                uid: c.uid,
+                gid: c.gid,
+            }),
+            Err(status) => {
+                self.reject("unauthenticated");
+                tracing::warn!(peer = ?req.remote_addr(), "refused: {}", status.message());
+                Err(status)
+            }
+        }
+    }
+
+    fn reject(&self, reason: &str) {
+        self.lock()
+            .metrics
+            .requests_rejected
+            .get_or_create(&vec![("reason".into(), reason.into())])
+            .inc();
+    }
+
+    /// Count refusals of valid, authenticated requests by their kind.
+    fn count<T>(&self, r: Result<T, Status>) -> Result<T, Status> {
+        if let Err(s) = &r {
+            let reason = match s.code() {
+                tonic::Code::PermissionDenied => "permission",
+                tonic::Code::NotFound => "not_found",
+                _ => "invalid",
+            };
+            self.reject(reason);
+        }
+        r
+    }
+}
+
+fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .unwrap_or_else(|| uid.to_string())
+}
+
+#[tonic::async_trait]
+impl Master for MasterService {
+    type RunStream = EventStream;
+
+    async fn run(
+        &self,
+        req: Request<Streaming<RunRequest>>,
+    ) -> Result<Response<Self::RunStream>, Status> {
+        let who = self.authenticate(&req)?;
+        let mut inbound = req.into_inner();
+        let first = inbound.message().await?.ok_or_else(|| {
+            Status::invalid_argument("the Run stream closed before a job was submitted")
+        })?;
+        let Some(run_request::Msg::Submit(spec)) = first.msg else {
+            return self.count(Err(Status::invalid_argument(
+                "the first message of a Run stream must be a job submission",
+            )));
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        let user = user_name(who.uid);
+        let id = {
+            let r = self.lock().submit(spec, who, user, tx);
+            self.count(r)?
+        };
+        tracing::info!(job = id, uid = who.uid, "job submitted");
+
+        // Stdin and cancel requests until scrun closes its side; a stream that
+        // breaks before the job ended cancels it.
+        let state = self.state.clone();
+        tokio::spawn(async move {
+            loop {
+                match inbound.message().await {
+                    Ok(Some(RunRequest { msg: Some(m) })) => {
+                        let mut st = state.lock().expect("master state lock");
+                        match m {
+                            run_request::Msg::Stdin(chunk) => st.stdin(id, chunk),
+                            run_request::Msg::Cancel(c) => {
+                                let why = format!("cancelled by {} (scrun)", user_name(who.uid));
+                                let _ = st.cancel(id, c.kill, who, &why);
+                            }
+                            run_request::Msg::Submit(_) => {}
+                        }
+                    }
+                    Ok(Some(RunRequest { msg: None })) => {}
+                    Ok(None) => {
+                        // scrun half-closed: it sends nothing more but still
+                        // follows the job; the event stream tells when it goes.
+                        break;
+                    }
+                    Err(_) => {
+                        state.lock().expect("master state lock").client_gone(id);
+                        return;
+                    }
+                }
+            }
+        });
+
+        // When scrun disconnects, the event stream is dropped: cancel then.
+        let guard = ClientGuard {
+            state: self.state.clone(),
+            job: id,
+        };
+        let stream = UnboundedReceiverStream::new(rx).map(move |ev| {
+            let _keep = &guard;
+            ev
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn list_jobs(
+        &self,
+        req: Request<ListJobsRequest>,
+    ) -> Result<Response<ListJobsReply>, Status> {
+        self.authenticate(&req)?;
+        let jobs = self.lock().list_jobs(req.get_ref().all);
+        Ok(Response::new(ListJobsReply { jobs }))
+    }
+
+    async fn show_job(&self, req: Request<ShowJobRequest>) -> Result<Response<JobInfo>, Status> {
+        self.authenticate(&req)?;
+        let id = req.get_ref().job;
+        let r = self.lock().job_info(id).ok_or_else(|| {
+            Status::not_found(format!(
+                "no job {id} (finished jobs are kept for a while, then forgotten)"
+            ))
+        });
+        self.count(r).map(Response::new)
+    }
+
+    async fn cancel(&self, req: Request<CancelRequest>) -> Result<Response<CancelReply>, Status> {
+        let who = self.authenticate(&req)?;
+        let CancelRequest { job, kill } = *req.get_ref();
+        let why = format!("cancelled by {} (scorectl)", user_name(who.uid));
+        let r = self.lock().cancel(job, kill, who, &why);
+        self.count(r)
+            .map(|job| Response::new(CancelReply { job: Some(job) }))
+    }
+
+    async fn list_nodes(
+        &self,
+        req: Request<ListNodesRequest>,
+    ) -> Result<Response<ListNodesReply>, Status> {
+        self.authenticate(&req)?;
+        let nodes = self.lock().list_nodes();
+        Ok(Response::new(ListNodesReply { nodes }))
+    }
+
+    async fn drain(&self, req: Request<NodeRequest>) -> Result<Response<NodeReply>, Status> {
+        let who = self.authenticate(&req)?;
+        let r = req.get_ref();
+        let res = self.lock().drain(&r.node, &r.reason, who);
+        self.count(res)
+            .map(|node| Response::new(NodeReply { node: Some(node) }))
+    }
+
+    async fn resume(&self, req: Request<NodeRequest>) -> Result<Response<NodeReply>, Status> {
+        let who = self.authenticate(&req)?;
+        let res = self.lock().resume(&req.get_ref().node, who);
+        self.count(res)
+            .map(|node| Response::new(NodeReply { node: Some(node) }))
+    }
+
+    type AttachStream = CommandStream;
+
+    async fn attach(
+        &self,
+        req: Request<Streaming<AgentMessage>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        let who = self.authenticate(&req)?;
+        if who.uid != 0 {
+            return self.count(Err(Status::permission_denied(format!(
+                "only root may attach an agent (the credential is of uid {})",
+                who.uid
+            ))));
+        }
+        let peer = req
+            .remote_addr()
+            .map(|a| a.ip().to_string())
+            .unwrap_or_default();
+        let mut inbound = req.into_inner();
+        let first = tokio::time::timeout(Duration::from_secs(10), inbound.message())
+            .await
+            .map_err(|_| Status::deadline_exceeded("no Register message within 10 s"))??
+            .ok_or_else(|| Status::invalid_argument("the agent stream closed before Register"))?;
+        let Some(agent_message::Msg::Register(reg)) = first.msg else {
+            return self.count(Err(Status::invalid_argument(
+                "the first message of an Attach stream must be Register",
+            )));
+        };
+        if reg.node.is_empty() {
+            return self.count(Err(Status::invalid_argument(
+                "Register without a node name",
+            )));
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = tx.send(MasterMessage {
+            msg: Some(master_message::Msg::Welcome(Welcome {
+                heartbeat_interval_ms: self.heartbeat_interval.as_millis() as u64,
+            })),
+            job: 0,
+        });
+        let name = reg.node.clone();
+        let conn = self.lock().agent_attached(
+            &name,
+            reg.slots,
+            reg.boot_id,
+            peer,
+            reg.metrics_url.clone(),
+            tx,
+        );
+        if !reg.jobs.is_empty() {
+            tracing::warn!(node = %name, jobs = ?reg.jobs, "agent killed leftover jobs at start");
+        }
+        let state = self.state.clone();
+        tokio::spawn(async move {
+            let why = loop {
+                match inbound.message().await {
+                    Ok(Some(m)) => state
+                        .lock()
+                        .expect("master state lock")
+                        .agent_message(&name, conn, m),
+                    Ok(None) => break "agent disconnected".to_string(),
+                    Err(e) => break format!("agent connection broke: {}", e.message()),
+                }
+            };
+            state
+                .lock()
+                .expect("master state lock")
+                .agent_detached(&name, conn, &why);
+        });
+        let stream = UnboundedReceiverStream::new(rx).map(Ok);
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// Dropped with the event stream of a Run call: if the job is still going,
+/// its scrun has gone away.
+struct ClientGuard {
+    state: Arc<Mutex<State>>,
+    job: u64,
+}
+
+impl Drop for ClientGuard {
+    fn drop(&mut self) {
+        if let Ok(mut st) = self.state.lock() {
+            st.client_gone(self.job);
+        }
+    }
+}
