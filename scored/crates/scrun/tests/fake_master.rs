@@ -1,0 +1,527 @@
+//! scrun against a fake scored master: a tonic server whose `Run` plays a
+//! scenario chosen by the job's argv[0], with real MUNGE authentication
+//! (a munged of the test's own, started in a temporary directory and killed
+//! by PID when the test ends).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use score_auth::Munge;
+use score_proto::v1::master_server::{Master, MasterServer};
+use score_proto::v1::*;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tonic::{Request, Response, Status, Streaming};
+
+const MUNGED: &str = "/usr/sbin/munged";
+const SCRUN: &str = env!("CARGO_BIN_EXE_scrun");
+
+// ------------------------------------------------------------------ munged
+
+/// One munged in the foreground; killed by PID and reaped on drop.
+struct Munged {
+    child: Child,
+    dir: PathBuf,
+    socket: PathBuf,
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+impl Munged {
+    /// None (and a note on stderr) if munged is not installed.
+    fn start() -> Option<Munged> {
+        if !Path::new(MUNGED).exists() {
+            eprintln!("skipped: {MUNGED} is not installed (Debian package munge)");
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "scrun-test-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // munged refuses a socket directory that others cannot search.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let key = dir.join("munge.key");
+        let mut bytes = vec![0u8; 1024];
+        std::io::Read::read_exact(
+            &mut std::fs::File::open("/dev/urandom").unwrap(),
+            &mut bytes,
+        )
+        .unwrap();
+        std::fs::write(&key, bytes).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let socket = dir.join("munge.socket");
+        let child = Command::new(MUNGED)
+            .arg("--foreground")
+            .arg(format!("--socket={}", socket.display()))
+            .arg(format!("--key-file={}", key.display()))
+            .arg(format!("--pid-file={}", dir.join("munged.pid").display()))
+            .arg(format!("--log-file={}", dir.join("munged.log").display()))
+            .arg(format!("--seed-file={}", dir.join("munged.seed").display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("cannot start munged");
+        let mut m = Munged { child, dir, socket };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !m.socket.exists() {
+            if let Some(status) = m.child.try_wait().unwrap() {
+                panic!("munged exited with {status}: {}", m.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "munged did not start: {}",
+                m.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(m)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("munged.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Munged {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+// ------------------------------------------------------------ fake master
+
+/// What the fake master saw.
+#[derive(Debug, Default)]
+struct Seen {
+    uid: Option<u32>,
+    spec: Option<JobSpec>,
+    stdin: Vec<u8>,
+    stdin_eof: bool,
+    cancels: Vec<bool>,
+}
+
+#[derive(Clone)]
+struct Fake {
+    munge: Munge,
+    seen: Arc<Mutex<Seen>>,
+}
+
+type EventStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<JobEvent, Status>> + Send>>;
+
+fn info(state: JobState, reason: &str, nodes: &[&str], exit_status: i32) -> JobInfo {
+    JobInfo {
+        id: 12,
+        name: "prog".into(),
+        state: state as i32,
+        reason: reason.into(),
+        nodes: nodes.iter().map(|s| s.to_string()).collect(),
+        exit_status,
+        ..Default::default()
+    }
+}
+
+fn ev(e: job_event::Event) -> Result<JobEvent, Status> {
+    Ok(JobEvent { event: Some(e) })
+}
+
+fn out(rank: u32, stream: score_proto::v1::Stream, data: &str) -> Result<JobEvent, Status> {
+    ev(job_event::Event::Output(Output {
+        rank,
+        stream: stream as i32,
+        data: data.as_bytes().to_vec(),
+    }))
+}
+
+use job_event::Event::{Accepted, Finished, State};
+use score_proto::v1::Stream::{Stderr as ERR, Stdout as OUT};
+
+#[tonic::async_trait]
+impl Master for Fake {
+    type RunStream = EventStream;
+    type AttachStream =
+        Pin<Box<dyn tokio_stream::Stream<Item = Result<MasterMessage, Status>> + Send>>;
+
+    async fn run(
+        &self,
+        request: Request<Streaming<RunRequest>>,
+    ) -> Result<Response<EventStream>, Status> {
+        let caller = score_auth::verify(&self.munge, &request)?;
+        self.seen.lock().unwrap().uid = Some(caller.uid);
+        let mut inbound = request.into_inner();
+        let spec = match inbound.message().await? {
+            Some(RunRequest {
+                msg: Some(run_request::Msg::Submit(spec)),
+            }) => spec,
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "expected submit, got {other:?}"
+                )))
+            }
+        };
+        self.seen.lock().unwrap().spec = Some(spec.clone());
+        let scenario = spec.argv[0].clone();
+        if scenario == "refuse" {
+            return Err(Status::permission_denied(
+                "jobs of uid 0 are refused on this cluster",
+            ));
+        }
+        let (tx, rx) = mpsc::channel(64);
+        let seen = self.seen.clone();
+        tokio::spawn(async move {
+            let send = |e| {
+                let tx = tx.clone();
+                async move { tx.send(e).await.is_ok() }
+            };
+            send(ev(Accepted(info(JobState::Pending, "", &[], 0)))).await;
+            send(ev(State(info(
+                JobState::Pending,
+                "waiting for 4 nodes",
+                &[],
+                0,
+            ))))
+            .await;
+            let nodes = ["n1", "n2", "n3", "n4"];
+            send(ev(State(info(JobState::Running, "", &nodes, 0)))).await;
+            match scenario.as_str() {
+                "exit3" => {
+                    for e in [
+                        out(0, OUT, "hel"),
+                        out(1, OUT, "world\n"),
+                        out(0, OUT, "lo\n"),
+                        out(3, ERR, "oops\n"),
+                        out(1, OUT, "tail"),
+                    ] {
+                        send(e).await;
+                    }
+                    let reason = "rank 3 on n2 exited with status 3";
+                    send(ev(Finished(info(JobState::Failed, reason, &nodes, 3)))).await;
+                }
+                "echo-stdin" | "cancel" => loop {
+                    let msg = match inbound.message().await {
+                        Ok(Some(m)) => m.msg,
+                        _ => return,
+                    };
+                    match msg {
+                        Some(run_request::Msg::Stdin(c)) => {
+                            {
+                                let mut s = seen.lock().unwrap();
+                                s.stdin.extend_from_slice(&c.data);
+                                s.stdin_eof |= c.eof;
+                            }
+                            if scenario == "echo-stdin" {
+                                send(out(0, OUT, &String::from_utf8_lossy(&c.data))).await;
+                                if c.eof {
+                                    send(ev(Finished(info(JobState::Completed, "", &nodes, 0))))
+                                        .await;
+                                    return;
+                                }
+                            } else if c.eof {
+                                // Ready for the test's Ctrl-C.
+                                send(out(0, OUT, "ready\n")).await;
+                            }
+                        }
+                        Some(run_request::Msg::Cancel(c)) => {
+                            seen.lock().unwrap().cancels.push(c.kill);
+                            send(out(0, OUT, &format!("cancel kill={}\n", c.kill))).await;
+                            if c.kill {
+                                let why = "cancelled by user";
+                                send(ev(Finished(info(JobState::Cancelled, why, &nodes, 130))))
+                                    .await;
+                                return;
+                            }
+                        }
+                        other => panic!("unexpected {other:?}"),
+                    }
+                },
+                "drop" => {
+                    send(out(0, OUT, "bye\n")).await;
+                    send(Err(Status::unavailable("master shutting down"))).await;
+                }
+                _ => {
+                    send(ev(Finished(info(JobState::Completed, "", &nodes, 0)))).await;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn list_jobs(
+        &self,
+        _: Request<ListJobsRequest>,
+    ) -> Result<Response<ListJobsReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    async fn show_job(&self, _: Request<ShowJobRequest>) -> Result<Response<JobInfo>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    async fn cancel(&self, _: Request<CancelRequest>) -> Result<Response<CancelReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    async fn list_nodes(
+        &self,
+        _: Request<ListNodesRequest>,
+    ) -> Result<Response<ListNodesReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    async fn drain(&self, _: Request<NodeRequest>) -> Result<Response<NodeReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    async fn resume(&self, _: Request<NodeRequest>) -> Result<Response<NodeReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    async fn attach(
+        &self,
+        _: Request<Streaming<AgentMessage>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        Err(Status::unimplemented(""))
+    }
+}
+
+/// A munged, a fake master and a configuration file pointing at both.
+struct Cluster {
+    munged: Munged,
+    config: PathBuf,
+    seen: Arc<Mutex<Seen>>,
+}
+
+async fn cluster() -> Option<Cluster> {
+    let munged = Munged::start()?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let fake = Fake {
+        munge: Munge::new(&munged.socket),
+        seen: seen.clone(),
+    };
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(MasterServer::new(fake))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    let config = munged.dir.join("scored.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[client]\nmaster = \"http://{addr}\"\n[munge]\nsocket = \"{}\"\n",
+            munged.socket.display()
+        ),
+    )
+    .unwrap();
+    Some(Cluster {
+        munged,
+        config,
+        seen,
+    })
+}
+
+impl Cluster {
+    fn scrun(&self, args: &[&str]) -> tokio::process::Command {
+        let mut c = tokio::process::Command::new(SCRUN);
+        c.args(args)
+            .env("SCORE_CONFIG", &self.config)
+            .env_remove("SCORE_MASTER")
+            .current_dir(&self.munged.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        c
+    }
+}
+
+async fn output(mut c: tokio::process::Command) -> (i32, String, String) {
+    let o = tokio::time::timeout(Duration::from_secs(30), c.output())
+        .await
+        .expect("scrun did not finish in 30 s")
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+// ------------------------------------------------------------------ tests
+
+async fn next(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) -> Option<String> {
+    tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("no output from scrun in 30 s")
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_exit_status_and_reason() {
+    let Some(c) = cluster().await else { return };
+    let (code, stdout, stderr) = output(c.scrun(&["-nodes=4x2", "exit3", "--nodes", "9"])).await;
+    assert_eq!(code, 3, "stdout: {stdout}\nstderr: {stderr}");
+    assert_eq!(stdout, "helworld\nlo\ntail");
+    assert_eq!(
+        stderr,
+        "oops\nscrun: job 12 failed: rank 3 on n2 exited with status 3\n"
+    );
+
+    let seen = c.seen.lock().unwrap();
+    assert_eq!(seen.uid, Some(unsafe { libc::getuid() }));
+    let spec = seen.spec.as_ref().unwrap();
+    assert_eq!((spec.nodes, spec.ppn), (4, 2));
+    assert_eq!(spec.argv, ["exit3", "--nodes", "9"]);
+    assert_eq!(Path::new(&spec.cwd), c.munged.dir.as_path());
+    assert_eq!(
+        spec.env.get("SCORE_CONFIG").map(PathBuf::from),
+        Some(c.config.clone())
+    );
+    assert!(!spec.stdin_open || seen.stdin_eof || seen.stdin.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn label_verbose_and_options() {
+    let Some(c) = cluster().await else { return };
+    let (code, stdout, stderr) = output(c.scrun(&[
+        "-l",
+        "-v",
+        "--nodes",
+        "4",
+        "--ppn",
+        "2",
+        "--time",
+        "1:30",
+        "--env",
+        "FOO=bar",
+        "--name",
+        "job-x",
+        "--no-stdin",
+        "exit3",
+    ]))
+    .await;
+    assert_eq!(code, 3, "stderr: {stderr}");
+    // Whole lines, each with its rank; the partial "tail" comes at the end.
+    assert_eq!(stdout, "1: world\n0: hello\n1: tail\n");
+    assert_eq!(
+        stderr,
+        "scrun: job 12 submitted\n\
+         scrun: job 12 queued (waiting for 4 nodes)\n\
+         scrun: job 12 running on n1,n2,n3,n4\n\
+         3: oops\n\
+         scrun: job 12 failed: rank 3 on n2 exited with status 3\n"
+    );
+    let seen = c.seen.lock().unwrap();
+    let spec = seen.spec.as_ref().unwrap();
+    assert_eq!((spec.nodes, spec.ppn), (4, 2));
+    assert_eq!(spec.time_limit_ms, 90_000);
+    assert_eq!(spec.env.get("FOO").map(String::as_str), Some("bar"));
+    assert_eq!(spec.name, "job-x");
+    assert!(!spec.stdin_open);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdin_goes_to_the_job() {
+    let Some(c) = cluster().await else { return };
+    let mut cmd = c.scrun(&["echo-stdin"]);
+    cmd.stdin(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"line 1\nline 2\n").await.unwrap();
+    drop(stdin);
+    let o = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(stdout, "line 1\nline 2\n");
+    let seen = c.seen.lock().unwrap();
+    assert!(seen.spec.as_ref().unwrap().stdin_open);
+    assert_eq!(seen.stdin, b"line 1\nline 2\n");
+    assert!(seen.stdin_eof);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_cancels_then_kills() {
+    let Some(c) = cluster().await else { return };
+    let mut child = c.scrun(&["cancel"]).spawn().unwrap();
+    let pid = child.id().unwrap() as i32;
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(next(&mut stdout).await.as_deref(), Some("ready"));
+    unsafe { libc::kill(pid, libc::SIGINT) };
+    assert_eq!(
+        next(&mut stdout).await.as_deref(),
+        Some("cancel kill=false")
+    );
+    unsafe { libc::kill(pid, libc::SIGINT) };
+    assert_eq!(next(&mut stdout).await.as_deref(), Some("cancel kill=true"));
+    assert_eq!(next(&mut stdout).await, None);
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .await
+        .unwrap();
+    let status = child.wait().await.unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert_eq!(
+        stderr,
+        "scrun: cancelling job 12 (press Ctrl-C again to kill it)\n\
+         scrun: killing job 12 (press Ctrl-C again to stop waiting for it)\n\
+         scrun: job 12 cancelled: cancelled by user\n"
+    );
+    assert_eq!(c.seen.lock().unwrap().cancels, [false, true]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_stream_exits_255() {
+    let Some(c) = cluster().await else { return };
+    let (code, stdout, stderr) = output(c.scrun(&["drop"])).await;
+    assert_eq!(code, 255, "{stderr}");
+    assert_eq!(stdout, "bye\n");
+    assert!(
+        stderr.starts_with("scrun: error: lost the connection to the scored master (job 12): ")
+            && stderr.contains("master shutting down"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_are_shown_verbatim() {
+    let Some(c) = cluster().await else { return };
+    let (code, _, stderr) = output(c.scrun(&["-q", "refuse"])).await;
+    assert_eq!(code, 255);
+    assert_eq!(
+        stderr,
+        "scrun: error: jobs of uid 0 are refused on this cluster\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_master_exits_255_naming_it() {
+    let Some(c) = cluster().await else { return };
+    let mut cmd = c.scrun(&["true"]);
+    cmd.env("SCORE_MASTER", "127.0.0.1:1");
+    let (code, _, stderr) = output(cmd).await;
+    assert_eq!(code, 255);
+    assert!(
+        stderr.starts_with("scrun: error: cannot reach the scored master at http://127.0.0.1:1"),
+        "{stderr}"
+    );
+}
