@@ -2,10 +2,11 @@
 
 import argparse
 import json
+import shlex
 import signal
 import sys
 
-from . import build, enter, log, naming, rsh, shape as shape_mod, status, teardown
+from . import build, enter, log, naming, rsh, score, shape as shape_mod, status, teardown
 from .addressing import parse_subnet
 from .errors import VclusterError
 from .shape import Shape
@@ -32,7 +33,10 @@ examples:
   vcluster status
   vcluster down
 
-State: /run/score/vcluster/NAME.json.  Documentation: docs/admin/vcluster.md."""
+  vcluster up --nodes 4 --with-score               # plus munged everywhere, scored master + agents
+  eval "$(vcluster env)"; scrun -nodes=4x1 hostname
+
+State: /run/score/vcluster/NAME.json and /run/score/vcluster/NAME/.  Documentation: docs/admin/vcluster.md."""
 
 UP_HELP = """\
 Create cluster NAME with N nodes (n1..nN) and K networks, or confirm that it is
@@ -46,7 +50,13 @@ has .254.  Inside nodes, nI resolves to its network-0 address, nI-netK to its
 network-K address; nI.NAME and nI-netK.NAME work too.  The same names are added
 to the host's /etc/hosts between '# BEGIN vcluster NAME' and '# END vcluster NAME'.
 
-If anything fails, whatever was created is removed again."""
+If anything fails, whatever was created is removed again.
+
+--with-munge starts one munged per node (inside the node) and one for the host,
+all with one key made for the cluster.  --with-score does that and starts the
+scored master on the host and a scored agent in every node, then waits until
+every node is up (see 'vcluster score-up --help').  Both also work on a
+cluster that is already up; running services are left alone."""
 
 UP_EPILOG = """\
 exit status: 0 if the cluster is up (created or already there), 1 on error,
@@ -54,7 +64,47 @@ exit status: 0 if the cluster is up (created or already there), 1 on error,
 
 examples:
   vcluster up --nodes 4
-  vcluster up --name big --nodes 16 --nics 2 --rate 1gbit --mtu 9000"""
+  vcluster up --name big --nodes 16 --nics 2 --rate 1gbit --mtu 9000
+  vcluster up --nodes 2 --with-score --score-bin target/debug"""
+
+SCORE_UP_HELP = """\
+Start MUNGE and score on cluster NAME, which must be up (idempotent):
+
+  - a MUNGE key for the cluster, /run/score/vcluster/NAME/munge.key (0400);
+  - one munged per node, inside the node, socket /run/score/vcluster/NAME/nI/munge.socket,
+    and one on the host, /run/score/vcluster/NAME/head/munge.socket;
+  - unless --munge-only: the configurations scored.toml (master), nI/scored.toml
+    (agents) and client.toml; the cgroups <cgroup2>/score-vcluster-NAME/nI; the
+    scored master on the host's address of network 0 (port 7100, metrics 7101)
+    and 'scored agent' in every node; then it waits until 'scorectl nodes --json'
+    shows every node up.
+
+Output and logs go to /run/score/vcluster/NAME/{head,nI}/{scored,munged}.log.
+If a service is recorded but no longer runs, the services are restarted.  If
+starting fails, what was started is stopped again; the logs and the network stay."""
+
+SCORE_UP_EPILOG = """\
+exit status: 0 if the services run, 1 on error.
+
+examples:
+  vcluster score-up                     # scored from build/bin, else from PATH
+  vcluster score-up --score-bin scored/target/debug
+  vcluster score-up --munge-only        # munged only (e.g. for Slurm)"""
+
+SCORE_DOWN_HELP = """\
+Stop score and MUNGE on cluster NAME (agents, then the master, then munged:
+SIGTERM, then SIGKILL after --grace seconds), remove its cgroups and
+/run/score/vcluster/NAME/.  The network stays up.  'vcluster down' does this too."""
+
+ENV_HELP = """\
+Print the environment for using score on cluster NAME, as shell commands:
+
+  eval "$(vcluster env)"        # then scrun and scorectl on the host reach the cluster
+
+SCORE_CONFIG names client.toml (with --node nI: the node's scored.toml);
+MUNGE_SOCKET the munged socket for 'munge -S' and 'unmunge -S'; SCORE_BIN the
+directory of scored, scrun and scorectl; VCLUSTER_NAME the cluster.
+'vcluster exec' and 'rsh' set SCORE_CONFIG to the node's configuration by themselves."""
 
 DOWN_HELP = """\
 Remove everything cluster NAME consists of: every process running in its nodes
@@ -154,6 +204,40 @@ def parser():
                          "10.250.0.0/16 .. 10.255.0.0/16)")
     up.add_argument("--json", action="store_true",
                     help='print {"changed": BOOL, "cluster": STATE} on stdout')
+    services = up.add_mutually_exclusive_group()
+    services.add_argument("--with-score", action="store_true",
+                          help="also start munged everywhere and scored (master on the host, "
+                               "an agent per node)")
+    services.add_argument("--with-munge", action="store_true",
+                          help="also start munged everywhere (no scored)")
+    up.add_argument("--score-bin", metavar="DIR",
+                    help="directory of scored and scorectl (default: build/bin of the "
+                         "repository if scored is there, else PATH)")
+
+    sup = sub.add_parser("score-up", parents=[common], help="start MUNGE and score on a cluster",
+                         description=SCORE_UP_HELP, epilog=SCORE_UP_EPILOG,
+                         formatter_class=_formatter)
+    sup.add_argument("--name", default=naming.DEFAULT_CLUSTER, metavar="NAME",
+                     help=f"cluster (default {naming.DEFAULT_CLUSTER})")
+    sup.add_argument("--munge-only", action="store_true", help="start munged only")
+    sup.add_argument("--score-bin", metavar="DIR",
+                     help="directory of scored and scorectl (default: build/bin, else PATH)")
+    sup.add_argument("--json", action="store_true",
+                     help='print {"changed": BOOL, "cluster": STATE} on stdout')
+
+    sdown = sub.add_parser("score-down", parents=[common], help="stop score and MUNGE on a cluster",
+                           description=SCORE_DOWN_HELP, formatter_class=_formatter)
+    sdown.add_argument("--name", default=naming.DEFAULT_CLUSTER, metavar="NAME",
+                       help=f"cluster (default {naming.DEFAULT_CLUSTER})")
+    sdown.add_argument("--grace", type=float, default=score.DEFAULT_GRACE, metavar="SECONDS",
+                       help=f"time between SIGTERM and SIGKILL (default {score.DEFAULT_GRACE:g})")
+
+    env = sub.add_parser("env", help="print the environment for score on a cluster",
+                         description=ENV_HELP, formatter_class=_formatter)
+    env.add_argument("--name", metavar="NAME",
+                     help="cluster (default: $VCLUSTER_NAME, else the only cluster up)")
+    env.add_argument("--node", metavar="NODE", help="the environment inside node NODE")
+    env.add_argument("--json", action="store_true", help="print a JSON object instead")
 
     down = sub.add_parser("down", parents=[common], help="remove a cluster (idempotent)",
                           description=DOWN_HELP, epilog=DOWN_EPILOG, formatter_class=_formatter)
@@ -210,7 +294,8 @@ def main(argv=None):
             return _rsh(argv[1:])
         args = parser().parse_args(argv)
         log.set_quiet(getattr(args, "quiet", False))
-        return {"up": _up, "down": _down, "exec": _exec, "status": _status}[args.command](args)
+        return {"up": _up, "down": _down, "exec": _exec, "status": _status,
+                "score-up": _score_up, "score-down": _score_down, "env": _env}[args.command](args)
     except VclusterError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return e.status
@@ -227,9 +312,50 @@ def _up(args):
     rate = shape_mod.parse_rate(args.rate) if args.rate is not None else None
     shape = Shape(nodes=args.nodes, nics=args.nics, rate=rate, mtu=args.mtu).validate()
     subnet = parse_subnet(args.subnet) if args.subnet else None
+    if args.score_bin and not args.with_score:
+        raise VclusterError("--score-bin needs --with-score", 2)
+    if args.with_score or args.with_munge:  # before building anything: fail early and cheaply
+        score.munged_tool()
+    if args.with_score:
+        score.find_bin(args.score_bin)
     changed, record = build.up(name, shape, subnet)
+    if args.with_score or args.with_munge:
+        started, record = score.up(name, args.with_score, args.score_bin)
+        changed = changed or started
     if args.json:
         print(json.dumps({"changed": changed, "cluster": record}, indent=2))
+    return 0
+
+
+def _score_up(args):
+    name = naming.validate_cluster_name(args.name)
+    changed, record = score.up(name, not args.munge_only, args.score_bin)
+    if args.json:
+        print(json.dumps({"changed": changed, "cluster": record}, indent=2))
+    return 0
+
+
+def _score_down(args):
+    if args.grace < 0:
+        raise VclusterError("--grace must not be negative")
+    score.down(naming.validate_cluster_name(args.name), grace=args.grace)
+    return 0
+
+
+def _env(args):
+    current = enter.pick_cluster(args.name, args.node)
+    node = None
+    if args.node:
+        node = enter.resolve_node(current, args.node)[1].name
+    env = score.environment(current, node)
+    if args.json:
+        print(json.dumps(env, indent=2))
+    else:
+        for key, value in env.items():
+            print(f"export {key}={shlex.quote(value)}")
+    if not current.get("score"):
+        log.warn(f"score is not running on cluster {current['name']}; "
+                 f"start it with 'vcluster score-up --name {current['name']}'")
     return 0
 
 

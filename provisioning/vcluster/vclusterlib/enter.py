@@ -5,13 +5,15 @@ UTS, mount) with nsenter, then a small sh changes back to the caller's working
 directory (joining a mount namespace resets it to /) and execs the command
 exactly as given.  vcluster itself execs that command line, so stdin, stdout,
 stderr, signals and the exit status are the command's own, and the
-environment is passed on unchanged.
+environment is passed on unchanged, except that on a cluster running score
+SCORE_CONFIG names the node's configuration (unless it names a file outside
+the cluster's service directory).
 """
 
 import os
 import sys
 
-from . import holder, naming, state, system
+from . import holder, naming, score, state, system
 from .errors import VclusterError
 
 
@@ -91,6 +93,7 @@ def exec_in(name, target, argv):
     current = pick_cluster(name, target)
     layout, node = resolve_node(current, target)
     full = command(holder_pid(current, layout, node), argv)
+    env = score.exec_environment(current, node.name, os.environ)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(full[0], full)
+    os.execve(full[0], full, env)

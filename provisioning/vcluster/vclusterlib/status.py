@@ -2,7 +2,7 @@
 
 import json
 
-from . import holder, naming, procs, state, system, teardown
+from . import holder, naming, procs, score, state, system, teardown
 from .shape import format_rate
 
 NOT_UP = 3  # exit status of `status --name NAME` for a cluster that is not up (as LSB)
@@ -31,6 +31,11 @@ def gather(name):
             by_name[netns_of[ns]]["processes"].append({"pid": pid, "command": procs.cmdline(pid)})
     report["nodes"] = nodes
     report["healthy"] = all(n["running"] for n in nodes)
+    if current.get("score"):
+        munge_ok, scored_ok, problems = score.running(current)
+        report["score"] = dict(current["score"], munge_running=munge_ok,
+                               scored_running=scored_ok, not_running=problems,
+                               env=score.environment(current))
     return report
 
 
@@ -83,5 +88,16 @@ def _render(report):
         lines.append(f"    {node['name']:<4} {state_word:<14} {nics}")
         for p in node["processes"]:
             lines.append(f"         {p['pid']:>7}  {p['command']}")
+    svc = report.get("score")
+    if svc:
+        lines.append("  services:" + ("" if not svc["not_running"] else
+                                      "  [NOT RUNNING: " + ", ".join(svc["not_running"]) + "]"))
+        lines.append(f"    munged   {len(svc.get('munged') or {})} daemons, key {svc.get('key')}")
+        scored = svc.get("scored")
+        if scored:
+            lines.append(f"    scored   master {scored['master']} at {scored['url']}, "
+                         f"{len(scored['agents'])} agents, binaries {scored['bin']}")
+        for key, value in svc["env"].items():
+            lines.append(f"    export {key}={value}")
     return "\n".join(lines)
 

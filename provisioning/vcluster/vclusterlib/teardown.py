@@ -12,8 +12,12 @@ by its name (see naming.py), so `down` cleans up after a crash, a half-built
     namespaces  /run/netns/vcluster-NAME-nI
     files       /etc/netns/vcluster-NAME-nI/, the block in /etc/hosts, the
                 state file
+    services    munged and scored processes whose command line names a path
+                under /run/score/vcluster/NAME/ (see score.py), the cgroup
+                <cgroup2>/score-vcluster-NAME and that directory
 
-Processes go first, while their network still works, so that daemons can shut
+Services go first (agents, master, munged: score.stop), then the other
+processes, while their network still works, so that daemons can shut
 down cleanly.  Namespaces go before links: the kernel removes all interfaces
 of a dying namespace in one batch (and with them the veths' host ends), while
 deleting veths one by one waits for an RCU grace period each (64 x 8 veths:
@@ -21,10 +25,11 @@ deleting veths one by one waits for an RCU grace period each (64 x 8 veths:
 for them (bounded) and then deletes whatever is left, bridges last.
 """
 
+import shutil
 import time
 from dataclasses import dataclass, field
 
-from . import holder, hosts, log, naming, procs, state, system
+from . import holder, hosts, log, naming, procs, score, state, system
 from .errors import VclusterError
 
 DEFAULT_GRACE = 3.0
@@ -40,19 +45,26 @@ class Found:
     node_dirs: list = field(default_factory=list)
     host_block: bool = False
     state_file: bool = False
+    services: dict = field(default_factory=dict)   # pid -> (role, node)
+    service_dir: bool = False
+    cgroup: bool = False
 
     def empty(self):
         return not (self.netns or self.links or self.holders or self.node_dirs
-                    or self.host_block or self.state_file)
+                    or self.host_block or self.state_file or self.services
+                    or self.service_dir or self.cgroup)
 
     def summary(self):
         parts = [_count(len(items), *words) for items, words in (
             (self.netns, ("namespace", "namespaces")),
             (self.links, ("link", "links")),
             (self.holders, ("holder process", "holder processes")),
-            (self.node_dirs, ("/etc/netns directory", "/etc/netns directories"))) if items]
+            (self.node_dirs, ("/etc/netns directory", "/etc/netns directories")),
+            (self.services, ("munged/scored process", "munged/scored processes"))) if items]
         parts += [what for present, what in ((self.host_block, "/etc/hosts block"),
-                                             (self.state_file, "state file")) if present]
+                                             (self.state_file, "state file"),
+                                             (self.service_dir, "service directory"),
+                                             (self.cgroup, "cgroup")) if present]
         return ", ".join(parts) or "nothing"
 
 
@@ -74,6 +86,10 @@ def discover(name, include_state=True):
     found.node_dirs = hosts.node_dirs(name)
     found.host_block = name in hosts.host_block_clusters()
     found.state_file = include_state and state.exists(name)
+    found.services = score.find(name)
+    found.service_dir = score.service_dir(name).exists()
+    cgroup = score.cgroup_dir(name)
+    found.cgroup = bool(cgroup and cgroup.exists())
     return found
 
 
@@ -83,6 +99,7 @@ def all_clusters():
     names |= {parsed[0] for parsed in map(naming.parse_netns_name, system.list_netns()) if parsed}
     names |= {naming.parse_link_alias(link["alias"]) for link in system.list_links()} - {None}
     names |= {cluster for cluster, _ in holder.find()}
+    names |= score.clusters_with_leftovers()
     if hosts.ETC_NETNS.is_dir():
         names |= {parsed[0] for parsed in map(naming.parse_netns_name,
                                               (p.name for p in hosts.ETC_NETNS.iterdir())) if parsed}
@@ -131,6 +148,10 @@ def _wait_for_veths_to_go(found, timeout=VETH_WAIT):
 
 
 def _remove(found, grace):
+    if found.services:
+        survivors = score.stop(found.name, grace)
+        if survivors:
+            log.warn("services that ignored SIGKILL: " + ", ".join(map(str, survivors)))
     ns_ids = {procs.netns_id(f"/run/netns/{ns}") for ns in found.netns}
     ns_ids |= {procs.netns_id(f"/proc/{pid}/ns/net") for pid in found.holders.values()}
     # Never the host's own namespace, whatever a broken holder may claim.
@@ -151,6 +172,13 @@ def _remove(found, grace):
         log.step(f"deleting {len(links)} links")
         links.sort(key=lambda link: link[1] == "bridge")  # bridges after their ports
         system.batch("ip", [f"link del dev {ifname}" for ifname, _ in links], force=True)
+    if found.cgroup:
+        try:
+            score.remove_cgroups(found.name)
+        except VclusterError as e:
+            log.warn(str(e))
+    if found.service_dir:
+        shutil.rmtree(score.service_dir(found.name), ignore_errors=True)
     hosts.remove_node_dirs(found.name)
     hosts.remove_host_block(found.name)
     state.remove(found.name)
