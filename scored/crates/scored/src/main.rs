@@ -8,6 +8,7 @@ mod metrics_http;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -65,6 +66,7 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let config = score_config::Config::load(cli.config.as_deref()).context("configuration")?;
     let rt = tokio::runtime::Builder::new_multi_thread()
