@@ -8,6 +8,11 @@ pass or fail:
         vc = vcluster(nodes=2, nics=2, rate="1gbit")
         vc.exec("n1", "ping", "-c1", "-W1", vc.address("n2", net=1), check=True)
 
+With `vcluster(nodes=2, with_score=True)` the cluster also runs munged on
+every node and scored (master on the host, an agent per node), from
+`score_bin` (default: build/bin, else PATH); `with_munge=True` starts munged
+only.  `vc.score_env()` is the environment for scrun/scorectl on the host.
+
 Every cluster gets a unique name (t<pid><counter>), so tests never touch a
 cluster somebody else has up, and every process a test starts with
 `vc.popen()` is killed by PID before the cluster goes down.  The tests need
@@ -103,6 +108,25 @@ class VirtualCluster:
         self._popened.append(proc)
         return proc
 
+    @property
+    def services(self):
+        """The "score" part of the state: munged and scored PIDs, paths (or {})."""
+        return self.state.get("score") or {}
+
+    @property
+    def service_dir(self):
+        return Path("/run/score/vcluster") / self.name
+
+    def munge_socket(self, node="head"):
+        return str(self.service_dir / node / "munge.socket")
+
+    def score_env(self, node=None):
+        """os.environ plus what `vcluster env` prints (SCORE_CONFIG, MUNGE_SOCKET, ...)."""
+        args = ["env", "--json", "--name", self.name] + (["--node", node] if node else [])
+        proc = run_vcluster(*args)
+        assert proc.returncode == 0, proc.stderr
+        return dict(self.env, **json.loads(proc.stdout))
+
     def status(self):
         proc = run_vcluster("status", "--name", self.name, "--json")
         assert proc.returncode == 0, proc.stderr
@@ -159,15 +183,22 @@ class ClusterFactory:
     def __init__(self):
         self.names, self.clusters = [], []
 
-    def __call__(self, nodes=2, nics=1, rate=None, mtu=None):
+    def __call__(self, nodes=2, nics=1, rate=None, mtu=None, with_score=False, with_munge=False,
+                 score_bin=None):
         name = unique_cluster_name()
         args = ["up", "--json", "--name", name, "--nodes", nodes, "--nics", nics]
         if rate:
             args += ["--rate", rate]
         if mtu:
             args += ["--mtu", mtu]
+        if with_score:
+            args.append("--with-score")
+            if score_bin:
+                args += ["--score-bin", score_bin]
+        elif with_munge:
+            args.append("--with-munge")
         self.names.append(name)  # before `up`: close() also cleans a half-failed up
-        proc = run_vcluster(*args)
+        proc = run_vcluster(*args, timeout=COMMAND_TIMEOUT + (30 if with_score else 0))
         assert proc.returncode == 0, f"vcluster {' '.join(map(str, args))} failed: {proc.stderr}"
         cluster = VirtualCluster(name, json.loads(proc.stdout)["cluster"])
         self.clusters.append(cluster)
@@ -186,7 +217,8 @@ class ClusterFactory:
 
 @pytest.fixture
 def vcluster(require_root):
-    """Factory: vcluster(nodes=2, nics=1, rate=None, mtu=None) -> VirtualCluster.
+    """Factory: vcluster(nodes=2, nics=1, rate=None, mtu=None, with_score=False,
+    with_munge=False, score_bin=None) -> VirtualCluster.
 
     Every cluster it made is taken down when the test ends, pass or fail."""
     factory = ClusterFactory()

@@ -16,6 +16,8 @@ network.  Each module has one responsibility:
     procs       finding and ending the processes that run inside a node
     build       `up`: creating a cluster, rolling back on failure
     teardown    `down`: discovering and removing everything of a cluster
+    score       services on a cluster: munged everywhere, scored master and
+                agents, their configurations and cgroups (--with-score)
     enter       resolving a node and building the command that enters it
     rsh         ssh/rsh-compatible argument parsing
     status      gathering and printing what is up

@@ -213,6 +213,9 @@ def parser():
     up.add_argument("--score-bin", metavar="DIR",
                     help="directory of scored and scorectl (default: build/bin of the "
                          "repository if scored is there, else PATH)")
+    up.add_argument("--ready-timeout", type=float, default=score.READY_TIMEOUT, metavar="SECONDS",
+                    help="with --with-score: how long to wait for every node to be up "
+                         f"(default {score.READY_TIMEOUT:g})")
 
     sup = sub.add_parser("score-up", parents=[common], help="start MUNGE and score on a cluster",
                          description=SCORE_UP_HELP, epilog=SCORE_UP_EPILOG,
@@ -222,6 +225,8 @@ def parser():
     sup.add_argument("--munge-only", action="store_true", help="start munged only")
     sup.add_argument("--score-bin", metavar="DIR",
                      help="directory of scored and scorectl (default: build/bin, else PATH)")
+    sup.add_argument("--ready-timeout", type=float, default=score.READY_TIMEOUT, metavar="SECONDS",
+                     help=f"how long to wait for every node to be up (default {score.READY_TIMEOUT:g})")
     sup.add_argument("--json", action="store_true",
                      help='print {"changed": BOOL, "cluster": STATE} on stdout')
 
@@ -320,7 +325,7 @@ def _up(args):
         score.find_bin(args.score_bin)
     changed, record = build.up(name, shape, subnet)
     if args.with_score or args.with_munge:
-        started, record = score.up(name, args.with_score, args.score_bin)
+        started, record = score.up(name, args.with_score, args.score_bin, args.ready_timeout)
         changed = changed or started
     if args.json:
         print(json.dumps({"changed": changed, "cluster": record}, indent=2))
@@ -329,7 +334,9 @@ def _up(args):
 
 def _score_up(args):
     name = naming.validate_cluster_name(args.name)
-    changed, record = score.up(name, not args.munge_only, args.score_bin)
+    if args.score_bin and args.munge_only:
+        raise VclusterError("--score-bin makes no sense with --munge-only", 2)
+    changed, record = score.up(name, not args.munge_only, args.score_bin, args.ready_timeout)
     if args.json:
         print(json.dumps({"changed": changed, "cluster": record}, indent=2))
     return 0

@@ -523,7 +523,7 @@ def _start_scored(argv, logfile, what):
                                 cwd="/", start_new_session=True)
 
 
-def start_scored(current, layout, paths, bins):
+def start_scored(current, layout, paths, bins, ready_timeout=READY_TIMEOUT):
     """Write the configurations, start the master and the agents, wait until
     every node is up.  Returns {"master": pid, "agents": {node: pid}}."""
     mount = prepare_cgroups(current, layout)
@@ -541,7 +541,7 @@ def start_scored(current, layout, paths, bins):
                         [bins["scored"], "agent", "--config", str(paths.agent_config(node.name))])
         started[node.name] = _start_scored(argv, paths.scored_log(node.name),
                                            f"scored agent {node.name}")
-    wait_ready(layout, paths, bins, started)
+    wait_ready(layout, paths, bins, started, ready_timeout)
     return {"master": started[HEAD].pid,
             "agents": {n: p.pid for n, p in started.items() if n != HEAD}}
 
@@ -634,7 +634,7 @@ def running(current):
     return munge_ok, scored_ok, problems
 
 
-def up(name, with_scored, score_bin=None):
+def up(name, with_scored, score_bin=None, ready_timeout=READY_TIMEOUT):
     """Start MUNGE (and with_scored: scored) on cluster `name`, which must be
     up.  Idempotent.  Returns (changed, state)."""
     system.require_root()
@@ -666,7 +666,7 @@ def up(name, with_scored, score_bin=None):
                 stop(name, roles=("agent", "master", "scored"))
                 remove_cgroups(name)
             if with_scored:
-                svc["scored"] = dict(start_scored(current, layout, paths, bins),
+                svc["scored"] = dict(start_scored(current, layout, paths, bins, ready_timeout),
                                      bin=str(Path(bins["scored"]).parent),
                                      url=master_url(layout))
                 svc["client_config"] = str(paths.client_config)
