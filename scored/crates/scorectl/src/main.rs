@@ -24,8 +24,8 @@ Show and manage the jobs and nodes of a score cluster.
 
 scorectl asks the scored master (authenticated with MUNGE, like scrun) and \
 prints what it answers: aligned tables for people, or JSON with --json for \
-scripts. Anyone may look; cancelling a job is for its owner and root, \
-draining and resuming nodes for root (the master decides and says why not).";
+scripts. The master decides who may cancel a job or drain and resume a \
+node, and says why when it refuses.";
 
 const AFTER_LONG_HELP: &str = "\
 EXAMPLES:
