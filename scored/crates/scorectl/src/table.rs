@@ -206,10 +206,10 @@ pub fn show_job(j: &JobInfo, now_ms: u64) -> String {
     for e in &j.exits {
         kv.push(("exit", describe_exit(e)));
     }
-    let w = kv.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
+    // One width whatever lines there are: "exit status:" is the longest key.
     let mut out = String::new();
     for (k, v) in kv {
-        let _ = writeln!(out, "{:<w$} {v}", format!("{k}:"), w = w);
+        let _ = writeln!(out, "{:<12} {v}", format!("{k}:"));
     }
     out
 }

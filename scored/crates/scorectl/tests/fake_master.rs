@@ -1,0 +1,430 @@
+//! scorectl against a fake scored master (a tonic server with canned
+//! answers), with real MUNGE authentication: a munged of the test's own,
+//! started in a temporary directory and killed by PID when the test ends.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use score_auth::Munge;
+use score_proto::v1::master_server::{Master, MasterServer};
+use score_proto::v1::*;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Response, Status, Streaming};
+
+const MUNGED: &str = "/usr/sbin/munged";
+const SCORECTL: &str = env!("CARGO_BIN_EXE_scorectl");
+
+// ------------------------------------------------------------------ munged
+
+/// One munged in the foreground; killed by PID and reaped on drop.
+struct Munged {
+    child: Child,
+    dir: PathBuf,
+    socket: PathBuf,
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+impl Munged {
+    /// None (and a note on stderr) if munged is not installed.
+    fn start() -> Option<Munged> {
+        if !Path::new(MUNGED).exists() {
+            eprintln!("skipped: {MUNGED} is not installed (Debian package munge)");
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "scorectl-test-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // munged refuses a socket directory that others cannot search.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let key = dir.join("munge.key");
+        let mut bytes = vec![0u8; 1024];
+        std::io::Read::read_exact(
+            &mut std::fs::File::open("/dev/urandom").unwrap(),
+            &mut bytes,
+        )
+        .unwrap();
+        std::fs::write(&key, bytes).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let socket = dir.join("munge.socket");
+        let child = Command::new(MUNGED)
+            .arg("--foreground")
+            .arg(format!("--socket={}", socket.display()))
+            .arg(format!("--key-file={}", key.display()))
+            .arg(format!("--pid-file={}", dir.join("munged.pid").display()))
+            .arg(format!("--log-file={}", dir.join("munged.log").display()))
+            .arg(format!("--seed-file={}", dir.join("munged.seed").display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("cannot start munged");
+        let mut m = Munged { child, dir, socket };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !m.socket.exists() {
+            if let Some(status) = m.child.try_wait().unwrap() {
+                panic!("munged exited with {status}: {}", m.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "munged did not start: {}",
+                m.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(m)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("munged.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Munged {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+// ------------------------------------------------------------ fake master
+
+#[derive(Debug, Default)]
+struct Seen {
+    uids: Vec<u32>,
+    list_all: Option<bool>,
+    cancel: Option<(u64, bool)>,
+    drain: Option<(String, String)>,
+}
+
+#[derive(Clone)]
+struct Fake {
+    munge: Munge,
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl Fake {
+    fn auth<T>(&self, req: &Request<T>) -> Result<(), Status> {
+        let caller = score_auth::verify(&self.munge, req)?;
+        self.seen.lock().unwrap().uids.push(caller.uid);
+        Ok(())
+    }
+}
+
+fn node(name: &str, state: NodeState, jobs: Vec<u64>, reason: &str) -> NodeInfo {
+    NodeInfo {
+        name: name.into(),
+        state: state as i32,
+        reason: reason.into(),
+        slots: 8,
+        jobs,
+        last_seen_ms: 1_700_000_000_000,
+        address: "10.0.0.1:40000".into(),
+        metrics_url: "http://10.0.0.1:7102/metrics".into(),
+        boot_id: 7,
+    }
+}
+
+fn job(id: u64, state: JobState) -> JobInfo {
+    JobInfo {
+        id,
+        name: "a.out".into(),
+        uid: 1000,
+        gid: 1000,
+        user: "alice".into(),
+        spec: Some(JobSpec {
+            nodes: 2,
+            ppn: 4,
+            argv: vec!["./a.out".into(), "in put".into()],
+            cwd: "/home/alice".into(),
+            ..Default::default()
+        }),
+        state: state as i32,
+        nodes: vec!["n1".into(), "n2".into()],
+        submit_time_ms: 1_700_000_000_000,
+        start_time_ms: 1_700_000_001_000,
+        ..Default::default()
+    }
+}
+
+type Never<T> = Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Master for Fake {
+    type RunStream = Never<JobEvent>;
+    type AttachStream = Never<MasterMessage>;
+
+    async fn run(
+        &self,
+        _: Request<Streaming<RunRequest>>,
+    ) -> Result<Response<Self::RunStream>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    async fn list_jobs(
+        &self,
+        req: Request<ListJobsRequest>,
+    ) -> Result<Response<ListJobsReply>, Status> {
+        self.auth(&req)?;
+        let all = req.get_ref().all;
+        self.seen.lock().unwrap().list_all = Some(all);
+        let mut jobs = vec![job(13, JobState::Running)];
+        if all {
+            let mut done = job(12, JobState::Failed);
+            done.reason = "rank 3 on n2 exited with status 7".into();
+            done.end_time_ms = done.start_time_ms + 61_000;
+            jobs.push(done);
+        }
+        Ok(Response::new(ListJobsReply { jobs }))
+    }
+    async fn show_job(&self, req: Request<ShowJobRequest>) -> Result<Response<JobInfo>, Status> {
+        self.auth(&req)?;
+        match req.get_ref().job {
+            13 => Ok(Response::new(job(13, JobState::Running))),
+            n => Err(Status::not_found(format!("no job {n}"))),
+        }
+    }
+    async fn cancel(&self, req: Request<CancelRequest>) -> Result<Response<CancelReply>, Status> {
+        self.auth(&req)?;
+        let r = req.get_ref();
+        self.seen.lock().unwrap().cancel = Some((r.job, r.kill));
+        Ok(Response::new(CancelReply {
+            job: Some(job(r.job, JobState::Completing)),
+        }))
+    }
+    async fn list_nodes(
+        &self,
+        req: Request<ListNodesRequest>,
+    ) -> Result<Response<ListNodesReply>, Status> {
+        self.auth(&req)?;
+        Ok(Response::new(ListNodesReply {
+            nodes: vec![
+                node("n1", NodeState::Up, vec![13], ""),
+                node("n2", NodeState::Down, vec![], "no heartbeat for 10000 ms"),
+            ],
+        }))
+    }
+    async fn drain(&self, req: Request<NodeRequest>) -> Result<Response<NodeReply>, Status> {
+        self.auth(&req)?;
+        let r = req.get_ref();
+        self.seen.lock().unwrap().drain = Some((r.node.clone(), r.reason.clone()));
+        Ok(Response::new(NodeReply {
+            node: Some(node(&r.node, NodeState::Drained, vec![], &r.reason)),
+        }))
+    }
+    async fn resume(&self, req: Request<NodeRequest>) -> Result<Response<NodeReply>, Status> {
+        self.auth(&req)?;
+        Err(Status::permission_denied(
+            "only root may resume a node (you are uid 1000)",
+        ))
+    }
+    async fn attach(
+        &self,
+        _: Request<Streaming<AgentMessage>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        Err(Status::unimplemented(""))
+    }
+}
+
+struct Cluster {
+    munged: Munged,
+    config: PathBuf,
+    seen: Arc<Mutex<Seen>>,
+}
+
+async fn cluster() -> Option<Cluster> {
+    let munged = Munged::start()?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let fake = Fake {
+        munge: Munge::new(&munged.socket),
+        seen: seen.clone(),
+    };
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(MasterServer::new(fake))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    let config = munged.dir.join("scored.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[client]\nmaster = \"http://{addr}\"\n[munge]\nsocket = \"{}\"\n",
+            munged.socket.display()
+        ),
+    )
+    .unwrap();
+    Some(Cluster {
+        munged,
+        config,
+        seen,
+    })
+}
+
+impl Cluster {
+    /// Runs scorectl with `--config` (not $SCORE_CONFIG, to test the option).
+    async fn scorectl(&self, args: &[&str]) -> (i32, String, String) {
+        let o = tokio::process::Command::new(SCORECTL)
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .env_remove("SCORE_CONFIG")
+            .env_remove("SCORE_MASTER")
+            .current_dir(&self.munged.dir)
+            .stdin(Stdio::null())
+            .output();
+        let o = tokio::time::timeout(Duration::from_secs(30), o)
+            .await
+            .unwrap()
+            .unwrap();
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    }
+}
+
+// ------------------------------------------------------------------ tests
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_as_json_and_table() {
+    let Some(c) = cluster().await else { return };
+    let (code, out, err) = c.scorectl(&["nodes", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let nodes = v.as_array().expect("an array");
+    assert_eq!(nodes.len(), 2);
+    assert_eq!(nodes[0]["name"], "n1");
+    assert_eq!(nodes[0]["state"], "up");
+    assert_eq!(nodes[0]["jobs"], serde_json::json!([13]));
+    assert_eq!(nodes[1]["state"], "down");
+    for key in [
+        "name",
+        "state",
+        "reason",
+        "slots",
+        "jobs",
+        "last_seen_ms",
+        "address",
+        "metrics_url",
+    ] {
+        assert!(nodes[1].get(key).is_some(), "{key} missing in {out}");
+    }
+
+    let (code, out, _) = c.scorectl(&["nodes"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(
+        out,
+        "NODE  STATE  SLOTS  JOBS  REASON\n\
+         n1    up         8  13\n\
+         n2    down       8  -     no heartbeat for 10000 ms\n"
+    );
+    let me = unsafe { libc::getuid() };
+    assert!(c.seen.lock().unwrap().uids.iter().all(|&u| u == me));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_and_show() {
+    let Some(c) = cluster().await else { return };
+    let (code, out, err) = c.scorectl(&["jobs", "--all"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(c.seen.lock().unwrap().list_all, Some(true));
+    // The running job started in 2023: its ELAPSED is days long and widens
+    // the column, so compare words.
+    let words: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        words[0],
+        ["JOBID", "NAME", "USER", "STATE", "NODES", "ELAPSED", "NODELIST", "REASON"]
+    );
+    assert_eq!(
+        words[1].join(" "),
+        "12 a.out alice failed 2x4 1:01 n1,n2 rank 3 on n2 exited with status 7"
+    );
+    assert_eq!(words[2][..5], ["13", "a.out", "alice", "running", "2x4"]);
+    assert!(words[2][5].contains('-'), "{out}");
+    let header = out.lines().next().unwrap();
+    let row = out.lines().nth(1).unwrap();
+    assert_eq!(
+        header.find("REASON"),
+        row.find("rank 3"),
+        "columns align:\n{out}"
+    );
+
+    let (code, out, _) = c.scorectl(&["--json", "jobs"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(c.seen.lock().unwrap().list_all, Some(false));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v[0]["id"], 13);
+    assert_eq!(v[0]["state"], "running");
+    assert_eq!(v[0]["nodes_requested"], 2);
+    assert_eq!(v[0]["ppn"], 4);
+    assert_eq!(v[0]["argv"], serde_json::json!(["./a.out", "in put"]));
+
+    let (code, out, _) = c.scorectl(&["show", "13"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("\ncommand:     ./a.out 'in put'\n"), "{out}");
+    assert!(out.contains("\nallocation:  n1,n2\n"), "{out}");
+
+    let (code, out, err) = c.scorectl(&["show", "99"]).await;
+    assert_eq!((code, out.as_str()), (1, ""));
+    assert_eq!(err, "scorectl: error: no job 99\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_drain_resume() {
+    let Some(c) = cluster().await else { return };
+    let (code, out, err) = c.scorectl(&["cancel", "13", "--kill"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "job 13: killing (state: completing)\n");
+    assert_eq!(c.seen.lock().unwrap().cancel, Some((13, true)));
+
+    let (code, out, _) = c.scorectl(&["drain", "n2", "--reason", "bad DIMM"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(out, "node n2: drained (bad DIMM)\n");
+    assert_eq!(
+        c.seen.lock().unwrap().drain,
+        Some(("n2".to_string(), "bad DIMM".to_string()))
+    );
+    let (code, out, _) = c.scorectl(&["drain", "n2", "--json"]).await;
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["state"], "drained");
+
+    let (code, _, err) = c.scorectl(&["resume", "n2"]).await;
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        "scorectl: error: only root may resume a node (you are uid 1000)\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_errors_exit_2_and_no_master_exits_1() {
+    let Some(c) = cluster().await else { return };
+    let (code, _, err) = c.scorectl(&["show", "twelve"]).await;
+    assert_eq!(code, 2);
+    assert!(
+        err.starts_with("scorectl: error: invalid value 'twelve'"),
+        "{err}"
+    );
+    let (code, _, err) = c.scorectl(&["--master", "127.0.0.1:1", "nodes"]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("scorectl: error: cannot reach the scored master at http://127.0.0.1:1"),
+        "{err}"
+    );
+}
