@@ -30,8 +30,8 @@ FAKE_BIN = Path(__file__).resolve().parent / "fake_score"
 REAL_BIN = REPO_ROOT / "build" / "bin"
 STATE_DIR = Path("/run/score/vcluster")
 
-needs_munge = pytest.mark.skipif(not shutil.which("munged", path="/usr/sbin:/sbin:" + os.environ.get("PATH", "")),
-                                 reason="munged is not installed (apt-get install munge)")
+_MUNGED = shutil.which("munged", path="/usr/sbin:/sbin:" + os.environ.get("PATH", ""))
+needs_munge = pytest.mark.skipif(not _MUNGED, reason="munged is not installed (apt-get install munge)")
 needs_scored = pytest.mark.skipif(not (REAL_BIN / "scored").is_file(),
                                   reason="build/bin/scored is not built yet (make)")
 

@@ -81,7 +81,7 @@ Start MUNGE and score on cluster NAME, which must be up (idempotent):
 
 Output and logs go to /run/score/vcluster/NAME/{head,nI}/{scored,munged}.log.
 If a service is recorded but no longer runs, the services are restarted.  If
-starting fails, what was started is stopped again; the logs and the network stay."""
+starting fails, the services are stopped again; the logs and the network stay."""
 
 SCORE_UP_EPILOG = """\
 exit status: 0 if the services run, 1 on error.
@@ -107,10 +107,11 @@ directory of scored, scrun and scorectl; VCLUSTER_NAME the cluster.
 'vcluster exec' and 'rsh' set SCORE_CONFIG to the node's configuration by themselves."""
 
 DOWN_HELP = """\
-Remove everything cluster NAME consists of: every process running in its nodes
+Remove everything cluster NAME consists of: its services (scored agents, the
+master, munged; see score-up), every process running in its nodes
 (SIGTERM, then SIGKILL after --grace seconds), the holder processes, network
 namespaces, veths, bridges, /etc/netns/vcluster-NAME-* directories, the block
-in /etc/hosts and the state file.
+in /etc/hosts, the state file, the cgroups and /run/score/vcluster/NAME/.
 
 Objects are found by their names, not only through the state file, so down
 also cleans up after a crash or a half-finished up.  Taking down a cluster that
@@ -124,7 +125,9 @@ EXEC_HELP = """\
 Run COMMAND inside node NODE: in its network, UTS (host name) and mount
 namespaces (its /etc/hosts, its /sys/class/net).  stdin, stdout, stderr,
 signals and the exit status are COMMAND's own; the environment and the working
-directory are kept.  NODE is nI, nI-netK, nI.NAME or an address of the node."""
+directory are kept (on a cluster running score, SCORE_CONFIG becomes the
+node's configuration unless it names a file of another cluster or elsewhere).
+NODE is nI, nI-netK, nI.NAME or an address of the node."""
 
 EXEC_EPILOG = """\
 exit status: COMMAND's, or 1 if the node cannot be entered, 126/127 if COMMAND

@@ -54,6 +54,12 @@ def start(layout):
         deadline = time.monotonic() + READY_TIMEOUT
         for name, proc in started.items():
             _wait_ready(name, proc, deadline)
+            # "ready" comes just before the exec into the tagged sleep; wait for
+            # the tag so that verify() holds as soon as start() returns.
+            tag = naming.holder_tag(layout.name, name)
+            while procs.argv0(proc.pid) != tag and proc.poll() is None \
+                    and time.monotonic() < deadline:
+                time.sleep(0.005)
         return {name: proc.pid for name, proc in started.items()}
     except BaseException:
         for proc in started.values():

@@ -377,8 +377,14 @@ def _in_node(holder_pid, argv):
             "--"] + list(argv)
 
 
-def _holder(current, layout, node):
+def _holder(current, layout, node, wait=5.0):
+    """The node's holder PID.  A holder reports ready just before it execs into
+    its tagged `sleep`, so right after `up` it may take a moment to verify."""
     pid = state.holder_pid(current, node.name)
+    deadline = time.monotonic() + wait
+    while not holder.verify(pid, layout.name, node.name, node.netns) \
+            and procs.alive(pid or 0) and time.monotonic() < deadline:
+        time.sleep(0.01)
     if not holder.verify(pid, layout.name, node.name, node.netns):
         raise VclusterError(f"node {node.name} of cluster {layout.name} has no holder process; "
                             f"run 'vcluster down --name {layout.name}' and 'vcluster up' again")
