@@ -147,20 +147,19 @@ impl<'a> From<&'a JobInfo> for Job<'a> {
     }
 }
 
-pub fn nodes(nodes: &[NodeInfo]) -> serde_json::Value {
-    serde_json::to_value(nodes.iter().map(Node::from).collect::<Vec<_>>()).expect("serializable")
+pub fn nodes(nodes: &[NodeInfo]) -> Vec<Node<'_>> {
+    nodes.iter().map(Node::from).collect()
 }
 
-pub fn node(node: &NodeInfo) -> serde_json::Value {
-    serde_json::to_value(Node::from(node)).expect("serializable")
+pub fn jobs(jobs: &[JobInfo]) -> Vec<Job<'_>> {
+    jobs.iter().map(Job::from).collect()
 }
 
-pub fn jobs(jobs: &[JobInfo]) -> serde_json::Value {
-    serde_json::to_value(jobs.iter().map(Job::from).collect::<Vec<_>>()).expect("serializable")
-}
-
-pub fn job(job: &JobInfo) -> serde_json::Value {
-    serde_json::to_value(Job::from(job)).expect("serializable")
+/// Pretty-printed JSON and a newline; fields in the order of the structs.
+pub fn to_string<T: Serialize>(v: &T) -> String {
+    let mut s = serde_json::to_string_pretty(v).expect("plain data serializes");
+    s.push('\n');
+    s
 }
 
 #[cfg(test)]
@@ -168,6 +167,16 @@ mod tests {
     use super::*;
     use score_proto::v1::JobSpec;
     use serde_json::json;
+
+    fn node(n: &NodeInfo) -> serde_json::Value {
+        serde_json::to_value(Node::from(n)).unwrap()
+    }
+    fn job(j: &JobInfo) -> serde_json::Value {
+        serde_json::from_str(&to_string(&Job::from(j))).unwrap()
+    }
+    fn nodes_value(n: &[NodeInfo]) -> serde_json::Value {
+        serde_json::to_value(nodes(n)).unwrap()
+    }
 
     #[test]
     fn node_fields_are_stable() {
@@ -191,8 +200,11 @@ mod tests {
                 "boot_id": 99
             })
         );
-        assert_eq!(nodes(&[n.clone(), n]).as_array().map(Vec::len), Some(2));
-        assert_eq!(nodes(&[]), json!([]));
+        assert_eq!(
+            nodes_value(&[n.clone(), n]).as_array().map(Vec::len),
+            Some(2)
+        );
+        assert_eq!(nodes_value(&[]), json!([]));
     }
 
     #[test]
@@ -241,6 +253,16 @@ mod tests {
         assert_eq!(bare["state"], "unknown");
         assert_eq!(bare["nodes_requested"], 0);
         assert_eq!(bare["argv"], json!([]));
+    }
+
+    #[test]
+    fn fields_keep_their_order() {
+        let s = to_string(&Node::from(&NodeInfo::default()));
+        let name = s.find("\"name\"").unwrap();
+        let state = s.find("\"state\"").unwrap();
+        let boot = s.find("\"boot_id\"").unwrap();
+        assert!(name < state && state < boot, "{s}");
+        assert!(s.ends_with("}\n"));
     }
 
     #[test]

@@ -205,12 +205,6 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn pretty(v: serde_json::Value) -> String {
-    let mut s = serde_json::to_string_pretty(&v).expect("serializable");
-    s.push('\n');
-    s
-}
-
 /// Runs the command and returns what to print on stdout.
 async fn real_main(cli: Cli) -> Result<String> {
     let target = client::resolve(cli.master.as_deref(), cli.config.as_deref())?;
@@ -226,7 +220,7 @@ async fn real_main(cli: Cli) -> Result<String> {
                 .into_inner()
                 .nodes;
             if json {
-                pretty(json::nodes(&nodes))
+                json::to_string(&json::nodes(&nodes))
             } else {
                 table::nodes_table(&nodes)
             }
@@ -240,7 +234,7 @@ async fn real_main(cli: Cli) -> Result<String> {
                 .jobs;
             jobs.sort_by_key(|j| j.id);
             if json {
-                pretty(json::jobs(&jobs))
+                json::to_string(&json::jobs(&jobs))
             } else {
                 table::jobs_table(&jobs, now_ms())
             }
@@ -252,7 +246,7 @@ async fn real_main(cli: Cli) -> Result<String> {
                 .map_err(status)?
                 .into_inner();
             if json {
-                pretty(json::job(&info))
+                json::to_string(&json::Job::from(&info))
             } else {
                 table::show_job(&info, now_ms())
             }
@@ -265,7 +259,7 @@ async fn real_main(cli: Cli) -> Result<String> {
                 .into_inner();
             let info = reply.job.unwrap_or_default();
             if json {
-                pretty(json::job(&info))
+                json::to_string(&json::Job::from(&info))
             } else {
                 let what = if kill { "killing" } else { "cancelling" };
                 format!(
@@ -305,7 +299,7 @@ fn node_reply(node: Option<score_proto::v1::NodeInfo>, name: &str, json: bool) -
         ..Default::default()
     });
     if json {
-        return pretty(json::node(&node));
+        return json::to_string(&json::Node::from(&node));
     }
     let state = json::node_state(node.state);
     if node.reason.is_empty() {

@@ -181,9 +181,15 @@ pub fn show_job(j: &JobInfo, now_ms: u64) -> String {
         kv.push(("reason", j.reason.clone()));
     }
     let spec = j.spec.clone().unwrap_or_default();
+    let count = |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     kv.push((
         "nodes",
-        format!("{} ({} nodes, {} per node)", shape(j), spec.nodes, spec.ppn),
+        format!(
+            "{} ({}, {} each)",
+            shape(j),
+            count(spec.nodes, "node", "nodes"),
+            count(spec.ppn, "process", "processes")
+        ),
     ));
     kv.push(("allocation", or_dash(&j.nodes.join(","))));
     kv.push(("command", shell_words(&spec.argv)));

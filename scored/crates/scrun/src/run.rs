@@ -227,6 +227,7 @@ pub async fn run(target: &Target, spec: JobSpec, opts: Options) -> Result<u8> {
     let mut interrupts = 0u32;
     let mut cancelled = false;
     let mut stdin_started = false;
+    let mut quiet_cancel = false;
 
     loop {
         let event: Option<JobEvent> = tokio::select! {
@@ -282,6 +283,8 @@ pub async fn run(target: &Target, spec: JobSpec, opts: Options) -> Result<u8> {
             }
             job_event::Event::Output(o) => {
                 if !out.write(o.rank, o.stream, &o.data) && !cancelled {
+                    // `scrun ... | head`: end quietly, as a local pipeline does.
+                    quiet_cancel = true;
                     rep.verbose(format!(
                         "standard output is closed: cancelling {}",
                         rep.job()
@@ -295,6 +298,9 @@ pub async fn run(target: &Target, spec: JobSpec, opts: Options) -> Result<u8> {
                 out.finish();
                 match JobState::try_from(job.state) {
                     Ok(JobState::Completed) => rep.verbose(format!("job {} completed", job.id)),
+                    Ok(JobState::Cancelled) if quiet_cancel => {
+                        rep.verbose(format!("job {} cancelled: {}", job.id, job.reason))
+                    }
                     _ => {
                         let what = format!("job {} {}", job.id, state_name(job.state));
                         if job.reason.is_empty() {
