@@ -563,6 +563,7 @@ def _tail(path, lines=5):
 def wait_ready(layout, paths, bins, started, timeout=READY_TIMEOUT):
     """Until `scorectl nodes --json` shows every node up (bounded)."""
     env = dict(os.environ, SCORE_CONFIG=str(paths.client_config))
+    env.pop("SCORE_MASTER", None)  # scorectl would prefer it to the configuration
     want = {node.name for node in layout.nodes}
     deadline = time.monotonic() + timeout
     last = "scorectl was not run"
