@@ -27,13 +27,14 @@ from conftest import REPO_ROOT
 from .checks import leftovers, process_gone
 
 FAKE_BIN = Path(__file__).resolve().parent / "fake_score"
-REAL_BIN = REPO_ROOT / "build" / "bin"
+# The real programs: build/bin, or SCORE_TEST_BIN (e.g. scored/target/debug).
+REAL_BIN = Path(os.environ.get("SCORE_TEST_BIN") or REPO_ROOT / "build" / "bin")
 STATE_DIR = Path("/run/score/vcluster")
 
 _MUNGED = shutil.which("munged", path="/usr/sbin:/sbin:" + os.environ.get("PATH", ""))
 needs_munge = pytest.mark.skipif(not _MUNGED, reason="munged is not installed (apt-get install munge)")
 needs_scored = pytest.mark.skipif(not (REAL_BIN / "scored").is_file(),
-                                  reason="build/bin/scored is not built yet (make)")
+                                  reason=f"{REAL_BIN}/scored is not built yet (make)")
 
 pytestmark = needs_munge
 
@@ -364,7 +365,7 @@ def test_readiness_timeout_names_the_logs(vcluster, vcluster_cli, tmp_path):
 
 @needs_scored
 def test_real_score_comes_up_and_goes_down(vcluster, vcluster_cli):
-    vc = vcluster(nodes=2, with_score=True)
+    vc = vcluster(nodes=2, with_score=True, score_bin=REAL_BIN)
     env = vc.score_env()
     proc = subprocess.run([REAL_BIN / "scorectl", "nodes", "--json"], env=env,
                           capture_output=True, text=True, timeout=30)
@@ -380,9 +381,9 @@ def test_real_score_comes_up_and_goes_down(vcluster, vcluster_cli):
 
 
 @needs_scored
-@pytest.mark.skipif(not (REAL_BIN / "scrun").is_file(), reason="build/bin/scrun is not built yet")
+@pytest.mark.skipif(not (REAL_BIN / "scrun").is_file(), reason=f"{REAL_BIN}/scrun is not built yet")
 def test_real_scrun_runs_on_every_node(vcluster):
-    vc = vcluster(nodes=2, with_score=True)
+    vc = vcluster(nodes=2, with_score=True, score_bin=REAL_BIN)
     proc = subprocess.run([REAL_BIN / "scrun", "-nodes=2x1", "hostname"], env=vc.score_env(),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
