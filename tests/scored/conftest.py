@@ -1,0 +1,55 @@
+"""Fixtures of the scored tests: one virtual cluster of 4 nodes running real
+munged and scored, shared by the modules of this directory that leave it as
+they found it (`shared_cluster`, package scope), and `score`, the clients
+against it, which after every test ends what the test started and waits
+until the master has no active job.  A module that breaks its cluster (an
+agent killed) brings up its own with `vcluster_module`.
+
+Needs root, munged, and scored/scrun/scorectl built (`make build`; another
+build with SCORE_BIN=DIR)."""
+
+import os
+import shutil
+
+import pytest
+
+from conftest import ClusterFactory
+
+from .score import SCORE_BIN, Score
+
+NODES = 4
+
+
+def _require_score():
+    if not shutil.which("munged", path="/usr/sbin:/sbin:" + os.environ.get("PATH", "")):
+        pytest.skip("munged is not installed (apt-get install munge)")
+    missing = [p for p in ("scored", "scrun", "scorectl") if not (SCORE_BIN / p).is_file()]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not built in {SCORE_BIN} (make build)")
+
+
+@pytest.fixture(scope="package")
+def shared_cluster(require_root):
+    """4 nodes with MUNGE and scored, up for the whole directory."""
+    _require_score()
+    factory = ClusterFactory()
+    try:
+        yield factory(nodes=NODES, with_score=True, score_bin=SCORE_BIN)
+    finally:
+        factory.close()
+
+
+@pytest.fixture
+def score(shared_cluster):
+    s = Score(shared_cluster)
+    try:
+        yield s
+    finally:
+        s.cleanup()
+
+
+@pytest.fixture(scope="module")
+def own_cluster(vcluster_module):
+    """4 nodes with MUNGE and scored for one module that may break it."""
+    _require_score()
+    return vcluster_module(nodes=NODES, with_score=True, score_bin=SCORE_BIN)

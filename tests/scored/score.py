@@ -1,0 +1,270 @@
+"""Running scrun and scorectl against a virtual cluster with real scored.
+
+`Score` wraps one cluster that runs score (`vcluster up --with-score`): it
+runs scrun and scorectl on the host with the cluster's client configuration,
+starts scrun in the background (`Scrun`, output into files, its own session,
+ended by its PID), and looks at what a job leaves behind: its cgroups under
+the agents' cgroup_root and its processes (found by a unique marker in their
+command lines — the nodes share the host's PID space).
+
+`Score.cleanup()` runs after every test: it ends every scrun the test
+started, kills every job that is still active and waits (bounded) until the
+master has none, so that the next test finds the cluster idle.
+"""
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+from conftest import REPO_ROOT, kill_by_pid
+
+BUILD = Path(os.environ.get("SCORE_BUILD", REPO_ROOT / "build"))
+BUILD_BIN = BUILD / "bin"
+# scored, scrun, scorectl; SCORE_BIN points the tests at another build.
+SCORE_BIN = Path(os.environ.get("SCORE_BIN", BUILD_BIN))
+PMCHECK = BUILD_BIN / "pmcheck"
+PM_RING_PASS = BUILD_BIN / "pm-ring-pass"
+PMBENCH = BUILD_BIN / "pmbench"
+PROGRAMS = REPO_ROOT / "tests" / "programs"
+
+COMMAND_TIMEOUT = 60
+# How long a job may take to disappear after it ended (agents kill the job
+# cgroup, report, remove it).
+CLEANUP_TIMEOUT = 20
+
+ACTIVE = {"pending", "launching", "running", "completing"}
+
+
+def wait_for(predicate, timeout, what, interval=0.1):
+    """predicate()'s first truthy value, polling for at most `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def marker():
+    """A unique `sleep` duration (e.g. 371.402915): a job that sleeps it is
+    found by its command line, and nothing else on the machine has it."""
+    return f"{random.randint(300, 899)}.{random.randint(100000, 999999)}"
+
+
+def _cmdline(pid):
+    try:
+        data = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in data.rstrip(b"\0").split(b"\0")] if data else []
+
+
+def processes_with(text):
+    """{pid: argv} of live processes (not scrun itself, not zombies) whose
+    command line contains `text`."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        argv = _cmdline(pid)
+        if not argv or not any(text in a for a in argv):
+            continue
+        if os.path.basename(argv[0]) == "scrun" or int(pid) == os.getpid():
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            continue
+        found[int(pid)] = argv
+    return found
+
+
+def metric_values(text, name):
+    """{labels-string: value} of the samples of metric `name` in a
+    Prometheus text exposition."""
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
+        if m and m.group(1) == name:
+            values[m.group(2) or ""] = float(m.group(3))
+    return values
+
+
+class Scrun:
+    """scrun in the background, in its own session; stdout and stderr go to
+    files (so a talkative job never blocks on a full pipe)."""
+
+    def __init__(self, argv, env, cwd, workdir, stdin=None):
+        n = len(list(workdir.glob("scrun*.out")))
+        self.argv = argv
+        self.out_path = workdir / f"scrun{n}.out"
+        self.err_path = workdir / f"scrun{n}.err"
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                argv, stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True)
+        self.pid = self.proc.pid
+
+    def stdout(self):
+        return self.out_path.read_text(errors="replace")
+
+    def stderr(self):
+        return self.err_path.read_text(errors="replace")
+
+    def signal(self, sig):
+        os.kill(self.pid, sig)
+
+    def wait(self, timeout=COMMAND_TIMEOUT):
+        """scrun's exit status; fails the test if it does not end in time."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{' '.join(map(str, self.argv))} did not end within "
+                                 f"{timeout} s; stderr: {self.stderr()[-2000:]}") from None
+
+    def job_id(self, timeout=30):
+        """The job's id from `scrun -v`'s 'job N submitted'."""
+        def find():
+            m = re.search(r"scrun: job (\d+) submitted", self.stderr())
+            if m:
+                return int(m.group(1))
+            if self.proc.poll() is not None:
+                raise AssertionError(f"scrun exited {self.proc.returncode} before its job was "
+                                     f"accepted: {self.stderr()}")
+            return None
+        return wait_for(find, timeout, "scrun -v to report its job id")
+
+    def kill(self):
+        kill_by_pid(self.proc)
+
+
+class Score:
+    """scrun and scorectl against cluster `vc`; see the module's docstring."""
+
+    def __init__(self, vc, bin_dir=SCORE_BIN):
+        self.vc = vc
+        self.bin = Path(bin_dir)
+        self.env = vc.score_env()
+        self.config = self.env["SCORE_CONFIG"]
+        # Each agent's cgroup_root, from its configuration.
+        self.cgroup_roots = {}
+        for node in vc.nodes:
+            conf = tomllib.loads((vc.service_dir / node / "scored.toml").read_text())
+            root = conf.get("agent", {}).get("cgroup_root")
+            if root:
+                self.cgroup_roots[node] = Path(root)
+        # Readable by every user: jobs of `nobody` write and read here too.
+        self.workdir = Path(tempfile.mkdtemp(prefix="score-test-", dir="/tmp"))
+        os.chmod(self.workdir, 0o755)
+        self._scruns = []
+
+    # --- running the clients ------------------------------------------------
+
+    def scrun_argv(self, args, user=None):
+        argv = [str(self.bin / "scrun"), *map(str, args)]
+        if user:
+            argv = ["setpriv", f"--reuid={user}", "--regid=nogroup" if user == "nobody"
+                    else f"--regid={user}", "--clear-groups"] + argv
+        return argv
+
+    def scrun(self, *args, input=None, timeout=COMMAND_TIMEOUT, env=None, cwd="/tmp", user=None):
+        """Run scrun to its end; the CompletedProcess (text)."""
+        return subprocess.run(self.scrun_argv(args, user), input=input,
+                              stdin=None if input is not None else subprocess.DEVNULL,
+                              capture_output=True, text=True, errors="replace", timeout=timeout,
+                              env=env or self.env, cwd=cwd)
+
+    def start(self, *args, env=None, cwd="/tmp", user=None, stdin=None):
+        """Start scrun in the background; it is ended by its PID after the test."""
+        run = Scrun(self.scrun_argv(args, user), env or self.env, cwd, self.workdir, stdin)
+        self._scruns.append(run)
+        return run
+
+    def scorectl(self, *args, env=None, user=None, timeout=30):
+        argv = [str(self.bin / "scorectl"), *map(str, args)]
+        if user:
+            argv = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups"] + argv
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              env=env or self.env, stdin=subprocess.DEVNULL, cwd="/tmp")
+
+    def scorectl_json(self, *args):
+        proc = self.scorectl(*args, "--json")
+        assert proc.returncode == 0, f"scorectl {' '.join(args)} --json exited " \
+                                     f"{proc.returncode}: {proc.stderr}"
+        return json.loads(proc.stdout)
+
+    # --- what the master knows ---------------------------------------------
+
+    def nodes(self):
+        return {n["name"]: n for n in self.scorectl_json("nodes")}
+
+    def jobs(self, all=False):
+        return self.scorectl_json("jobs", "--all") if all else self.scorectl_json("jobs")
+
+    def job(self, job_id):
+        return self.scorectl_json("show", job_id)
+
+    def wait_job(self, job_id, states, timeout=30):
+        """The job object once its state is one of `states`."""
+        states = {states} if isinstance(states, str) else set(states)
+        return wait_for(lambda: (lambda j: j if j["state"] in states else None)(self.job(job_id)),
+                        timeout, f"job {job_id} to be {'/'.join(sorted(states))}", interval=0.2)
+
+    # --- what a job leaves behind ----------------------------------------------
+
+    def job_cgroups(self, job_id):
+        """The job's cgroups that still exist, on any node."""
+        return sorted(p for root in self.cgroup_roots.values()
+                      for p in [root / f"job-{job_id}"] if p.exists())
+
+    def assert_job_gone(self, job_id, mark=None, timeout=CLEANUP_TIMEOUT):
+        """Every cgroup of the job is removed and, with `mark`, no process
+        whose command line contains it is left anywhere."""
+        def gone():
+            return not self.job_cgroups(job_id) and not (mark and processes_with(mark))
+        try:
+            wait_for(gone, timeout, f"the processes and cgroups of job {job_id} to go")
+        except AssertionError:
+            raise AssertionError(
+                f"job {job_id} left behind: cgroups {self.job_cgroups(job_id)}, "
+                f"processes {processes_with(mark) if mark else '-'}") from None
+
+    # --- teardown ----------------------------------------------------------------
+
+    def cleanup(self):
+        """End every scrun of the test and every job still active; wait until
+        the master has none (bounded)."""
+        for run in self._scruns:
+            run.kill()
+        self._scruns.clear()
+        try:
+            active = [j["id"] for j in self.jobs() if j["state"] in ACTIVE]
+            for job_id in active:
+                self.scorectl("cancel", "--kill", job_id)
+            if active:
+                wait_for(lambda: not [j for j in self.jobs() if j["state"] in ACTIVE],
+                         CLEANUP_TIMEOUT, f"jobs {active} to end after the test")
+        finally:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def build_mpi_program(dest_dir, name="mpi_ring"):
+    """Compile tests/programs/NAME.c with Debian's mpicc into dest_dir."""
+    exe = Path(dest_dir) / name
+    proc = subprocess.run(["mpicc", "-O1", "-o", str(exe), str(PROGRAMS / f"{name}.c")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"mpicc failed: {proc.stderr}"
+    os.chmod(exe, 0o755)
+    return exe
