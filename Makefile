@@ -9,6 +9,10 @@ BUILD      := $(CURDIR)/build
 MESON_DIR  := $(BUILD)/meson
 ASAN_DIR   := $(BUILD)/asan
 PYTHON     ?= /usr/bin/python3
+# The Rust workspace (scored, scrun, scorectl) builds into build/cargo.
+CARGO      ?= $(shell command -v cargo 2>/dev/null || echo $(HOME)/.cargo/bin/cargo)
+CARGO_DIR  := $(BUILD)/cargo
+RUST_BINS  := scored scrun scorectl
 MESON_OPTS := --prefix=$(BUILD) --bindir=bin --libdir=lib --buildtype=debugoptimized
 
 .PHONY: all deps build asan test demo bench clean help
@@ -29,6 +33,9 @@ build: deps
 	@if [ ! -f $(MESON_DIR)/build.ninja ]; then meson setup $(MESON_DIR) $(MESON_OPTS) >/dev/null; fi
 	@ninja -C $(MESON_DIR) >/dev/null || ninja -C $(MESON_DIR)
 	@meson install -C $(MESON_DIR) --quiet >/dev/null
+	@CARGO_TARGET_DIR=$(CARGO_DIR) $(CARGO) build --quiet --release --locked \
+	  --manifest-path scored/Cargo.toml $(addprefix --bin ,$(RUST_BINS))
+	@install -m 0755 $(addprefix $(CARGO_DIR)/release/,$(RUST_BINS)) $(BUILD)/bin/
 	@echo "built: $(BUILD)/bin $(BUILD)/lib"
 
 # The same C code with AddressSanitizer and UndefinedBehaviorSanitizer; its tests
@@ -39,7 +46,7 @@ asan: deps
 	@ninja -C $(ASAN_DIR) >/dev/null || ninja -C $(ASAN_DIR)
 
 test: build asan
-	@$(PYTHON) scripts/run-tests --build $(BUILD)
+	@CARGO=$(CARGO) $(PYTHON) scripts/run-tests --build $(BUILD)
 
 demo: build
 	@scripts/demo.sh

@@ -13,6 +13,7 @@ build_pkgs=(
   build-essential pkg-config meson ninja-build
   libpmix-dev libfabric-dev libmunge-dev
   clang libclang-rt-14-dev
+  protobuf-compiler
 )
 run_pkgs=(
   iproute2 iputils-ping nftables procps psmisc util-linux
@@ -22,6 +23,7 @@ test_pkgs=(
   python3 python3-pytest
   iperf3 netpipe-openmpi netpipe-tcp sockperf
   ansible-core ansible-lint
+  prometheus
 )
 pkgs=("${build_pkgs[@]}" "${run_pkgs[@]}" "${test_pkgs[@]}")
 

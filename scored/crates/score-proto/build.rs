@@ -1,5 +1,6 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=../../proto/score.proto");
-    tonic_prost_build::configure().compile_protos(&["../../proto/score.proto"], &["../../proto"])?;
+    tonic_prost_build::configure()
+        .compile_protos(&["../../proto/score.proto"], &["../../proto"])?;
     Ok(())
 }

@@ -1,9 +1,7 @@
 //! Finding and reaching the scored master: `--master`, else $SCORE_MASTER,
 //! else the configuration file's `client.master` (or `agent.master`), with a
 //! MUNGE-authenticated channel from score-auth.
-//!
-//! scorectl has a copy of this file (scored/crates/scorectl/src/client.rs);
-//! keep the two in step.
+//! Shared by scrun and scorectl.
 
 use anyhow::{Context, Result};
 use score_config::{Config, DEFAULT_MASTER_PORT};

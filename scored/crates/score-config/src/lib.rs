@@ -118,19 +118,11 @@ impl Default for AgentConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClientConfig {
     /// The master scrun and scorectl talk to; default: the agent's `master`.
     pub master: String,
-}
-
-impl Default for ClientConfig {
-    fn default() -> Self {
-        Self {
-            master: String::new(),
-        }
-    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -243,7 +235,24 @@ mod tests {
     fn unknown_keys_are_errors_naming_the_file() {
         let e = Config::parse("[master]\nlisten_port = 3\n", Path::new("/etc/x.toml")).unwrap_err();
         let msg = e.to_string();
-        assert!(msg.contains("/etc/x.toml") && msg.contains("listen_port"), "{msg}");
+        assert!(
+            msg.contains("/etc/x.toml") && msg.contains("listen_port"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn the_shipped_example_parses_and_states_the_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../packaging/systemd/scored.toml.example");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let c = Config::parse(&text, &path).unwrap();
+        let d = Config::default();
+        assert_eq!(c.master.listen, d.master.listen);
+        assert_eq!(c.master.heartbeat_timeout_ms, d.master.heartbeat_timeout_ms);
+        assert_eq!(c.master.kill_grace_ms, d.master.kill_grace_ms);
+        assert_eq!(c.agent.state_dir, d.agent.state_dir);
+        assert_eq!(c.munge.socket, d.munge.socket);
     }
 
     #[test]

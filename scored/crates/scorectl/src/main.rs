@@ -1,7 +1,7 @@
 //! scorectl: show and manage the jobs and nodes of a score cluster.
 //! The user guide is docs/scored/user.md.
 
-mod client;
+use score_client as client;
 mod json;
 mod table;
 

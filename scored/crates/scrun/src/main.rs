@@ -2,7 +2,7 @@
 //! The user guide is docs/scored/user.md.
 
 mod args;
-mod client;
+use score_client as client;
 mod label;
 mod run;
 

@@ -376,7 +376,7 @@ impl State {
             let job = self.jobs.get_mut(id).expect("queued job exists");
             let want = job.info.spec.as_ref().map(|s| s.nodes).unwrap_or(0);
             let reason = if pos == 0 {
-                format!("waiting for {want} nodes ({free_nodes} free)")
+                format!("waiting for {want} node(s) ({free_nodes} free)")
             } else {
                 format!("waiting behind {pos} earlier job(s)")
             };

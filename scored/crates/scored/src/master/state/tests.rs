@@ -176,7 +176,7 @@ fn disjoint_jobs_run_at_once_and_a_third_waits_in_order() {
         .job_info(c)
         .unwrap()
         .reason
-        .contains("waiting for 1 nodes"));
+        .contains("waiting for 1 node(s)"));
     // a ends: c gets one of its nodes.
     h.launch_ok(a);
     h.exit(a, &nodes_a[0], 0, 0, 0);
