@@ -158,6 +158,7 @@ class Score:
         self.bin = Path(bin_dir)
         self.env = vc.score_env()
         self.config = self.env["SCORE_CONFIG"]
+        self.master_url = tomllib.loads(Path(self.config).read_text())["client"]["master"]
         # Each agent's cgroup_root, from its configuration.
         self.cgroup_roots = {}
         for node in vc.nodes:

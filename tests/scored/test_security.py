@@ -1,0 +1,316 @@
+"""Security of the scored master on a virtual cluster: MUNGE authentication
+of every request (another cluster's key, no credential, a forged or replayed
+one, no munged at all), malformed requests that must not hurt the master,
+jobs running as the user who submitted them, and the refusal of root's jobs
+(docs/scored/admin.md, "Security")."""
+
+import os
+import random
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+from conftest import kill_by_pid
+
+from .score import SCORE_BIN, marker, processes_with, wait_for
+
+MUNGED_PATHS = "/usr/sbin:/sbin:/usr/local/sbin:" + os.environ.get("PATH", "")
+
+
+def _process_alive(pid):
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _write_client_config(path, master, munge_socket):
+    path.write_text(f'[client]\nmaster = "{master}"\n\n[munge]\nsocket = "{munge_socket}"\n')
+    os.chmod(path, 0o644)
+    return path
+
+
+@pytest.fixture
+def foreign_munged():
+    """A munged on the host with a key of its own (not the cluster's); its
+    socket path.  Ended by its PID afterwards."""
+    munged = shutil.which("munged", path=MUNGED_PATHS)
+    d = Path(tempfile.mkdtemp(prefix="score-foreign-munge-", dir="/tmp"))
+    os.chmod(d, 0o755)  # munged wants its socket directory searchable by all
+    key = d / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    os.chmod(key, 0o400)
+    pidfile = d / "munged.pid"
+    proc = subprocess.run([munged, f"--socket={d / 'munge.socket'}", f"--key-file={key}",
+                           f"--pid-file={pidfile}", f"--log-file={d / 'munged.log'}",
+                           f"--seed-file={d / 'munged.seed'}"],
+                          capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    pid = None
+    try:
+        assert proc.returncode == 0, f"munged with another key did not start: {proc.stderr}"
+        pid = int(pidfile.read_text().split()[0])
+        yield d / "munge.socket"
+    finally:
+        if pid and _process_alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            try:
+                wait_for(lambda: not _process_alive(pid), 10, "munged to stop")
+            except AssertionError:
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _master_url(score):
+    return score.master_url
+
+
+def _master_hostport(score):
+    return urllib.parse.urlsplit(_master_url(score)).netloc
+
+
+def _grpc_call(score, method, body, headers=()):
+    """POST one raw gRPC request with curl (HTTP/2 without TLS); returns
+    (headers and trailers as {lowercase name: value}, curl's result)."""
+    argv = ["curl", "-sS", "--http2-prior-knowledge", "--max-time", "10", "-D", "-",
+            "-o", "/dev/null", "-X", "POST",
+            "-H", "content-type: application/grpc", "-H", "te: trailers"]
+    for h in headers:
+        argv += ["-H", h]
+    argv += ["--data-binary", "@-", f"http://{_master_hostport(score)}/score.v1.Master/{method}"]
+    proc = subprocess.run(argv, input=body, capture_output=True, timeout=30)
+    fields = {}
+    for line in proc.stdout.decode(errors="replace").splitlines():
+        name, sep, value = line.partition(":")
+        if sep and not name.startswith("HTTP/"):
+            fields[name.strip().lower()] = urllib.parse.unquote(value.strip())
+    return fields, proc
+
+
+def _frame(message):
+    """A gRPC length-prefixed message (uncompressed)."""
+    return b"\x00" + struct.pack(">I", len(message)) + message
+
+
+def _credential(score, user=None):
+    """A fresh MUNGE credential from the cluster's head munged."""
+    argv = ["munge", "-n", "-S", score.vc.munge_socket("head")]
+    if user:
+        argv = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups"] + argv
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def _master_pid(score):
+    return score.vc.services["scored"]["master"]
+
+
+def _assert_master_serves(score):
+    assert _process_alive(_master_pid(score)), "the scored master died"
+    nodes = score.nodes()
+    assert {n: v["state"] for n, v in nodes.items()} == {n: "up" for n in score.vc.nodes}
+
+
+# --- authentication ----------------------------------------------------------------------
+
+
+def test_a_munged_with_another_key_is_refused(score, foreign_munged):
+    config = _write_client_config(score.workdir / "foreign.toml", _master_url(score),
+                                  foreign_munged)
+    env = dict(score.env, SCORE_CONFIG=str(config))
+    proc = score.scorectl("nodes", env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "MUNGE credential rejected" in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("scorectl: error: ")
+    m = marker()
+    proc = score.scrun("-nodes=1", "sleep", m, env=env)
+    assert proc.returncode == 255, proc.stderr
+    assert "MUNGE credential rejected" in proc.stderr, proc.stderr
+    assert not processes_with(m)
+    assert not [j for j in score.jobs(all=True) if m in j["argv"]]
+    _assert_master_serves(score)
+
+
+def test_no_munged_is_a_clear_local_error(score):
+    config = _write_client_config(score.workdir / "nosocket.toml", _master_url(score),
+                                  "/nonexistent/munge.socket")
+    env = dict(score.env, SCORE_CONFIG=str(config))
+    proc = score.scorectl("nodes", env=env)
+    assert proc.returncode == 1
+    assert "cannot reach munged at /nonexistent/munge.socket" in proc.stderr, proc.stderr
+    proc = score.scrun("-nodes=1", "true", env=env)
+    assert proc.returncode == 255
+    assert "cannot reach munged at /nonexistent/munge.socket" in proc.stderr, proc.stderr
+
+
+def test_a_request_without_credential_is_unauthenticated(score):
+    fields, curl = _grpc_call(score, "ListNodes", _frame(b""))
+    assert fields.get("grpc-status") == "16", (fields, curl.stderr)
+    assert "no MUNGE credential" in fields.get("grpc-message", ""), fields
+
+
+def test_a_forged_credential_is_unauthenticated(score):
+    fields, curl = _grpc_call(score, "ListNodes", _frame(b""),
+                              ["x-score-munge: MUNGE:AwQFAAB" + "x" * 100 + ":"])
+    assert fields.get("grpc-status") == "16", (fields, curl.stderr)
+    assert "MUNGE credential rejected" in fields.get("grpc-message", ""), fields
+
+
+def test_a_credential_is_good_for_one_request_only(score):
+    cred = _credential(score)
+    fields, curl = _grpc_call(score, "ListNodes", _frame(b""), [f"x-score-munge: {cred}"])
+    assert fields.get("grpc-status") == "0", (fields, curl.stderr)
+    fields, curl = _grpc_call(score, "ListNodes", _frame(b""), [f"x-score-munge: {cred}"])
+    assert fields.get("grpc-status") == "16", (fields, curl.stderr)
+    assert "MUNGE credential rejected" in fields.get("grpc-message", ""), fields
+    assert "replayed" in fields.get("grpc-message", "").lower(), fields
+
+
+def test_an_ordinary_user_cannot_attach_an_agent(score):
+    # AgentMessage{register: Register{node: "n9"}}
+    register = b"\x0a\x04\x0a\x02n9"
+    fields, curl = _grpc_call(score, "Attach", _frame(register),
+                              [f"x-score-munge: {_credential(score, user='nobody')}"])
+    assert fields.get("grpc-status") == "7", (fields, curl.stderr)
+    assert "only root may attach an agent" in fields.get("grpc-message", ""), fields
+    assert "n9" not in score.nodes()
+
+
+# --- malformed requests -------------------------------------------------------------------
+
+
+def test_malformed_requests_are_refused_and_the_master_keeps_running(score):
+    rng = random.Random(20261121)
+    garbage = bytes(rng.randrange(256) for _ in range(4096))
+    bodies = {
+        "unframed garbage": garbage,
+        "garbage in a frame": _frame(garbage),
+        "a frame that claims 4 GiB": b"\x00\xff\xff\xff\xff" + garbage[:100],
+        "a truncated frame header": b"\x00\x00",
+        "a compressed frame without grpc-encoding": b"\x01" + struct.pack(">I", 10) + garbage[:10],
+    }
+    for method in ("ListNodes", "Cancel", "Run", "Attach"):
+        for what, body in bodies.items():
+            for cred in (None, _credential(score)):
+                headers = [f"x-score-munge: {cred}"] if cred else []
+                fields, curl = _grpc_call(score, method, body, headers)
+                status = fields.get("grpc-status")
+                assert status not in (None, "0"), \
+                    f"{method} with {what} (credential: {bool(cred)}): {fields}, {curl.stderr}"
+                assert _process_alive(_master_pid(score)), f"the master died of {method} {what}"
+    # Not HTTP/2 at all, and a connection that stops half-way.
+    host, port = _master_hostport(score).rsplit(":", 1)
+    for data in (garbage, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + garbage[:64], b"GET / HTTP/1.1\r\n"):
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            s.sendall(data)
+            s.settimeout(2)
+            try:
+                s.recv(4096)
+            except (socket.timeout, ConnectionError):
+                pass
+    _assert_master_serves(score)
+    proc = score.scrun("-nodes=4x1", "true")
+    assert proc.returncode == 0, proc.stderr
+
+
+# --- users --------------------------------------------------------------------------------
+
+
+def test_a_job_runs_as_the_user_who_submitted_it(score):
+    proc = score.scrun("-l", "-v", "-nodes=2x1", "sh", "-c", 'echo "$(id -u) $(id -g) $PWD"',
+                       user="nobody", cwd="/tmp")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.splitlines()) == ["0: 65534 65534 /tmp", "1: 65534 65534 /tmp"]
+    job_id = int(proc.stderr.split("scrun: job ", 1)[1].split()[0])
+    job = score.job(job_id)
+    assert (job["user"], job["uid"], job["gid"]) == ("nobody", 65534, 65534), job
+
+
+def test_root_jobs_run_as_root_where_allowed(score):
+    proc = score.scrun("-nodes=2x1", "id", "-u")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["0", "0"]
+
+
+def test_only_the_owner_or_root_may_cancel_a_job(score):
+    m = marker()
+    run = score.start("-v", "-nodes=1", "sleep", m)
+    job_id = run.job_id()
+    score.wait_job(job_id, "running")
+    proc = score.scorectl("cancel", job_id, user="nobody")
+    assert proc.returncode == 1
+    assert f"job {job_id} belongs to root (uid 0); only its owner or root may cancel it" \
+        in proc.stderr, proc.stderr
+    assert score.job(job_id)["state"] == "running"
+    proc = score.scorectl("drain", "n4", user="nobody")
+    assert proc.returncode == 1
+    assert "only root may" in proc.stderr, proc.stderr
+    assert score.nodes()["n4"]["state"] == "up"
+
+    # nobody's own job: nobody may cancel it.
+    m2 = marker()
+    mine = score.start("-v", "-nodes=1", "sleep", m2, user="nobody")
+    mine_id = mine.job_id()
+    score.wait_job(mine_id, "running")
+    proc = score.scorectl("cancel", mine_id, user="nobody")
+    assert proc.returncode == 0, proc.stderr
+    assert mine.wait(30) == 130, mine.stderr()
+    score.assert_job_gone(mine_id, m2)
+
+
+@pytest.fixture
+def strict_master(score):
+    """A second scored master on 127.0.0.1 with allow_root_jobs = false (and
+    one expected node that never registers); its URL.  Ended by its PID."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = score.workdir / "strict-master.toml"
+    config.write_text(
+        "[master]\n"
+        f'listen = "127.0.0.1:{port}"\n'
+        'metrics_listen = ""\n'
+        "allow_root_jobs = false\n"
+        'nodes = ["n1"]\n'
+        "\n[munge]\n"
+        f'socket = "{score.vc.munge_socket("head")}"\n')
+    log = open(score.workdir / "strict-master.log", "wb")
+    master = subprocess.Popen([str(SCORE_BIN / "scored"), "master", "--config", str(config)],
+                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True, cwd="/")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        def answers():
+            if master.poll() is not None:
+                raise AssertionError(f"scored master exited {master.returncode}: "
+                                     f"{(score.workdir / 'strict-master.log').read_text()}")
+            return score.scorectl("--master", url, "nodes").returncode == 0
+        wait_for(answers, 20, "the second master to answer", interval=0.2)
+        yield url
+    finally:
+        kill_by_pid(master)
+        log.close()
+
+
+def test_a_master_that_refuses_root_refuses_roots_jobs(score, strict_master):
+    m = marker()
+    proc = score.scrun("--master", strict_master, "-nodes=1", "sleep", m)
+    assert proc.returncode == 255, proc.stderr
+    assert "jobs of root are refused by this cluster (master.allow_root_jobs = false)" \
+        in proc.stderr, proc.stderr
+    assert not processes_with(m)
+    # An ordinary user's job is accepted (it waits: the one node never comes).
+    run = score.start("-v", "--master", strict_master, "-nodes=1", "sleep", m, user="nobody")
+    wait_for(lambda: "queued" in run.stderr(), 20, "nobody's job to be queued")
+    run.signal(signal.SIGTERM)
+    assert run.wait(30) == 130, run.stderr()
+    assert "cancelled" in run.stderr()
