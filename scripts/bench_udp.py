@@ -38,9 +38,10 @@ IPERF_SECONDS = 3
 class Cluster:
     """A virtual cluster for the suite's lifetime; always taken down."""
 
-    def __init__(self, name, nodes, nics, rate=None, mtu=None):
+    def __init__(self, name, nodes, nics, rate=None, mtu=None, extra=()):
         self.name = name
-        args = ["up", "--json", "--name", name, "--nodes", str(nodes), "--nics", str(nics)]
+        args = ["up", "--json", "--name", name, "--nodes", str(nodes), "--nics", str(nics),
+                *extra]
         if rate:
             args += ["--rate", rate]
         if mtu:
@@ -66,6 +67,12 @@ class Cluster:
             if n["name"] == node:
                 return n["nics"][net]["address"]
         raise KeyError(node)
+
+    def client_config(self):
+        """SCORE_CONFIG for clients on the host (a cluster up --with-score)."""
+        proc = subprocess.run([str(VCLUSTER), "env", "--json", "--name", self.name],
+                              capture_output=True, text=True, check=True)
+        return json.loads(proc.stdout)["SCORE_CONFIG"]
 
     def subnet(self, net=0):
         return self.state["networks"][net]["subnet"]
