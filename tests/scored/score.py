@@ -17,11 +17,12 @@ import os
 import random
 import re
 import shutil
-import signal
+import struct
 import subprocess
 import tempfile
 import time
 import tomllib
+import urllib.parse
 from pathlib import Path
 
 from conftest import REPO_ROOT, kill_by_pid
@@ -269,3 +270,27 @@ def build_mpi_program(dest_dir, name="mpi_ring"):
     assert proc.returncode == 0, f"mpicc failed: {proc.stderr}"
     os.chmod(exe, 0o755)
     return exe
+
+
+def grpc_frame(message):
+    """A gRPC length-prefixed message (uncompressed)."""
+    return b"\x00" + struct.pack(">I", len(message)) + message
+
+
+def grpc_call(hostport, method, body, headers=()):
+    """POST one raw gRPC request to the master's `method` with curl (HTTP/2
+    without TLS); returns (its headers and trailers as {lowercase name:
+    value}, curl's CompletedProcess)."""
+    argv = ["curl", "-sS", "--http2-prior-knowledge", "--max-time", "10", "-D", "-",
+            "-o", "/dev/null", "-X", "POST",
+            "-H", "content-type: application/grpc", "-H", "te: trailers"]
+    for h in headers:
+        argv += ["-H", h]
+    argv += ["--data-binary", "@-", f"http://{hostport}/score.v1.Master/{method}"]
+    proc = subprocess.run(argv, input=body, capture_output=True, timeout=30)
+    fields = {}
+    for line in proc.stdout.decode(errors="replace").splitlines():
+        name, sep, value = line.partition(":")
+        if sep and not name.startswith("HTTP/"):
+            fields[name.strip().lower()] = urllib.parse.unquote(value.strip())
+    return fields, proc

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import kill_by_pid
 
-from .score import SCORE_BIN, marker, processes_with, wait_for
+from .score import SCORE_BIN, grpc_call, grpc_frame, marker, processes_with, wait_for
 
 MUNGED_PATHS = "/usr/sbin:/sbin:/usr/local/sbin:" + os.environ.get("PATH", "")
 
@@ -78,26 +78,7 @@ def _master_hostport(score):
 
 
 def _grpc_call(score, method, body, headers=()):
-    """POST one raw gRPC request with curl (HTTP/2 without TLS); returns
-    (headers and trailers as {lowercase name: value}, curl's result)."""
-    argv = ["curl", "-sS", "--http2-prior-knowledge", "--max-time", "10", "-D", "-",
-            "-o", "/dev/null", "-X", "POST",
-            "-H", "content-type: application/grpc", "-H", "te: trailers"]
-    for h in headers:
-        argv += ["-H", h]
-    argv += ["--data-binary", "@-", f"http://{_master_hostport(score)}/score.v1.Master/{method}"]
-    proc = subprocess.run(argv, input=body, capture_output=True, timeout=30)
-    fields = {}
-    for line in proc.stdout.decode(errors="replace").splitlines():
-        name, sep, value = line.partition(":")
-        if sep and not name.startswith("HTTP/"):
-            fields[name.strip().lower()] = urllib.parse.unquote(value.strip())
-    return fields, proc
-
-
-def _frame(message):
-    """A gRPC length-prefixed message (uncompressed)."""
-    return b"\x00" + struct.pack(">I", len(message)) + message
+    return grpc_call(_master_hostport(score), method, body, headers)
 
 
 def _credential(score, user=None):
@@ -153,13 +134,13 @@ def test_no_munged_is_a_clear_local_error(score):
 
 
 def test_a_request_without_credential_is_unauthenticated(score):
-    fields, curl = _grpc_call(score, "ListNodes", _frame(b""))
+    fields, curl = _grpc_call(score, "ListNodes", grpc_frame(b""))
     assert fields.get("grpc-status") == "16", (fields, curl.stderr)
     assert "no MUNGE credential" in fields.get("grpc-message", ""), fields
 
 
 def test_a_forged_credential_is_unauthenticated(score):
-    fields, curl = _grpc_call(score, "ListNodes", _frame(b""),
+    fields, curl = _grpc_call(score, "ListNodes", grpc_frame(b""),
                               ["x-score-munge: MUNGE:AwQFAAB" + "x" * 100 + ":"])
     assert fields.get("grpc-status") == "16", (fields, curl.stderr)
     assert "MUNGE credential rejected" in fields.get("grpc-message", ""), fields
@@ -167,9 +148,9 @@ def test_a_forged_credential_is_unauthenticated(score):
 
 def test_a_credential_is_good_for_one_request_only(score):
     cred = _credential(score)
-    fields, curl = _grpc_call(score, "ListNodes", _frame(b""), [f"x-score-munge: {cred}"])
+    fields, curl = _grpc_call(score, "ListNodes", grpc_frame(b""), [f"x-score-munge: {cred}"])
     assert fields.get("grpc-status") == "0", (fields, curl.stderr)
-    fields, curl = _grpc_call(score, "ListNodes", _frame(b""), [f"x-score-munge: {cred}"])
+    fields, curl = _grpc_call(score, "ListNodes", grpc_frame(b""), [f"x-score-munge: {cred}"])
     assert fields.get("grpc-status") == "16", (fields, curl.stderr)
     assert "MUNGE credential rejected" in fields.get("grpc-message", ""), fields
     assert "replayed" in fields.get("grpc-message", "").lower(), fields
@@ -178,8 +159,13 @@ def test_a_credential_is_good_for_one_request_only(score):
 def test_an_ordinary_user_cannot_attach_an_agent(score):
     # AgentMessage{register: Register{node: "n9"}}
     register = b"\x0a\x04\x0a\x02n9"
-    fields, curl = _grpc_call(score, "Attach", _frame(register),
-                              [f"x-score-munge: {_credential(score, user='nobody')}"])
+    for _ in range(5):
+        fields, curl = _grpc_call(score, "Attach", grpc_frame(register),
+                                  [f"x-score-munge: {_credential(score, user='nobody')}"])
+        # The master answers before it has read the request stream and resets
+        # it; curl then sometimes drops the answer (exit 92): ask again.
+        if "grpc-status" in fields or curl.returncode != 92:
+            break
     assert fields.get("grpc-status") == "7", (fields, curl.stderr)
     assert "only root may attach an agent" in fields.get("grpc-message", ""), fields
     assert "n9" not in score.nodes()
@@ -193,7 +179,7 @@ def test_malformed_requests_are_refused_and_the_master_keeps_running(score):
     garbage = bytes(rng.randrange(256) for _ in range(4096))
     bodies = {
         "unframed garbage": garbage,
-        "garbage in a frame": _frame(garbage),
+        "garbage in a frame": grpc_frame(garbage),
         "a frame that claims 4 GiB": b"\x00\xff\xff\xff\xff" + garbage[:100],
         "a truncated frame header": b"\x00\x00",
         "a compressed frame without grpc-encoding": b"\x01" + struct.pack(">I", 10) + garbage[:10],
@@ -204,7 +190,9 @@ def test_malformed_requests_are_refused_and_the_master_keeps_running(score):
                 headers = [f"x-score-munge: {cred}"] if cred else []
                 fields, curl = _grpc_call(score, method, body, headers)
                 status = fields.get("grpc-status")
-                assert status not in (None, "0"), \
+                # Refused: a gRPC error status, or the stream reset by the
+                # master (curl: "(92) Stream error in the HTTP/2 framing layer").
+                assert status not in (None, "0") or (status is None and curl.returncode == 92), \
                     f"{method} with {what} (credential: {bool(cred)}): {fields}, {curl.stderr}"
                 assert _process_alive(_master_pid(score)), f"the master died of {method} {what}"
     # Not HTTP/2 at all, and a connection that stops half-way.

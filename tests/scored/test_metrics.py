@@ -1,0 +1,169 @@
+"""Prometheus /metrics of the scored master and agents on a virtual cluster:
+valid exposition (`promtool check metrics`), the job, node and launch
+metrics of the master, the process counts of the agents, and the PM
+counters of a running job."""
+
+import shutil
+import signal
+import subprocess
+import tomllib
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from .score import PMCHECK, grpc_call, grpc_frame, marker, metric_values, wait_for
+
+pytestmark = pytest.mark.skipif(not shutil.which("promtool"),
+                                reason="promtool is not installed (prometheus)")
+
+
+def scrape(url):
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        assert resp.status == 200
+        assert resp.headers.get_content_type() in ("text/plain",
+                                                   "application/openmetrics-text"), resp.headers
+        return resp.read().decode()
+
+
+def promtool_check(text, what):
+    proc = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 0, f"promtool check metrics of {what}: " \
+                                 f"{proc.stdout}{proc.stderr}\n--- metrics:\n{text[:3000]}"
+
+
+def master_metrics_url(score):
+    conf = tomllib.loads((score.vc.service_dir / "scored.toml").read_text())
+    return f"http://{conf['master']['metrics_listen']}/metrics"
+
+
+def agent_metrics_url(score, node):
+    return score.nodes()[node]["metrics_url"]
+
+
+def test_master_metrics(score):
+    url = master_metrics_url(score)
+    before = scrape(url)
+    assert metric_values(before, "score_nodes") == {
+        '{state="up"}': 4, '{state="down"}': 0, '{state="drained"}': 0}
+    assert set(metric_values(before, "score_jobs")) >= {
+        '{state="pending"}', '{state="running"}'}, before
+    launches = sum(metric_values(before, "score_job_launch_seconds_count").values())
+
+    # Runs until every node has reported its processes started (see
+    # test_every_launched_job_is_counted for jobs that end at once).
+    proc = score.scrun("-nodes=4x1", "sleep", "0.5")
+    assert proc.returncode == 0, proc.stderr
+    fields, _ = grpc_call(urllib.parse.urlsplit(score.master_url).netloc, "ListNodes",
+                          grpc_frame(b""))
+    assert fields.get("grpc-status") == "16", fields
+
+    after = scrape(url)
+    assert sum(metric_values(after, "score_job_launch_seconds_count").values()) == launches + 1
+    assert "score_job_launch_seconds_bucket" in after
+    assert sum(metric_values(after, "score_job_queue_wait_seconds_count").values()) >= 1
+    finished = metric_values(after, "score_jobs_finished_total")
+    assert finished.get('{state="completed"}', 0) >= 1, finished
+    rejected = metric_values(after, "score_requests_rejected_total")
+    assert rejected.get('{reason="unauthenticated"}', 0) > \
+        metric_values(before, "score_requests_rejected_total").get(
+            '{reason="unauthenticated"}', 0), rejected
+
+
+def test_every_launched_job_is_counted_and_has_a_start_time(score):
+    """A job whose ranks exit at once still went through its launch: the
+    master counts it in score_job_launch_seconds and records when it
+    started, whichever of the agent's reports (processes started, a rank
+    exited) arrives first."""
+    url = master_metrics_url(score)
+    before = sum(metric_values(scrape(url), "score_job_launch_seconds_count").values())
+    ids = []
+    for _ in range(40):
+        proc = score.scrun("-v", "-nodes=1x2", "true")
+        assert proc.returncode == 0, proc.stderr
+        ids.append(int(proc.stderr.split("scrun: job ", 1)[1].split()[0]))
+    jobs = {j["id"]: j for j in score.jobs(all=True)}
+    never_started = [i for i in ids if jobs[i]["start_time_ms"] == 0]
+    after = sum(metric_values(scrape(url), "score_job_launch_seconds_count").values())
+    assert never_started == [] and after - before == len(ids), \
+        f"jobs completed without a start time: {never_started}; " \
+        f"score_job_launch_seconds_count grew by {after - before} for {len(ids)} jobs"
+
+
+def test_master_metrics_pass_promtool(score):
+    proc = score.scrun("-nodes=4x1", "true")  # every histogram and counter has samples
+    assert proc.returncode == 0, proc.stderr
+    promtool_check(scrape(master_metrics_url(score)), "the master")
+
+
+def test_agent_metrics_count_the_processes_of_a_job(score):
+    for node in score.vc.nodes:
+        url = agent_metrics_url(score, node)
+        assert url == f"http://{score.vc.address(node)}:7102/metrics", url
+        text = scrape(url)
+        assert metric_values(text, "score_agent_processes") == {f'{{node="{node}"}}': 0}, text
+        assert metric_values(text, "score_agent_job_cgroups") == {f'{{node="{node}"}}': 0}
+
+    m = marker()
+    run = score.start("-v", "-nodes=4x2", "sleep", m)
+    job_id = run.job_id()
+    score.wait_job(job_id, "running")
+    for node in score.vc.nodes:
+        text = scrape(agent_metrics_url(score, node))
+        assert metric_values(text, "score_agent_processes") == {f'{{node="{node}"}}': 2}, text
+        assert metric_values(text, "score_agent_job_cgroups") == {f'{{node="{node}"}}': 1}
+    run.signal(signal.SIGINT)
+    assert run.wait(30) == 130, run.stderr()
+    score.assert_job_gone(job_id, m)
+    text = scrape(agent_metrics_url(score, "n1"))
+    assert metric_values(text, "score_agent_processes") == {'{node="n1"}': 0}, text
+
+
+def start_pm_job(score):
+    """A pmcheck job of 2x1 that runs far longer than the test waits (it is
+    cancelled); returns (scrun, job id, node of rank 0, its agent's metrics
+    URL, the first scrape with PM counters of the job, their labels, value)."""
+    assert PMCHECK.exists(), f"{PMCHECK} is missing: make build"
+    run = score.start("-v", "-nodes=2x1", PMCHECK, "--quiet", "--pattern", "pairs",
+                      "--count", "100000000", "--timeout", "120")
+    job_id = run.job_id()
+    job = score.wait_job(job_id, "running")
+    node = job["nodes"][0]
+    url = agent_metrics_url(score, node)
+
+    def sent():
+        text = scrape(url)
+        samples = {labels: v for labels, v in
+                   metric_values(text, "score_pm_messages_sent_total").items()
+                   if f'job="{job_id}"' in labels and v > 0}
+        return (text, samples) if samples else None
+    text, samples = wait_for(sent, 30, f"PM counters of job {job_id} on {node}", interval=0.3)
+    assert len(samples) == 1, samples
+    (labels, value), = samples.items()
+    return run, job_id, node, url, text, labels, value
+
+
+def test_pm_counters_of_a_running_job(score):
+    run, job_id, node, url, text, labels, first = start_pm_job(score)
+    assert f'node="{node}"' in labels and 'rank="0"' in labels and 'device="' in labels, labels
+    assert metric_values(text, "score_pm_contexts") == {f'{{node="{node}"}}': 1}, text
+    for name in ("score_pm_sent_bytes_total", "score_pm_messages_received_total",
+                 "score_pm_retransmits_total", "score_pm_quiesce_seconds_total"):
+        assert labels in metric_values(text, name), f"{name}{labels} missing"
+    # The counters are live: they grow while the job runs.
+    wait_for(lambda: metric_values(scrape(url), "score_pm_messages_sent_total").get(labels, 0)
+             > first, 30, "the PM counter to grow")
+    assert run.proc.poll() is None, f"pmcheck ended early: {run.stderr()}"
+    run.signal(signal.SIGINT)
+    assert run.wait(30) == 130, run.stderr()
+    score.assert_job_gone(job_id)
+    after = scrape(url)
+    assert not [k for k in metric_values(after, "score_pm_messages_sent_total")
+                if f'job="{job_id}"' in k]
+
+
+def test_agent_metrics_pass_promtool(score):
+    promtool_check(scrape(agent_metrics_url(score, "n4")), "an idle agent")
+    run, job_id, node, url, text, labels, value = start_pm_job(score)
+    promtool_check(text, f"the agent of {node} with the PM counters of job {job_id}")
