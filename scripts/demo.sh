@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # make demo: what score does today, on a virtual cluster of this machine.
 #
-#   1. bring up 4 nodes with 2 NICs each, links limited to 1 Gbit/s;
-#   2. show the cluster;
+#   1. bring up 4 nodes with 2 NICs each, links limited to 1 Gbit/s, with
+#      munged and scored (master on the host, an agent per node);
+#   2. show the cluster and scored's view of its nodes;
 #   3. prove every node reaches every other node on every network;
-#   4. run a PM program (4 processes) inside node n1;
-#   5. run pmcheck over the whole cluster (shm and udp mixed);
+#   4. run a PM program (4 processes) inside node n1 with mpirun;
+#   5. through scrun: a PM ping-pong between two nodes, pmcheck over the whole
+#      cluster (shm and udp mixed), and an Open MPI program on 4x2 processes;
 #   6. take the cluster down, whatever happened before.
 set -euo pipefail
 
@@ -28,11 +30,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-step "bringing up a virtual cluster: $NODES nodes x $NICS NICs, 1 Gbit/s links"
-"$VCLUSTER" up --name "$NAME" --nodes "$NODES" --nics "$NICS" --rate 1gbit
+step "bringing up a virtual cluster: $NODES nodes x $NICS NICs, 1 Gbit/s links, with scored"
+"$VCLUSTER" up --name "$NAME" --nodes "$NODES" --nics "$NICS" --rate 1gbit --with-score
+eval "$("$VCLUSTER" env --name "$NAME")"
+SCRUN="$ROOT/build/bin/scrun"
 
 step "status"
 "$VCLUSTER" status --name "$NAME"
+echo
+"$ROOT/build/bin/scorectl" nodes
 
 step "reachability: every node pings every other node on every network"
 failures=0
@@ -67,14 +73,11 @@ step "PM: 4 processes on node n1 pass a token round a ring over shared memory"
   mpirun -n 4 --oversubscribe "$ROOT/build/bin/pm-ring-pass"
 "$VCLUSTER" exec --name "$NAME" n1 -- "$ROOT/build/bin/pminfo" | head -4
 
-step "PM across the cluster: 8 processes, 2 per node; shm inside a node, udp over both NICs between nodes"
-net0=$("$VCLUSTER" status --name "$NAME" --json | /usr/bin/python3 -c \
-  'import json, sys; print(json.load(sys.stdin)["clusters"][0]["networks"][0]["subnet"])')
-hosts=$(seq -s, -f "n%g.$NAME:2" 1 $NODES)
-env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-  mpirun --bind-to none --host "$hosts" -n $((NODES * 2)) \
-    --mca plm_rsh_agent "$VCLUSTER rsh --name $NAME" --mca oob_tcp_if_include "$net0" \
-    "$ROOT/build/bin/pmcheck" --pattern all --count 2000 --sizes 1-20000 --rma --quiet \
+step "scrun: PM ping-pong between n1 and n2 over udp (1 Gbit/s link)"
+"$SCRUN" -nodes=2x1 "$ROOT/build/bin/pmbench" --device udp --test pingpong --sizes 8,1024,65536 --reps 3
+
+step "scrun: pmcheck over the cluster, 8 processes, 2 per node; shm inside a node, udp over both NICs between nodes"
+"$SCRUN" -nodes=$NODES"x2" "$ROOT/build/bin/pmcheck" --pattern all --count 2000 --sizes 1-20000 --rma --quiet \
   | /usr/bin/python3 -c '
 import json, sys
 ranks = [json.loads(l) for l in sys.stdin if l.startswith("{")]
@@ -84,5 +87,19 @@ print("pmcheck: %d ranks, all-to-all, %d messages verified exactly once and in o
       % (len(ranks), n, "ok" if ok else "FAILED"))
 sys.exit(0 if ok and ranks else 1)'
 
+step "scrun: an Open MPI program (Debian's mpicc, Open MPI's own transports) on ${NODES}x2 processes"
+net0=$("$VCLUSTER" status --name "$NAME" --json | /usr/bin/python3 -c \
+  'import json, sys; print(json.load(sys.stdin)["clusters"][0]["networks"][0]["subnet"])')
+work=$(mktemp -d)
+trap 'rm -rf "$work"; cleanup' EXIT
+mpicc -O2 -o "$work/mpi_ring" "$ROOT/tests/programs/mpi_ring.c"
+chmod 755 "$work"
+(cd "$work" && "$SCRUN" -nodes=$NODES"x2" --label \
+  --env OMPI_MCA_pml=ob1 --env OMPI_MCA_btl=self,vader,tcp --env OMPI_MCA_btl_tcp_if_include="$net0" \
+  --env OMPI_ALLOW_RUN_AS_ROOT=1 --env OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ./mpi_ring)
+
+step "scorectl: the jobs scored ran"
+"$ROOT/build/bin/scorectl" jobs --all
+
 echo
-echo "demo complete: all $((NODES * (NODES - 1) * NICS)) (node, network) pairs reachable; PM ran on n1 and across all nodes"
+echo "demo complete: all $((NODES * (NODES - 1) * NICS)) (node, network) pairs reachable; PM ran on n1 and, through scrun, across all nodes; Open MPI ran through scrun"
