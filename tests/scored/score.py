@@ -17,6 +17,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import tempfile
@@ -148,7 +149,13 @@ class Scrun:
         return wait_for(find, timeout, "scrun -v to report its job id")
 
     def kill(self):
+        """End it by its PID, then whatever is left of the session it leads
+        (the other commands of a pipeline)."""
         kill_by_pid(self.proc)
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 class Score:
@@ -191,6 +198,13 @@ class Score:
     def start(self, *args, env=None, cwd="/tmp", user=None, stdin=None):
         """Start scrun in the background; it is ended by its PID after the test."""
         run = Scrun(self.scrun_argv(args, user), env or self.env, cwd, self.workdir, stdin)
+        self._scruns.append(run)
+        return run
+
+    def start_shell(self, script, env=None, cwd="/tmp"):
+        """Start `sh -c script` in the background (a pipeline around scrun);
+        its process group is ended after the test."""
+        run = Scrun(["sh", "-c", script], env or self.env, cwd, self.workdir)
         self._scruns.append(run)
         return run
 

@@ -4,6 +4,7 @@ signals, time limits and space sharing (docs/scored/user.md)."""
 
 import json
 import re
+import shlex
 import shutil
 import signal
 import time
@@ -303,3 +304,45 @@ def test_a_job_larger_than_the_cluster_is_refused(score):
     proc = score.scrun("-nodes=5x1", "true")
     assert proc.returncode == 255
     assert "the job asks for 5 nodes; the cluster has 4" in proc.stderr, proc.stderr
+
+
+def test_a_drained_node_takes_no_new_jobs(score):
+    proc = score.scorectl("drain", "n1", "--reason", "bad DIMM")
+    try:
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == "node n1: drained (bad DIMM)", proc.stdout
+        node = score.nodes()["n1"]
+        assert (node["state"], node["reason"]) == ("drained", "bad DIMM"), node
+        proc = score.scrun("-nodes=3x1", "hostname")
+        assert proc.returncode == 0, proc.stderr
+        assert sorted(proc.stdout.split()) == ["n2", "n3", "n4"]
+    finally:
+        resumed = score.scorectl("resume", "n1")
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.strip() == "node n1: up", resumed.stdout
+    proc = score.scrun("-nodes=4x1", "hostname")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.split()) == ["n1", "n2", "n3", "n4"]
+
+
+# --- scrun going away ------------------------------------------------------------------
+
+
+def test_the_job_of_a_killed_scrun_is_cancelled(score):
+    run, job_id, m = _start_sleeping_job(score, "exec sleep {m}")
+    run.signal(signal.SIGKILL)
+    run.wait(10)
+    job = score.wait_job(job_id, "cancelled", timeout=30)
+    assert job["exit_status"] == 130, job
+    score.assert_job_gone(job_id, m)
+
+
+def test_closing_scrun_stdout_cancels_the_job(score):
+    m = marker()
+    scrun = shlex.join(score.scrun_argv(["-v", "-nodes=2x1", "sh", "-c", f"exec yes {m}"]))
+    run = score.start_shell(f"{scrun} | head -n 1")
+    assert run.wait(60) == 0, run.stderr()
+    assert run.stdout() == f"{m}\n"
+    job = next(j for j in score.jobs(all=True) if j["argv"] == ["sh", "-c", f"exec yes {m}"])
+    job = score.wait_job(job["id"], "cancelled", timeout=30)
+    score.assert_job_gone(job["id"], m)

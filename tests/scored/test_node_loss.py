@@ -7,7 +7,6 @@ their cluster, so the module has one of its own."""
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest

@@ -12,7 +12,6 @@ import socket
 import struct
 import subprocess
 import tempfile
-import time
 import urllib.parse
 from pathlib import Path
 
@@ -197,7 +196,8 @@ def test_malformed_requests_are_refused_and_the_master_keeps_running(score):
                 assert _process_alive(_master_pid(score)), f"the master died of {method} {what}"
     # Not HTTP/2 at all, and a connection that stops half-way.
     host, port = _master_hostport(score).rsplit(":", 1)
-    for data in (garbage, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + garbage[:64], b"GET / HTTP/1.1\r\n"):
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+    for data in (garbage, preface + garbage[:64], b"GET / HTTP/1.1\r\n"):
         with socket.create_connection((host, int(port)), timeout=5) as s:
             s.sendall(data)
             s.settimeout(2)
