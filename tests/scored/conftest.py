@@ -6,7 +6,7 @@ until the master has no active job.  A module that breaks its cluster (an
 agent killed) brings up its own with `vcluster_module`.
 
 Needs root, munged, and scored/scrun/scorectl built (`make build`; another
-build with SCORE_BIN=DIR)."""
+build with SCORE_TEST_BIN=DIR)."""
 
 import os
 import shutil

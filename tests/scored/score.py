@@ -30,8 +30,9 @@ from conftest import REPO_ROOT, kill_by_pid
 
 BUILD = Path(os.environ.get("SCORE_BUILD", REPO_ROOT / "build"))
 BUILD_BIN = BUILD / "bin"
-# scored, scrun, scorectl; SCORE_BIN points the tests at another build.
-SCORE_BIN = Path(os.environ.get("SCORE_BIN", BUILD_BIN))
+# scored, scrun, scorectl; SCORE_TEST_BIN points the tests at another build
+# (the same variable as tests/vcluster's).
+SCORE_BIN = Path(os.environ.get("SCORE_TEST_BIN") or BUILD_BIN)
 PMCHECK = BUILD_BIN / "pmcheck"
 PM_RING_PASS = BUILD_BIN / "pm-ring-pass"
 PMBENCH = BUILD_BIN / "pmbench"

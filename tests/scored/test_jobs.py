@@ -52,14 +52,23 @@ def test_pm_ring_pass_on_4x2(score):
                                   "table complete", proc.stdout
 
 
-@pytest.mark.skipif(not shutil.which("mpicc"), reason="mpicc is not installed (libopenmpi-dev)")
+needs_mpicc = pytest.mark.skipif(not shutil.which("mpicc"),
+                                 reason="mpicc is not installed (libopenmpi-dev)")
+
+
+def open_mpi_env(score):
+    """Open MPI launched directly under scored's PMIx server: TCP between
+    nodes on network 0, shared memory within a node."""
+    subnet = score.vc.state["networks"][0]["subnet"]
+    return dict(score.env, OMPI_MCA_pml="ob1", OMPI_MCA_btl="self,vader,tcp",
+                OMPI_MCA_btl_tcp_if_include=subnet, OMPI_MCA_oob_tcp_if_include=subnet,
+                OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+
+
+@needs_mpicc
 def test_open_mpi_program_on_4x2(score):
     exe = build_mpi_program(score.workdir)
-    subnet = score.vc.state["networks"][0]["subnet"]
-    env = dict(score.env, OMPI_MCA_pml="ob1", OMPI_MCA_btl="self,vader,tcp",
-               OMPI_MCA_btl_tcp_if_include=subnet, OMPI_MCA_oob_tcp_if_include=subnet,
-               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    proc = score.scrun("-nodes=4x2", exe, env=env, timeout=120)
+    proc = score.scrun("-nodes=4x2", exe, env=open_mpi_env(score), timeout=120)
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout: {proc.stdout}\n" \
                                  f"stderr: {proc.stderr}"
     ranks = {}
@@ -73,6 +82,19 @@ def test_open_mpi_program_on_4x2(score):
     for rank, (size, total, left, host, ok) in ranks.items():
         assert (size, total, left, ok) == (8, 36, (rank - 1) % 8, "1"), ranks[rank]
         assert host == f"n{rank // 2 + 1}", ranks[rank]
+
+
+@needs_mpicc
+def test_mpi_abort_ends_the_job_with_its_status(score):
+    exe = build_mpi_program(score.workdir)
+    m = marker()
+    proc = score.scrun("-v", "-J", f"abort-{m}", "-nodes=4x2", exe, "--abort", "5", "9",
+                       env=open_mpi_env(score), timeout=120)
+    assert proc.returncode == 9, proc.stderr
+    job_id = int(re.search(r"scrun: job (\d+) submitted", proc.stderr).group(1))
+    assert f"scrun: job {job_id} failed: rank 5 on n3 aborted with status 9" in proc.stderr
+    score.assert_job_gone(job_id, str(exe))
+    assert score.job(job_id)["exit_status"] == 9
 
 
 # --- output and input ----------------------------------------------------------
@@ -96,6 +118,22 @@ def test_label_prefixes_every_line_with_its_rank(score):
         [f"{r}: a {r}" for r in range(4)] + [f"{r}: b {r}" for r in range(4)]), proc.stdout
     assert proc.stdout.endswith("\n")
     assert sorted(proc.stderr.splitlines()) == [f"{r}: e {r}" for r in range(4)]
+
+
+def test_labelled_lines_of_different_ranks_never_mix(score):
+    proc = score.scrun("-l", "-nodes=4x2", "sh", "-c",
+                       'seq -f "rank $SCORE_RANK line %g of a line long enough to be cut '
+                       'somewhere if lines were not kept whole" 1 5000', timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    seen = {r: 0 for r in range(8)}
+    for line in proc.stdout.splitlines():
+        m = re.fullmatch(r"(\d): rank (\d) line (\d+) of a line long enough to be cut "
+                         r"somewhere if lines were not kept whole", line)
+        assert m and m.group(1) == m.group(2), f"mixed line: {line!r}"
+        rank = int(m.group(1))
+        assert int(m.group(3)) == seen[rank] + 1, f"rank {rank}: {line!r} after {seen[rank]}"
+        seen[rank] += 1
+    assert seen == {r: 5000 for r in range(8)}
 
 
 def test_large_output_arrives_whole(score):
@@ -222,6 +260,25 @@ def test_second_sigint_kills_a_job_that_ignores_sigterm(score):
     assert gone < 5, f"the ranks went {gone:.1f} s after the first SIGINT: killed by the " \
                      "grace timer, not by the second SIGINT"
     assert f"scrun: killing job {job_id}" in run.stderr()
+    score.assert_job_gone(job_id, m)
+
+
+def test_third_sigint_makes_scrun_stop_waiting(score):
+    run, job_id, m = _start_sleeping_job(score, "trap '' TERM; exec sleep {m}")
+    run.signal(signal.SIGINT)
+    wait_for(lambda: "cancelling job" in run.stderr(), 10, "scrun to cancel")
+    run.signal(signal.SIGINT)
+    wait_for(lambda: "killing job" in run.stderr(), 10, "scrun to kill")
+    if run.proc.poll() is None:
+        run.signal(signal.SIGINT)
+    rc = run.wait(30)
+    # 255 if the third SIGINT found scrun still waiting; 130 if the job had
+    # already ended (the kill of the second one was that quick).
+    assert rc in (255, 130), run.stderr()
+    if rc == 255:
+        assert f"scrun: error: not waiting for job {job_id} to end" in run.stderr()
+    # The master cleans up either way.
+    assert score.wait_job(job_id, "cancelled")["exit_status"] == 130
     score.assert_job_gone(job_id, m)
 
 
