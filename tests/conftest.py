@@ -184,7 +184,7 @@ class ClusterFactory:
         self.names, self.clusters = [], []
 
     def __call__(self, nodes=2, nics=1, rate=None, mtu=None, with_score=False, with_munge=False,
-                 score_bin=None):
+                 score_bin=None, score_master=None):
         name = unique_cluster_name()
         args = ["up", "--json", "--name", name, "--nodes", nodes, "--nics", nics]
         if rate:
@@ -195,6 +195,10 @@ class ClusterFactory:
             args.append("--with-score")
             if score_bin:
                 args += ["--score-bin", score_bin]
+            for key, value in (score_master or {}).items():
+                if isinstance(value, bool):
+                    value = "true" if value else "false"
+                args += ["--score-master", f"{key}={value}"]
         elif with_munge:
             args.append("--with-munge")
         self.names.append(name)  # before `up`: close() also cleans a half-failed up
@@ -218,7 +222,8 @@ class ClusterFactory:
 @pytest.fixture
 def vcluster(require_root):
     """Factory: vcluster(nodes=2, nics=1, rate=None, mtu=None, with_score=False,
-    with_munge=False, score_bin=None) -> VirtualCluster.
+    with_munge=False, score_bin=None, score_master=None) -> VirtualCluster.
+    score_master: {key: value} of scored.toml's [master], e.g. {"gang_slots": 1}.
 
     Every cluster it made is taken down when the test ends, pass or fail."""
     factory = ClusterFactory()

@@ -219,6 +219,10 @@ def parser():
     up.add_argument("--ready-timeout", type=float, default=score.READY_TIMEOUT, metavar="SECONDS",
                     help="with --with-score: how long to wait for every node to be up "
                          f"(default {score.READY_TIMEOUT:g})")
+    up.add_argument("--score-master", action="append", default=[], metavar="KEY=VALUE",
+                    help="set a [master] key of scored.toml (repeatable), e.g. gang_slots=1, "
+                         "quantum_ms=100, preemption=freeze; VALUE is an integer, true/false "
+                         "or a string")
 
     sup = sub.add_parser("score-up", parents=[common], help="start MUNGE and score on a cluster",
                          description=SCORE_UP_HELP, epilog=SCORE_UP_EPILOG,
@@ -230,6 +234,10 @@ def parser():
                      help="directory of scored and scorectl (default: build/bin, else PATH)")
     sup.add_argument("--ready-timeout", type=float, default=score.READY_TIMEOUT, metavar="SECONDS",
                      help=f"how long to wait for every node to be up (default {score.READY_TIMEOUT:g})")
+    sup.add_argument("--score-master", action="append", default=[], metavar="KEY=VALUE",
+                    help="set a [master] key of scored.toml (repeatable), e.g. gang_slots=1, "
+                         "quantum_ms=100, preemption=freeze; VALUE is an integer, true/false "
+                         "or a string")
     sup.add_argument("--json", action="store_true",
                      help='print {"changed": BOOL, "cluster": STATE} on stdout')
 
@@ -322,13 +330,17 @@ def _up(args):
     subnet = parse_subnet(args.subnet) if args.subnet else None
     if args.score_bin and not args.with_score:
         raise VclusterError("--score-bin needs --with-score", 2)
+    if args.score_master and not args.with_score:
+        raise VclusterError("--score-master needs --with-score", 2)
+    overrides = score.parse_overrides(args.score_master)
     if args.with_score or args.with_munge:  # before building anything: fail early and cheaply
         score.munged_tool()
     if args.with_score:
         score.find_bin(args.score_bin)
     changed, record = build.up(name, shape, subnet)
     if args.with_score or args.with_munge:
-        started, record = score.up(name, args.with_score, args.score_bin, args.ready_timeout)
+        started, record = score.up(name, args.with_score, args.score_bin, args.ready_timeout,
+                                   overrides)
         changed = changed or started
     if args.json:
         print(json.dumps({"changed": changed, "cluster": record}, indent=2))
@@ -339,7 +351,10 @@ def _score_up(args):
     name = naming.validate_cluster_name(args.name)
     if args.score_bin and args.munge_only:
         raise VclusterError("--score-bin makes no sense with --munge-only", 2)
-    changed, record = score.up(name, not args.munge_only, args.score_bin, args.ready_timeout)
+    if args.score_master and args.munge_only:
+        raise VclusterError("--score-master makes no sense with --munge-only", 2)
+    changed, record = score.up(name, not args.munge_only, args.score_bin, args.ready_timeout,
+                               score.parse_overrides(args.score_master))
     if args.json:
         print(json.dumps({"changed": changed, "cluster": record}, indent=2))
     return 0

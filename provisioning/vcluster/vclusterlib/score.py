@@ -128,6 +128,25 @@ def _toml_value(value):
     return json.dumps(str(value))  # a JSON string of ASCII is a TOML basic string
 
 
+def parse_overrides(items):
+    """["gang_slots=1", "preemption=freeze"] -> {"gang_slots": 1, "preemption": "freeze"}."""
+    out = {}
+    for item in items or ():
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not key.replace("_", "").isalnum():
+            raise VclusterError(f"--score-master {item!r}: expected KEY=VALUE, e.g. gang_slots=1", 2)
+        raw = raw.strip()
+        if raw in ("true", "false"):
+            out[key] = raw == "true"
+        else:
+            try:
+                out[key] = int(raw)
+            except ValueError:
+                out[key] = raw
+    return out
+
+
 def render_toml(header, sections):
     """A TOML file from {section: {key: value}}, with a comment header."""
     lines = [f"# {line}" if line else "#" for line in header.splitlines()]
@@ -141,8 +160,9 @@ def master_url(layout):
     return f"http://{layout.networks[0].host_address}:{MASTER_PORT}"
 
 
-def configs(layout, paths, cgroup_mount):
-    """{path: text} of every configuration file of cluster `layout`."""
+def configs(layout, paths, cgroup_mount, overrides=None):
+    """{path: text} of every configuration file of cluster `layout`;
+    `overrides` are [master] keys that replace or add to the defaults."""
     head_addr = layout.networks[0].host_address
     url = master_url(layout)
     note = (f"Written by `vcluster` for the virtual cluster {layout.name}; rewritten by every\n"
@@ -160,6 +180,7 @@ def configs(layout, paths, cgroup_mount):
                 "heartbeat_timeout_ms": HEARTBEAT_TIMEOUT_MS,
                 "allow_root_jobs": True,
                 "nodes": [node.name for node in layout.nodes],
+                **(overrides or {}),
             },
             "client": {"master": url},
             "munge": {"socket": str(paths.socket(HEAD))},
@@ -529,11 +550,11 @@ def _start_scored(argv, logfile, what):
                                 cwd="/", start_new_session=True)
 
 
-def start_scored(current, layout, paths, bins, ready_timeout=READY_TIMEOUT):
+def start_scored(current, layout, paths, bins, ready_timeout=READY_TIMEOUT, overrides=None):
     """Write the configurations, start the master and the agents, wait until
     every node is up.  Returns {"master": pid, "agents": {node: pid}}."""
     mount = prepare_cgroups(current, layout)
-    for path, text in configs(layout, paths, mount).items():
+    for path, text in configs(layout, paths, mount, overrides).items():
         path.parent.mkdir(parents=True, exist_ok=True)
         _write(path, text)
     for node in layout.nodes:
@@ -641,7 +662,7 @@ def running(current):
     return munge_ok, scored_ok, problems
 
 
-def up(name, with_scored, score_bin=None, ready_timeout=READY_TIMEOUT):
+def up(name, with_scored, score_bin=None, ready_timeout=READY_TIMEOUT, overrides=None):
     """Start MUNGE (and with_scored: scored) on cluster `name`, which must be
     up.  Idempotent.  Returns (changed, state)."""
     system.require_root()
@@ -655,11 +676,19 @@ def up(name, with_scored, score_bin=None, ready_timeout=READY_TIMEOUT):
         layout = state.layout(current)
         paths = Paths(name)
         munge_ok, scored_ok, problems = running(current)
+        svc = current.get("score") or {}
+        # Overrides stay with the cluster: a restart keeps them; new ones
+        # need score-down first.
+        stored = (svc.get("scored") or {}).get("master_overrides") or {}
+        if not overrides:
+            overrides = stored
+        elif scored_ok and overrides != stored:
+            raise VclusterError(f"scored already runs on cluster {name} with other [master] "
+                                f"settings; 'vcluster score-down --name {name}' first", 2)
         if munge_ok and (scored_ok or not with_scored):
             what = "score" if with_scored else "MUNGE"
             log.step(f"{what} is already running on cluster {name}; nothing to do")
             return False, current
-        svc = current.get("score") or {}
         try:
             if not munge_ok:
                 if problems:
@@ -673,9 +702,10 @@ def up(name, with_scored, score_bin=None, ready_timeout=READY_TIMEOUT):
                 stop(name, roles=("agent", "master", "scored"))
                 remove_cgroups(name)
             if with_scored:
-                svc["scored"] = dict(start_scored(current, layout, paths, bins, ready_timeout),
+                svc["scored"] = dict(start_scored(current, layout, paths, bins, ready_timeout,
+                                                  overrides),
                                      bin=str(Path(bins["scored"]).parent),
-                                     url=master_url(layout))
+                                     url=master_url(layout), master_overrides=overrides)
                 svc["client_config"] = str(paths.client_config)
         except BaseException as e:
             log.step(f"starting the services of cluster {name} failed ({e or type(e).__name__}); "

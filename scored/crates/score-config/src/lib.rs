@@ -66,6 +66,28 @@ pub struct MasterConfig {
     pub nodes: Vec<String>,
     /// Finished jobs kept for `scorectl jobs --all` and `show`.
     pub history: usize,
+    /// Rows (time slots) of the gang-scheduling matrix; 1 turns time
+    /// sharing off (jobs wait for free nodes).
+    pub gang_slots: usize,
+    /// The matrix switches to its next row this often.
+    #[serde(with = "duration_ms")]
+    pub quantum_ms: Duration,
+    /// How a switch stops the outgoing job.
+    pub preemption: Preemption,
+    /// A process whose PM contexts have not quiesced after this long is
+    /// frozen anyway (and counted).
+    #[serde(with = "duration_ms")]
+    pub quiesce_timeout_ms: Duration,
+}
+
+/// `network`: the PM contexts of the outgoing job quiesce (nothing in
+/// flight) before its cgroups freeze — network preemption.  `freeze`: the
+/// cgroups freeze at once, packets in flight are left to retransmission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Preemption {
+    Network,
+    Freeze,
 }
 
 impl Default for MasterConfig {
@@ -79,6 +101,10 @@ impl Default for MasterConfig {
             kill_grace_ms: Duration::from_secs(5),
             nodes: Vec::new(),
             history: 1000,
+            gang_slots: 4,
+            quantum_ms: Duration::from_millis(500),
+            preemption: Preemption::Network,
+            quiesce_timeout_ms: Duration::from_millis(1000),
         }
     }
 }
@@ -182,6 +208,17 @@ impl Config {
                 self.master.heartbeat_interval_ms.as_millis()
             )));
         }
+        if self.master.gang_slots == 0 {
+            return Err(invalid(
+                "master.gang_slots must be at least 1 (1: no time sharing)".into(),
+            ));
+        }
+        if self.master.quantum_ms < Duration::from_millis(10) {
+            return Err(invalid(format!(
+                "master.quantum_ms = {} is too short (at least 10 ms)",
+                self.master.quantum_ms.as_millis()
+            )));
+        }
         if self.master.heartbeat_interval_ms.is_zero() {
             return Err(invalid("master.heartbeat_interval_ms must be > 0".into()));
         }
@@ -253,6 +290,20 @@ mod tests {
         assert_eq!(c.master.kill_grace_ms, d.master.kill_grace_ms);
         assert_eq!(c.agent.state_dir, d.agent.state_dir);
         assert_eq!(c.munge.socket, d.munge.socket);
+        assert_eq!(c.master.gang_slots, d.master.gang_slots);
+        assert_eq!(c.master.quantum_ms, d.master.quantum_ms);
+        assert_eq!(c.master.preemption, d.master.preemption);
+        assert_eq!(c.master.quiesce_timeout_ms, d.master.quiesce_timeout_ms);
+    }
+
+    #[test]
+    fn preemption_modes_parse_and_others_are_refused() {
+        let c = Config::parse("[master]\npreemption = \"freeze\"\n", Path::new("x")).unwrap();
+        assert_eq!(c.master.preemption, Preemption::Freeze);
+        let e = Config::parse("[master]\npreemption = \"pause\"\n", Path::new("x")).unwrap_err();
+        assert!(e.to_string().contains("pause"), "{e}");
+        let e = Config::parse("[master]\nquantum_ms = 1\n", Path::new("x")).unwrap_err();
+        assert!(e.to_string().contains("too short"), "{e}");
     }
 
     #[test]

@@ -128,11 +128,19 @@ impl JobCgroup {
         }
     }
 
-    /// Freeze (true) or thaw (false) every process of the job.
-    #[allow(dead_code)] // used by gang scheduling
+    /// Freeze (true) or thaw (false) every process of the job.  Freezing
+    /// completes asynchronously: see [`JobCgroup::is_frozen`].
     pub fn freeze(&self, frozen: bool) -> Result<(), CgroupError> {
         let f = self.path.join("cgroup.freeze");
         std::fs::write(&f, if frozen { "1" } else { "0" }).map_err(io_err(&f))
+    }
+
+    /// True once every process of a freezing cgroup is frozen (the
+    /// `frozen` key of cgroup.events).
+    pub fn is_frozen(&self) -> bool {
+        std::fs::read_to_string(self.path.join("cgroup.events"))
+            .map(|ev| ev.lines().any(|l| l.trim() == "frozen 1"))
+            .unwrap_or(false)
     }
 
     /// True when no process is left (the `populated` key of cgroup.events).

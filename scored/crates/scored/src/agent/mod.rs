@@ -9,6 +9,7 @@ mod cgroup;
 mod job;
 mod metrics;
 mod pmstats;
+mod preempt;
 mod rank;
 mod spawn;
 
@@ -20,8 +21,8 @@ use score_auth::Munge;
 use score_config::Config;
 use score_pmix::{PmixServer, ServerEvent};
 use score_proto::v1::{
-    agent_message, master_message, AgentMessage, FenceContribution, Heartbeat, Launched,
-    MasterMessage, RankAborted, Register,
+    agent_message, master_message, AgentMessage, Drained, FenceContribution, Heartbeat, Launched,
+    MasterMessage, RankAborted, Register, Switched,
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -43,6 +44,7 @@ struct Agent {
     metrics_url: String,
     cgroups: CgroupRoot,
     jobs_dir: PathBuf,
+    stats_dir: PathBuf,
     pmix: PmixServer,
     jobs: HashMap<u64, AgentJob>,
     out: mpsc::UnboundedSender<AgentMessage>,
@@ -95,15 +97,15 @@ pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
     let (pmix, mut pmix_events) =
         PmixServer::init(&pmix_dir).map_err(|e| anyhow!("cannot start the PMIx server: {e}"))?;
 
+    let stats_dir =
+        PathBuf::from(std::env::var("PM_STATS_DIR").unwrap_or_else(|_| "/dev/shm".into()));
     let metrics_url = if ac.metrics_listen.is_empty() {
         String::new()
     } else {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(metrics::AgentCollector {
             cgroups: cgroups.clone(),
-            stats_dir: PathBuf::from(
-                std::env::var("PM_STATS_DIR").unwrap_or_else(|_| "/dev/shm".into()),
-            ),
+            stats_dir: stats_dir.clone(),
             node: node.clone(),
         }));
         let addr =
@@ -127,6 +129,7 @@ pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
         metrics_url,
         cgroups,
         jobs_dir,
+        stats_dir,
         pmix,
         jobs: HashMap::new(),
         out: dead_out,
@@ -230,7 +233,7 @@ impl Agent {
                 return Some(Duration::from_millis(w.heartbeat_interval_ms.max(10)));
             }
             master_message::Msg::Launch(l) => {
-                let Some(info) = l.job else { return None };
+                let info = l.job?;
                 let (job, result) = AgentJob::launch(
                     info,
                     l.node_index,
@@ -273,6 +276,43 @@ impl Agent {
                     j.fence_complete(f.seq, f.ok, f.data);
                 }
             }
+            master_message::Msg::Preempt(p) => {
+                let cgroups = self.cgroups_of(&p.jobs);
+                let (out, stats_dir) = (self.out.clone(), self.stats_dir.clone());
+                let timeout = Duration::from_millis(p.quiesce_timeout_ms);
+                tokio::spawn(async move {
+                    let r = if p.network {
+                        preempt::drain(&cgroups, &stats_dir, timeout).await
+                    } else {
+                        preempt::DrainReport::default()
+                    };
+                    send(
+                        &out,
+                        0,
+                        agent_message::Msg::Drained(Drained {
+                            switch_id: p.switch_id,
+                            contexts: r.contexts,
+                            unanswered: r.unanswered,
+                            quiesce_ns: r.quiesce_ns,
+                        }),
+                    );
+                });
+            }
+            master_message::Msg::Switch(sw) => {
+                let freeze = self.cgroups_of(&sw.freeze);
+                let thaw = self.cgroups_of(&sw.thaw);
+                let (out, stats_dir) = (self.out.clone(), self.stats_dir.clone());
+                tokio::spawn(async move {
+                    preempt::switch(&freeze, &thaw, &stats_dir).await;
+                    send(
+                        &out,
+                        0,
+                        agent_message::Msg::Switched(Switched {
+                            switch_id: sw.switch_id,
+                        }),
+                    );
+                });
+            }
             master_message::Msg::Cleanup(_) => match self.jobs.get_mut(&id) {
                 Some(j) => j.start_cleanup(self.internal_tx.clone()),
                 // Never launched here (or already gone): nothing to clean.
@@ -284,6 +324,14 @@ impl Agent {
             },
         }
         None
+    }
+
+    /// The cgroups of those of `jobs` that run here.
+    fn cgroups_of(&self, jobs: &[u64]) -> Vec<cgroup::JobCgroup> {
+        jobs.iter()
+            .filter_map(|j| self.jobs.get(j))
+            .map(|j| j.cgroup.clone())
+            .collect()
     }
 
     fn handle_pmix(&mut self, ev: ServerEvent) {

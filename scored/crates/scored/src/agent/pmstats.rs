@@ -4,7 +4,7 @@
 //! cgroups count.
 
 use std::collections::HashSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"PMSTATS1";
 const PAGE_MIN: usize = 520;
@@ -48,28 +48,29 @@ pub fn parse(page: &[u8]) -> Option<PmContext> {
     })
 }
 
-/// The contexts of processes in `pids`, read from `dir` (normally /dev/shm).
-pub fn scan(dir: &Path, pids: &HashSet<i32>) -> Vec<PmContext> {
+/// The statistics pages in `dir` (normally /dev/shm) of processes in
+/// `pids`, with the pid each belongs to.
+pub fn pages(dir: &Path, pids: &HashSet<i32>) -> Vec<(i32, PathBuf)> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    let mut out = Vec::new();
-    for e in entries.filter_map(|e| e.ok()) {
-        let name = e.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("pm-stats.")) else {
-            continue;
-        };
-        let Some(pid) = rest.split('.').next().and_then(|p| p.parse::<i32>().ok()) else {
-            continue;
-        };
-        if !pids.contains(&pid) {
-            continue;
-        }
-        if let Some(ctx) = std::fs::read(e.path()).ok().as_deref().and_then(parse) {
-            out.push(ctx);
-        }
-    }
-    out
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name();
+            let rest = name.to_str()?.strip_prefix("pm-stats.")?;
+            let pid = rest.split('.').next()?.parse::<i32>().ok()?;
+            pids.contains(&pid).then(|| (pid, e.path()))
+        })
+        .collect()
+}
+
+/// The contexts of processes in `pids`, read from `dir`.
+pub fn scan(dir: &Path, pids: &HashSet<i32>) -> Vec<PmContext> {
+    pages(dir, pids)
+        .into_iter()
+        .filter_map(|(_, path)| std::fs::read(path).ok().as_deref().and_then(parse))
+        .collect()
 }
 
 #[cfg(test)]

@@ -18,6 +18,11 @@ pub struct MasterMetrics {
     pub requests_rejected: Family<Labels, Counter>,
     pub queue_wait: Histogram,
     pub launch_time: Histogram,
+    pub switches: Counter,
+    pub switch_time: Histogram,
+    pub quiesce: Histogram,
+    pub unanswered: Counter,
+    pub slots: Gauge,
 }
 
 impl MasterMetrics {
@@ -32,6 +37,12 @@ impl MasterMetrics {
             queue_wait: Histogram::new(exponential_buckets(0.001, 4.0, 13)),
             // 1 ms .. ~65 s
             launch_time: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
+            switches: Counter::default(),
+            // 100 us .. ~3 s
+            switch_time: Histogram::new(exponential_buckets(0.0001, 2.0, 15)),
+            quiesce: Histogram::new(exponential_buckets(0.0001, 2.0, 15)),
+            unanswered: Counter::default(),
+            slots: Gauge::default(),
         };
         registry.register(
             "score_jobs",
@@ -63,6 +74,31 @@ impl MasterMetrics {
             "score_job_launch_seconds",
             "Time from launch to every node reporting its processes started",
             m.launch_time.clone(),
+        );
+        registry.register(
+            "score_gang_switches",
+            "Switches of the gang-scheduling matrix from one time slot to the next",
+            m.switches.clone(),
+        );
+        registry.register(
+            "score_gang_switch_seconds",
+            "Duration of a switch, from the preempt request to every node frozen and thawed",
+            m.switch_time.clone(),
+        );
+        registry.register(
+            "score_gang_quiesce_seconds",
+            "Longest time a node's PM contexts took to quiesce, per node and switch",
+            m.quiesce.clone(),
+        );
+        registry.register(
+            "score_gang_unanswered_processes",
+            "Processes frozen without answering the quiesce request in time",
+            m.unanswered.clone(),
+        );
+        registry.register(
+            "score_gang_slots",
+            "Rows (time slots) of the gang-scheduling matrix in use",
+            m.slots.clone(),
         );
         m
     }

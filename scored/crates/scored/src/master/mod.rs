@@ -1,6 +1,7 @@
 //! The master role: one per cluster.  It keeps the node table and the job
 //! queue, allocates nodes to jobs and drives the agents.
 
+mod matrix;
 mod metrics;
 mod service;
 pub mod state;
@@ -26,6 +27,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         kill_grace: mc.kill_grace_ms,
         heartbeat_timeout: mc.heartbeat_timeout_ms,
         history: mc.history,
+        gang_slots: mc.gang_slots,
+        quantum: mc.quantum_ms,
+        network_preemption: mc.preemption == score_config::Preemption::Network,
+        quiesce_timeout: mc.quiesce_timeout_ms,
     };
     let state = Arc::new(Mutex::new(State::new(limits, &mc.nodes, timer_tx, metrics)));
 
@@ -51,6 +56,18 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         loop {
             tick.tick().await;
             st.lock().expect("master state lock").check_heartbeats();
+        }
+    });
+
+    // Gang scheduling: the quantum clock of the matrix.
+    let st = state.clone();
+    let quantum = mc.quantum_ms;
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(quantum);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            st.lock().expect("master state lock").quantum_tick();
         }
     });
 

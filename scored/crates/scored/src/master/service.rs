@@ -7,7 +7,8 @@ use score_auth::{verify, Munge};
 use score_proto::v1::{
     agent_message, master_message, master_server::Master, run_request, AgentMessage, CancelReply,
     CancelRequest, JobEvent, JobInfo, ListJobsReply, ListJobsRequest, ListNodesReply,
-    ListNodesRequest, MasterMessage, NodeReply, NodeRequest, RunRequest, ShowJobRequest, Welcome,
+    ListNodesRequest, MasterMessage, MatrixReply, MatrixRequest, NodeReply, NodeRequest,
+    RunRequest, ShowJobRequest, Welcome,
 };
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -203,6 +204,11 @@ impl Master for MasterService {
         let res = self.lock().resume(&req.get_ref().node, who);
         self.count(res)
             .map(|node| Response::new(NodeReply { node: Some(node) }))
+    }
+
+    async fn matrix(&self, req: Request<MatrixRequest>) -> Result<Response<MatrixReply>, Status> {
+        self.authenticate(&req)?;
+        Ok(Response::new(self.lock().matrix_info()))
     }
 
     type AttachStream = CommandStream;

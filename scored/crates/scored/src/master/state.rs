@@ -8,14 +8,15 @@
 
 use score_proto::v1::{
     agent_message, job_event, master_message, AgentMessage, CleanupJob, FenceComplete, JobEvent,
-    JobInfo, JobSpec, JobState, LaunchJob, MasterMessage, NodeInfo, NodeState, RankExit, SignalJob,
-    StdinChunk,
+    JobInfo, JobSpec, JobState, LaunchJob, MasterMessage, MatrixCell, MatrixReply, MatrixRow,
+    NodeInfo, NodeState, Preempt, RankExit, SignalJob, StdinChunk, Switch, SwitchStats,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc::UnboundedSender;
 use tonic::Status;
 
+use super::matrix::Matrix;
 use super::metrics::MasterMetrics;
 
 pub type ClientTx = UnboundedSender<Result<JobEvent, Status>>;
@@ -46,7 +47,29 @@ pub struct Limits {
     pub kill_grace: Duration,
     pub heartbeat_timeout: Duration,
     pub history: usize,
+    /// Rows of the gang-scheduling matrix; 1: space sharing only.
+    pub gang_slots: usize,
+    pub quantum: Duration,
+    /// Network preemption (quiesce PM before freezing) or plain freezing.
+    pub network_preemption: bool,
+    pub quiesce_timeout: Duration,
 }
+
+/// A switch of the matrix from one row to the next, in progress.
+struct SwitchRun {
+    id: u64,
+    started: Instant,
+    target: usize,
+    outgoing: BTreeSet<u64>,
+    incoming: BTreeSet<u64>,
+    /// Nodes whose answer (Drained in phase 1, Switched in phase 2) is due.
+    waiting: BTreeSet<String>,
+    draining: bool,
+    quiesce_ns: u64,
+}
+
+/// Switch durations kept for scorectl's median and p99.
+const SWITCH_SAMPLES: usize = 1000;
 
 struct Node {
     name: String,
@@ -93,8 +116,8 @@ impl Node {
         }
     }
 
-    fn is_free(&self, ppn: u32) -> bool {
-        self.state() == NodeState::Up && self.jobs.is_empty() && self.slots >= ppn
+    fn is_usable(&self, ppn: u32) -> bool {
+        self.state() == NodeState::Up && self.slots >= ppn
     }
 
     fn send(&self, job: u64, msg: master_message::Msg) {
@@ -215,6 +238,13 @@ pub struct State {
     next_conn: u64,
     timers: UnboundedSender<Timer>,
     pub metrics: MasterMetrics,
+    matrix: Matrix,
+    switch: Option<SwitchRun>,
+    next_switch: u64,
+    switch_times: VecDeque<f64>,
+    quiesce_times: VecDeque<f64>,
+    switches: u64,
+    unanswered: u64,
 }
 
 /// Who asks: the authenticated MUNGE identity of a request.
@@ -241,7 +271,15 @@ impl State {
             .iter()
             .map(|n| (n.clone(), Node::new(n)))
             .collect();
+        let matrix = Matrix::new(limits.gang_slots);
         let s = Self {
+            matrix,
+            switch: None,
+            next_switch: 1,
+            switch_times: VecDeque::new(),
+            quiesce_times: VecDeque::new(),
+            switches: 0,
+            unanswered: 0,
             limits,
             nodes,
             jobs: HashMap::new(),
@@ -349,29 +387,99 @@ impl State {
         Ok(())
     }
 
-    /// Launch queued jobs in order while the head of the queue fits
-    /// (space sharing: a job gets whole nodes that no other job uses).
+    /// Place queued jobs in the matrix, in order, while the head of the
+    /// queue finds a place; start those whose turn it is.
     pub fn schedule(&mut self) {
         while let Some(&id) = self.queue.front() {
             let spec = self.jobs[&id].info.spec.clone().expect("spec");
-            let free: Vec<String> = self
+            let usable: Vec<String> = self
                 .nodes
                 .values()
-                .filter(|n| n.is_free(spec.ppn))
+                .filter(|n| n.is_usable(spec.ppn))
                 .map(|n| n.name.clone())
-                .take(spec.nodes as usize)
                 .collect();
-            if free.len() < spec.nodes as usize {
+            let Some((row, nodes)) = self.matrix.place(id, spec.nodes as usize, &usable) else {
                 break;
-            }
+            };
             self.queue.pop_front();
-            self.launch(id, free);
+            let job = self.jobs.get_mut(&id).expect("job");
+            job.info.nodes = nodes.clone();
+            job.info.slot = row as u32;
+            job.launched = vec![false; nodes.len()];
+            job.cleaned = vec![false; nodes.len()];
+            for n in &nodes {
+                self.nodes.get_mut(n).expect("placed node").jobs.insert(id);
+            }
+            self.metrics
+                .queue_wait
+                .observe(job.submitted.elapsed().as_secs_f64());
         }
+        self.reconcile();
         self.refresh_gauges();
     }
 
+    /// Start or thaw every job that may run in the active row and does not,
+    /// when no switch is under way (nothing has to be preempted for them:
+    /// their nodes are free in this row).
+    fn reconcile(&mut self) {
+        if self.switch.is_some() {
+            return;
+        }
+        for id in self.matrix.active_set(self.matrix.current()) {
+            let Some(job) = self.jobs.get(&id) else {
+                continue;
+            };
+            if job.outcome.is_some() {
+                continue;
+            }
+            if job.state() == JobState::Pending {
+                self.launch(id);
+            } else if job.info.frozen {
+                let nodes = job.info.nodes.clone();
+                self.set_frozen(id, false);
+                for name in nodes {
+                    self.nodes[&name].send(
+                        0,
+                        master_message::Msg::Switch(Switch {
+                            switch_id: 0,
+                            freeze: Vec::new(),
+                            thaw: vec![id],
+                        }),
+                    );
+                }
+            }
+        }
+        self.update_pending_reasons();
+    }
+
+    fn set_frozen(&mut self, id: u64, frozen: bool) {
+        if let Some(job) = self.jobs.get_mut(&id) {
+            if job.info.frozen != frozen {
+                job.info.frozen = frozen;
+                job.emit(job_event::Event::State(job.info.clone()));
+            }
+        }
+    }
+
     fn update_pending_reasons(&mut self) {
-        let free_nodes = self.nodes.values().filter(|n| n.is_free(1)).count();
+        let free_nodes = self
+            .nodes
+            .values()
+            .filter(|n| n.is_usable(1) && n.jobs.is_empty())
+            .count();
+        for (id, job) in self.jobs.iter_mut() {
+            if job.state() == JobState::Pending
+                && !job.info.nodes.is_empty()
+                && job.outcome.is_none()
+            {
+                let reason = format!("placed in time slot {}; waits for its turn", job.info.slot);
+                if job.info.reason != reason {
+                    job.info.reason = reason;
+                    job.emit(job_event::Event::State(job.info.clone()));
+                }
+                let _ = id;
+            }
+        }
         for (pos, id) in self.queue.iter().enumerate() {
             let job = self.jobs.get_mut(id).expect("queued job exists");
             let want = job.info.spec.as_ref().map(|s| s.nodes).unwrap_or(0);
@@ -387,21 +495,17 @@ impl State {
         }
     }
 
-    fn launch(&mut self, id: u64, nodes: Vec<String>) {
+    fn launch(&mut self, id: u64) {
         let job = self.jobs.get_mut(&id).expect("job");
-        job.info.nodes = nodes.clone();
+        let nodes = job.info.nodes.clone();
         job.info.state = JobState::Launching as i32;
         job.info.reason.clear();
         job.launched = vec![false; nodes.len()];
         job.cleaned = vec![false; nodes.len()];
         job.launch_started = Some(Instant::now());
-        self.metrics
-            .queue_wait
-            .observe(job.submitted.elapsed().as_secs_f64());
         job.emit(job_event::Event::State(job.info.clone()));
         for (i, name) in nodes.iter().enumerate() {
             let node = self.nodes.get_mut(name).expect("allocated node");
-            node.jobs.insert(id);
             node.send(
                 id,
                 master_message::Msg::Launch(LaunchJob {
@@ -458,6 +562,8 @@ impl State {
             )));
         }
         if job.is_active() {
+            // A frozen job cannot act on SIGTERM: it is killed at once.
+            let kill = kill || job.info.frozen;
             self.decide(
                 id,
                 Outcome {
@@ -631,6 +737,17 @@ impl State {
             }
             agent_message::Msg::Fence(f) => self.fence(id, name, f.seq, f.data),
             agent_message::Msg::Cleaned(_) => self.cleaned(id, name),
+            agent_message::Msg::Drained(d) => {
+                self.unanswered += u64::from(d.unanswered);
+                if d.unanswered > 0 {
+                    self.metrics.unanswered.inc_by(u64::from(d.unanswered));
+                }
+                if d.contexts > 0 {
+                    self.metrics.quiesce.observe(d.quiesce_ns as f64 / 1e9);
+                }
+                self.switch_answer(name, d.switch_id, true, d.quiesce_ns);
+            }
+            agent_message::Msg::Switched(sw) => self.switch_answer(name, sw.switch_id, false, 0),
         }
     }
 
@@ -662,6 +779,9 @@ impl State {
         };
         tracing::warn!(node = name, why, "node down");
         node.conn = None;
+        if let Some(sw) = &mut self.switch {
+            sw.waiting.remove(name);
+        }
         node.down_reason = why.to_string();
         let jobs: Vec<u64> = std::mem::take(&mut node.jobs).into_iter().collect();
         for id in jobs {
@@ -676,6 +796,7 @@ impl State {
             self.fail(id, format!("node {name} lost ({why})"), EXIT_SYSTEM_FAILURE);
             self.maybe_finish(id);
         }
+        self.advance_switch();
         self.schedule();
         self.update_pending_reasons();
     }
@@ -909,6 +1030,13 @@ impl State {
                 n.jobs.remove(&id);
             }
         }
+        self.matrix.remove(id);
+        if let Some(sw) = &mut self.switch {
+            sw.outgoing.remove(&id);
+            sw.incoming.remove(&id);
+        } else {
+            self.matrix.compact();
+        }
         self.metrics
             .jobs_finished
             .get_or_create(&vec![("state".into(), state_label(outcome.state).into())])
@@ -920,6 +1048,211 @@ impl State {
             }
         }
         self.refresh_gauges();
+    }
+
+    // ------------------------------------------------------------ gang scheduling
+
+    /// The quantum is over: switch to the next row of the matrix, if the
+    /// matrix has another and no switch is still under way.
+    pub fn quantum_tick(&mut self) {
+        if self.switch.is_some() {
+            return;
+        }
+        let Some(target) = self.matrix.next_row() else {
+            return;
+        };
+        let next = self.matrix.active_set(target);
+        let running: BTreeSet<u64> = self
+            .jobs
+            .values()
+            .filter(|j| {
+                matches!(j.state(), JobState::Launching | JobState::Running)
+                    && !j.info.frozen
+                    && j.outcome.is_none()
+            })
+            .map(|j| j.info.id)
+            .collect();
+        let outgoing: BTreeSet<u64> = running.difference(&next).copied().collect();
+        let incoming: BTreeSet<u64> = next
+            .iter()
+            .copied()
+            .filter(|id| {
+                !running.contains(id) && self.jobs.get(id).is_some_and(|j| j.outcome.is_none())
+            })
+            .collect();
+        if outgoing.is_empty() && incoming.is_empty() {
+            self.matrix.set_current(target);
+            return;
+        }
+        let id = self.next_switch;
+        self.next_switch += 1;
+        let mut sw = SwitchRun {
+            id,
+            started: Instant::now(),
+            target,
+            outgoing,
+            incoming,
+            waiting: BTreeSet::new(),
+            draining: true,
+            quiesce_ns: 0,
+        };
+        // Phase 1: every node of an outgoing job drains that job's contexts.
+        let mut per_node: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for job in &sw.outgoing {
+            for n in &self.jobs[job].info.nodes {
+                per_node.entry(n.clone()).or_default().push(*job);
+            }
+        }
+        for (name, jobs) in per_node {
+            let Some(node) = self.nodes.get(&name).filter(|n| n.conn.is_some()) else {
+                continue;
+            };
+            node.send(
+                0,
+                master_message::Msg::Preempt(Preempt {
+                    switch_id: id,
+                    jobs,
+                    network: self.limits.network_preemption,
+                    quiesce_timeout_ms: self.limits.quiesce_timeout.as_millis() as u64,
+                }),
+            );
+            sw.waiting.insert(name);
+        }
+        tracing::debug!(switch = id, to = target, out = ?sw.outgoing, inc = ?sw.incoming, "switch");
+        self.switch = Some(sw);
+        self.advance_switch();
+    }
+
+    fn switch_answer(&mut self, node: &str, switch_id: u64, drained: bool, quiesce_ns: u64) {
+        let Some(sw) = &mut self.switch else { return };
+        if sw.id != switch_id || sw.draining != drained {
+            return;
+        }
+        sw.waiting.remove(node);
+        sw.quiesce_ns = sw.quiesce_ns.max(quiesce_ns);
+        self.advance_switch();
+    }
+
+    /// Moves the switch on when every awaited node has answered: from
+    /// draining to freezing/thawing, then to done.
+    fn advance_switch(&mut self) {
+        let Some(sw) = &mut self.switch else { return };
+        if !sw.waiting.is_empty() {
+            return;
+        }
+        if sw.draining {
+            // Phase 2: every node drained; freeze the outgoing jobs and thaw
+            // (or launch) the incoming ones.
+            sw.draining = false;
+            let (outgoing, incoming, id) = (sw.outgoing.clone(), sw.incoming.clone(), sw.id);
+            let mut per_node: BTreeMap<String, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
+            let mut launch = Vec::new();
+            for job in &outgoing {
+                for n in &self.jobs[job].info.nodes {
+                    per_node.entry(n.clone()).or_default().0.push(*job);
+                }
+            }
+            for job in &incoming {
+                let j = &self.jobs[job];
+                if j.state() == JobState::Pending {
+                    launch.push(*job);
+                    continue;
+                }
+                for n in &j.info.nodes {
+                    per_node.entry(n.clone()).or_default().1.push(*job);
+                }
+            }
+            let mut waiting = BTreeSet::new();
+            for (name, (freeze, thaw)) in per_node {
+                let Some(node) = self.nodes.get(&name).filter(|n| n.conn.is_some()) else {
+                    continue;
+                };
+                node.send(
+                    0,
+                    master_message::Msg::Switch(Switch {
+                        switch_id: id,
+                        freeze,
+                        thaw,
+                    }),
+                );
+                waiting.insert(name);
+            }
+            for job in &outgoing {
+                self.set_frozen(*job, true);
+            }
+            for job in &incoming {
+                self.set_frozen(*job, false);
+            }
+            for job in launch {
+                self.launch(job);
+            }
+            let sw = self.switch.as_mut().expect("switch");
+            sw.waiting = waiting;
+            self.matrix.set_current(sw.target);
+            if !sw.waiting.is_empty() {
+                return;
+            }
+        }
+        let sw = self.switch.take().expect("switch");
+        let took = sw.started.elapsed().as_secs_f64();
+        self.switches += 1;
+        self.metrics.switches.inc();
+        self.metrics.switch_time.observe(took);
+        push_sample(&mut self.switch_times, took);
+        if !sw.outgoing.is_empty() {
+            push_sample(&mut self.quiesce_times, sw.quiesce_ns as f64 / 1e9);
+        }
+        tracing::debug!(switch = sw.id, seconds = took, "switch done");
+        self.matrix.compact();
+        self.schedule();
+    }
+
+    pub fn matrix_info(&self) -> MatrixReply {
+        let nodes: Vec<String> = self.nodes.keys().cloned().collect();
+        let rows = self
+            .matrix
+            .rows()
+            .iter()
+            .enumerate()
+            .map(|(i, r)| MatrixRow {
+                slot: i as u32,
+                cells: nodes
+                    .iter()
+                    .map(|n| MatrixCell {
+                        node: n.clone(),
+                        job: r.get(n).copied().unwrap_or(0),
+                    })
+                    .collect(),
+            })
+            .collect();
+        let running = self
+            .jobs
+            .values()
+            .filter(|j| {
+                matches!(j.state(), JobState::Launching | JobState::Running) && !j.info.frozen
+            })
+            .map(|j| j.info.id)
+            .collect();
+        MatrixReply {
+            nodes,
+            rows,
+            current: self.matrix.current() as u32,
+            running,
+            quantum_ms: self.limits.quantum.as_millis() as u64,
+            preemption: if self.limits.network_preemption {
+                "network".into()
+            } else {
+                "freeze".into()
+            },
+            stats: Some(SwitchStats {
+                switches: self.switches,
+                last_s: self.switch_times.back().copied().unwrap_or(0.0),
+                median_s: quantile(&self.switch_times, 0.5),
+                p99_s: quantile(&self.switch_times, 0.99),
+                quiesce_median_s: quantile(&self.quiesce_times, 0.5),
+                unanswered: self.unanswered,
+            }),
+        }
     }
 
     fn refresh_gauges(&self) {
@@ -935,6 +1268,7 @@ impl State {
                 .get_or_create(&vec![("state".into(), state_label(s).into())])
                 .set(n as i64);
         }
+        self.metrics.slots.set(self.matrix.rows().len() as i64);
         for s in [NodeState::Up, NodeState::Down, NodeState::Drained] {
             let n = self.nodes.values().filter(|x| x.state() == s).count();
             self.metrics
@@ -976,8 +1310,25 @@ pub fn node_state_label(s: NodeState) -> &'static str {
     }
 }
 
+fn push_sample(v: &mut VecDeque<f64>, x: f64) {
+    if v.len() == SWITCH_SAMPLES {
+        v.pop_front();
+    }
+    v.push_back(x);
+}
+
+fn quantile(v: &VecDeque<f64>, q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let mut s: Vec<f64> = v.iter().copied().collect();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let i = ((s.len() - 1) as f64 * q).round() as usize;
+    s[i]
+}
+
 fn fmt_ms(ms: u64) -> String {
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{} s", ms / 1000)
     } else {
         format!("{:.3} s", ms as f64 / 1000.0)

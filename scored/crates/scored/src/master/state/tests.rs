@@ -17,6 +17,10 @@ const USER: Requester = Requester {
 };
 
 fn harness(nodes: usize) -> Harness {
+    harness_with(nodes, 1)
+}
+
+fn harness_with(nodes: usize, gang_slots: usize) -> Harness {
     let (ttx, timers) = unbounded_channel();
     let names: Vec<String> = (1..=nodes).map(|i| format!("n{i}")).collect();
     let mut st = State::new(
@@ -25,6 +29,10 @@ fn harness(nodes: usize) -> Harness {
             kill_grace: Duration::from_secs(5),
             heartbeat_timeout: Duration::from_secs(10),
             history: 10,
+            gang_slots,
+            quantum: Duration::from_millis(100),
+            network_preemption: true,
+            quiesce_timeout: Duration::from_secs(1),
         },
         &names,
         ttx,
@@ -67,7 +75,7 @@ impl Harness {
         (id, rx)
     }
 
-    fn from_agent(&mut self, node: &str, job: u64, msg: agent_message::Msg) {
+    fn agent_says(&mut self, node: &str, job: u64, msg: agent_message::Msg) {
         let conn = self.agents[node].0;
         self.st.agent_message(
             node,
@@ -79,7 +87,7 @@ impl Harness {
         );
     }
 
-    fn to_agent(&mut self, node: &str) -> Vec<master_message::Msg> {
+    fn agent_hears(&mut self, node: &str) -> Vec<master_message::Msg> {
         drain(&mut self.agents.get_mut(node).unwrap().1)
             .into_iter()
             .filter_map(|m| m.msg)
@@ -88,7 +96,7 @@ impl Harness {
 
     fn launch_ok(&mut self, job: u64) {
         for n in self.st.job_info(job).unwrap().nodes {
-            self.from_agent(
+            self.agent_says(
                 &n,
                 job,
                 agent_message::Msg::Launched(Launched {
@@ -106,7 +114,7 @@ impl Harness {
             code,
             signal,
         };
-        self.from_agent(
+        self.agent_says(
             node,
             job,
             agent_message::Msg::Exited(RankExited { exit: Some(exit) }),
@@ -115,7 +123,7 @@ impl Harness {
 
     fn clean_all(&mut self, job: u64) {
         for n in self.st.job_info(job).unwrap().nodes {
-            self.from_agent(&n, job, agent_message::Msg::Cleaned(Cleaned {}));
+            self.agent_says(&n, job, agent_message::Msg::Cleaned(Cleaned {}));
         }
     }
 
@@ -137,7 +145,7 @@ fn a_job_runs_to_completion() {
     let (id, mut rx) = h.submit(spec(4, 2));
     assert_eq!(h.state(id), JobState::Launching);
     for n in ["n1", "n2", "n3", "n4"] {
-        let msgs = h.to_agent(n);
+        let msgs = h.agent_hears(n);
         assert!(
             matches!(&msgs[..], [master_message::Msg::Launch(l)] if l.job.as_ref().unwrap().nodes.len() == 4)
         );
@@ -150,7 +158,7 @@ fn a_job_runs_to_completion() {
     }
     assert_eq!(h.state(id), JobState::Completing);
     assert!(h
-        .to_agent("n3")
+        .agent_hears("n3")
         .iter()
         .any(|m| matches!(m, master_message::Msg::Cleanup(_))));
     h.clean_all(id);
@@ -205,7 +213,7 @@ fn a_failing_rank_ends_the_job_with_its_status_and_name() {
     assert_eq!(h.state(id), JobState::Completing);
     for n in ["n1", "n2"] {
         assert!(h
-            .to_agent(n)
+            .agent_hears(n)
             .iter()
             .any(|m| matches!(m, master_message::Msg::Cleanup(_))));
     }
@@ -243,10 +251,10 @@ fn a_lost_node_fails_its_jobs_and_only_those() {
     assert_eq!(h.state(b), JobState::Running);
     let survivor = h.st.job_info(a).unwrap().nodes[0].clone();
     assert!(h
-        .to_agent(&survivor)
+        .agent_hears(&survivor)
         .iter()
         .any(|m| matches!(m, master_message::Msg::Cleanup(_))));
-    h.from_agent(&survivor, a, agent_message::Msg::Cleaned(Cleaned {}));
+    h.agent_says(&survivor, a, agent_message::Msg::Cleaned(Cleaned {}));
     let info = finished(&mut ra).unwrap();
     assert_eq!(JobState::try_from(info.state).unwrap(), JobState::Failed);
     assert_eq!(
@@ -267,9 +275,9 @@ fn fences_complete_when_every_node_contributed_in_node_order() {
     let mut h = harness(2);
     let (id, _rx) = h.submit(spec(2, 1));
     h.launch_ok(id);
-    h.to_agent("n1");
-    h.to_agent("n2");
-    h.from_agent(
+    h.agent_hears("n1");
+    h.agent_hears("n2");
+    h.agent_says(
         "n2",
         id,
         agent_message::Msg::Fence(FenceContribution {
@@ -277,8 +285,8 @@ fn fences_complete_when_every_node_contributed_in_node_order() {
             data: b"B".to_vec(),
         }),
     );
-    assert!(h.to_agent("n1").is_empty());
-    h.from_agent(
+    assert!(h.agent_hears("n1").is_empty());
+    h.agent_says(
         "n1",
         id,
         agent_message::Msg::Fence(FenceContribution {
@@ -287,7 +295,7 @@ fn fences_complete_when_every_node_contributed_in_node_order() {
         }),
     );
     for n in ["n1", "n2"] {
-        let m = h.to_agent(n);
+        let m = h.agent_hears(n);
         assert!(
             matches!(&m[..], [master_message::Msg::Fence(f)] if f.data == b"AB" && f.seq == 0 && f.ok)
         );
@@ -299,9 +307,9 @@ fn cancel_sends_sigterm_then_cleanup_after_the_grace_time() {
     let mut h = harness(1);
     let (id, mut rx) = h.submit(spec(1, 1));
     h.launch_ok(id);
-    h.to_agent("n1");
+    h.agent_hears("n1");
     h.st.cancel(id, false, USER, "cancelled by alice").unwrap();
-    let m = h.to_agent("n1");
+    let m = h.agent_hears("n1");
     assert!(matches!(&m[..], [master_message::Msg::Signal(s)] if s.signal == libc::SIGTERM));
     let t = drain(&mut h.timers);
     assert!(t
@@ -309,7 +317,7 @@ fn cancel_sends_sigterm_then_cleanup_after_the_grace_time() {
         .any(|t| t.kind == TimerKind::KillGrace && t.job == id));
     h.st.timer_fired(id, TimerKind::KillGrace);
     assert!(h
-        .to_agent("n1")
+        .agent_hears("n1")
         .iter()
         .any(|m| matches!(m, master_message::Msg::Cleanup(_))));
     h.clean_all(id);
@@ -413,4 +421,172 @@ fn a_scrun_that_goes_away_cancels_its_job() {
         .unwrap()
         .reason
         .contains("scrun disconnected"));
+}
+
+// ---------------------------------------------------------------- gang scheduling
+
+use score_proto::v1::{Drained, Switched};
+
+impl Harness {
+    fn drained(&mut self, node: &str, switch_id: u64) {
+        let d = Drained {
+            switch_id,
+            contexts: 2,
+            unanswered: 0,
+            quiesce_ns: 1000,
+        };
+        self.agent_says(node, 0, agent_message::Msg::Drained(d));
+    }
+
+    fn switched(&mut self, node: &str, switch_id: u64) {
+        self.agent_says(
+            node,
+            0,
+            agent_message::Msg::Switched(Switched { switch_id }),
+        );
+    }
+}
+
+fn preempt_of(msgs: &[master_message::Msg]) -> Option<Preempt> {
+    msgs.iter().find_map(|m| match m {
+        master_message::Msg::Preempt(p) => Some(p.clone()),
+        _ => None,
+    })
+}
+
+fn switch_of(msgs: &[master_message::Msg]) -> Option<Switch> {
+    msgs.iter().find_map(|m| match m {
+        master_message::Msg::Switch(s) => Some(s.clone()),
+        _ => None,
+    })
+}
+
+#[test]
+fn jobs_that_share_nodes_take_turns_all_nodes_together() {
+    let mut h = harness_with(2, 2);
+    let (a, _ra) = h.submit(spec(2, 1));
+    let (b, _rb) = h.submit(spec(2, 1));
+    assert_eq!(h.state(a), JobState::Launching);
+    assert_eq!(h.state(b), JobState::Pending);
+    assert!(h.st.job_info(b).unwrap().reason.contains("time slot 1"));
+    h.launch_ok(a);
+    h.agent_hears("n1");
+    h.agent_hears("n2");
+
+    // Quantum 1: preempt a everywhere, then freeze it and launch b.
+    h.st.quantum_tick();
+    let mut id = 0;
+    for n in ["n1", "n2"] {
+        let p = preempt_of(&h.agent_hears(n)).expect("preempt");
+        assert_eq!(p.jobs, vec![a]);
+        assert!(p.network);
+        id = p.switch_id;
+    }
+    h.drained("n1", id);
+    assert!(
+        h.agent_hears("n1").is_empty(),
+        "nothing freezes before every node drained"
+    );
+    h.drained("n2", id);
+    for n in ["n1", "n2"] {
+        let msgs = h.agent_hears(n);
+        let sw = switch_of(&msgs).expect("switch");
+        assert_eq!((sw.freeze.clone(), sw.thaw.clone()), (vec![a], vec![]));
+        assert!(msgs
+            .iter()
+            .any(|m| matches!(m, master_message::Msg::Launch(_))));
+    }
+    assert!(h.st.job_info(a).unwrap().frozen);
+    h.switched("n1", id);
+    h.switched("n2", id);
+    h.launch_ok(b);
+    assert_eq!(h.st.matrix_info().stats.unwrap().switches, 1);
+    assert_eq!(h.st.matrix_info().current, 1);
+
+    // Quantum 2: back to a, which is thawed, not launched again.
+    h.st.quantum_tick();
+    let p = preempt_of(&h.agent_hears("n1")).unwrap();
+    assert_eq!(p.jobs, vec![b]);
+    h.agent_hears("n2");
+    h.drained("n1", p.switch_id);
+    h.drained("n2", p.switch_id);
+    let sw = switch_of(&h.agent_hears("n2")).unwrap();
+    assert_eq!((sw.freeze, sw.thaw), (vec![b], vec![a]));
+    assert!(!h.st.job_info(a).unwrap().frozen);
+    assert!(h.st.job_info(b).unwrap().frozen);
+}
+
+#[test]
+fn a_lone_job_is_never_switched() {
+    let mut h = harness_with(2, 4);
+    let (a, _ra) = h.submit(spec(2, 1));
+    h.launch_ok(a);
+    h.agent_hears("n1");
+    h.st.quantum_tick();
+    assert!(h.agent_hears("n1").is_empty());
+    assert_eq!(h.st.matrix_info().stats.unwrap().switches, 0);
+}
+
+#[test]
+fn when_a_job_ends_the_next_one_runs_without_waiting_for_the_quantum() {
+    let mut h = harness_with(1, 2);
+    let (a, _ra) = h.submit(spec(1, 1));
+    let (b, _rb) = h.submit(spec(1, 1));
+    h.launch_ok(a);
+    h.exit(a, "n1", 0, 0, 0);
+    h.clean_all(a);
+    assert_eq!(h.state(b), JobState::Launching);
+    assert_eq!(h.st.matrix_info().rows.len(), 1);
+}
+
+#[test]
+fn a_frozen_job_is_killed_at_once_when_cancelled() {
+    let mut h = harness_with(1, 2);
+    let (a, mut ra) = h.submit(spec(1, 1));
+    let (_b, _rb) = h.submit(spec(1, 1));
+    h.launch_ok(a);
+    h.st.quantum_tick();
+    let p = preempt_of(&h.agent_hears("n1")).unwrap();
+    h.drained("n1", p.switch_id);
+    h.switched("n1", p.switch_id);
+    h.agent_hears("n1");
+    assert!(h.st.job_info(a).unwrap().frozen);
+    h.st.cancel(a, false, USER, "cancelled").unwrap();
+    let msgs = h.agent_hears("n1");
+    assert!(msgs
+        .iter()
+        .any(|m| matches!(m, master_message::Msg::Cleanup(_))));
+    assert!(!msgs
+        .iter()
+        .any(|m| matches!(m, master_message::Msg::Signal(_))));
+    h.agent_says("n1", a, agent_message::Msg::Cleaned(Cleaned {}));
+    assert_eq!(
+        JobState::try_from(finished(&mut ra).unwrap().state).unwrap(),
+        JobState::Cancelled
+    );
+}
+
+#[test]
+fn a_node_lost_during_a_switch_fails_only_its_jobs_and_the_switch_completes() {
+    let mut h = harness_with(3, 2);
+    let (a, _ra) = h.submit(spec(2, 1)); // n1 n2
+    let (c, _rc) = h.submit(spec(1, 1)); // n3, alone: never switched
+    let (b, _rb) = h.submit(spec(2, 1)); // slot 1
+    h.launch_ok(a);
+    h.launch_ok(c);
+    for n in ["n1", "n2", "n3"] {
+        h.agent_hears(n);
+    }
+    h.st.quantum_tick();
+    let p = preempt_of(&h.agent_hears("n1")).unwrap();
+    h.drained("n1", p.switch_id);
+    let conn = h.agents["n2"].0;
+    h.st.agent_detached("n2", conn, "agent disconnected");
+    // n2 will never answer: phase 2 goes on without it.
+    let sw = switch_of(&h.agent_hears("n1")).unwrap();
+    h.switched("n1", sw.switch_id);
+    assert!(h.st.job_info(a).unwrap().reason.contains("node n2 lost"));
+    assert_eq!(h.state(c), JobState::Running);
+    assert_eq!(h.st.matrix_info().stats.unwrap().switches, 1);
+    let _ = b;
 }
