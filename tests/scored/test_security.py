@@ -12,14 +12,17 @@ import socket
 import struct
 import subprocess
 import tempfile
+import tomllib
 import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from conftest import kill_by_pid
 
-from .score import SCORE_BIN, grpc_call, grpc_frame, marker, processes_with, wait_for
+from .score import (SCORE_BIN, grpc_call, grpc_frame, marker, metric_values, processes_with,
+                    wait_for)
 
 MUNGED_PATHS = "/usr/sbin:/sbin:/usr/local/sbin:" + os.environ.get("PATH", "")
 
@@ -155,18 +158,30 @@ def test_a_credential_is_good_for_one_request_only(score):
     assert "replayed" in fields.get("grpc-message", "").lower(), fields
 
 
+def _rejected(score, reason):
+    conf = tomllib.loads((score.vc.service_dir / "scored.toml").read_text())
+    url = f"http://{conf['master']['metrics_listen']}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    return metric_values(text, "score_requests_rejected_total").get(f'{{reason="{reason}"}}', 0)
+
+
 def test_an_ordinary_user_cannot_attach_an_agent(score):
     # AgentMessage{register: Register{node: "n9"}}
     register = b"\x0a\x04\x0a\x02n9"
-    for _ in range(5):
+    refused_before = _rejected(score, "permission")
+    for attempt in range(1, 31):
         fields, curl = _grpc_call(score, "Attach", grpc_frame(register),
                                   [f"x-score-munge: {_credential(score, user='nobody')}"])
-        # The master answers before it has read the request stream and resets
-        # it; curl then sometimes drops the answer (exit 92): ask again.
+        # The master answers at once, before the end of the request stream,
+        # and then resets the stream (RST_STREAM NO_ERROR, as RFC 9113 8.1
+        # allows); curl 7.88 then often drops the answer and exits 92.
         if "grpc-status" in fields or curl.returncode != 92:
             break
     assert fields.get("grpc-status") == "7", (fields, curl.stderr)
     assert "only root may attach an agent" in fields.get("grpc-message", ""), fields
+    # Every attempt was refused as a permission problem, none registered a node.
+    assert _rejected(score, "permission") - refused_before == attempt
     assert "n9" not in score.nodes()
 
 
