@@ -3,7 +3,7 @@
 //! (scripts wait for readiness with `scorectl nodes --json`); add fields,
 //! never rename or remove them.  docs/scored/user.md lists them.
 
-use score_proto::v1::{JobInfo, JobState, NodeInfo, NodeState, RankExit};
+use score_proto::v1::{JobInfo, JobState, MatrixReply, NodeInfo, NodeState, RankExit};
 use serde::Serialize;
 
 /// A node's state as scorectl shows it: "up", "down", "drained".
@@ -110,6 +110,10 @@ pub struct Job<'a> {
     pub end_time_ms: u64,
     pub exit_status: i32,
     pub exits: Vec<Exit<'a>>,
+    /// Its row in the gang-scheduling matrix.
+    pub slot: u32,
+    /// Preempted: placed, but not its turn (time sharing).
+    pub frozen: bool,
 }
 
 impl<'a> From<&'a JobInfo> for Job<'a> {
@@ -143,6 +147,62 @@ impl<'a> From<&'a JobInfo> for Job<'a> {
             end_time_ms: j.end_time_ms,
             exit_status: j.exit_status,
             exits: j.exits.iter().map(Exit::from).collect(),
+            slot: j.slot,
+            frozen: j.frozen,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+pub struct MatrixRow {
+    pub slot: u32,
+    /// The job in each node's cell, in the order of `nodes`; null: free.
+    pub jobs: Vec<Option<u64>>,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+pub struct Matrix<'a> {
+    pub nodes: &'a [String],
+    pub rows: Vec<MatrixRow>,
+    pub current: u32,
+    pub running: &'a [u64],
+    pub quantum_ms: u64,
+    pub preemption: &'a str,
+    pub switches: u64,
+    pub switch_last_s: f64,
+    pub switch_median_s: f64,
+    pub switch_p99_s: f64,
+    pub quiesce_median_s: f64,
+    pub unanswered: u64,
+}
+
+impl<'a> From<&'a MatrixReply> for Matrix<'a> {
+    fn from(m: &'a MatrixReply) -> Self {
+        let st = m.stats.unwrap_or_default();
+        Matrix {
+            nodes: &m.nodes,
+            rows: m
+                .rows
+                .iter()
+                .map(|r| MatrixRow {
+                    slot: r.slot,
+                    jobs: r
+                        .cells
+                        .iter()
+                        .map(|c| (c.job != 0).then_some(c.job))
+                        .collect(),
+                })
+                .collect(),
+            current: m.current,
+            running: &m.running,
+            quantum_ms: m.quantum_ms,
+            preemption: &m.preemption,
+            switches: st.switches,
+            switch_last_s: st.last_s,
+            switch_median_s: st.median_s,
+            switch_p99_s: st.p99_s,
+            quiesce_median_s: st.quiesce_median_s,
+            unanswered: st.unanswered,
         }
     }
 }
@@ -236,6 +296,7 @@ mod tests {
                 code: 7,
                 signal: 0,
             }],
+            ..Default::default()
         };
         assert_eq!(
             job(&j),
@@ -245,7 +306,8 @@ mod tests {
                 "nodes": ["n1", "n2", "n3", "n4"], "nodes_requested": 4, "ppn": 2,
                 "argv": ["./prog", "x"], "cwd": "/home/alice", "time_limit_ms": 60000,
                 "submit_time_ms": 1, "start_time_ms": 2, "end_time_ms": 3, "exit_status": 7,
-                "exits": [{"rank": 3, "node": "n2", "code": 7, "signal": 0}]
+                "exits": [{"rank": 3, "node": "n2", "code": 7, "signal": 0}],
+                "slot": 0, "frozen": false
             })
         );
         // A record without its spec still has every field.

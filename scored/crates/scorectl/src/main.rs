@@ -8,7 +8,7 @@ mod table;
 use anyhow::{anyhow, Result};
 use clap::{Parser, Subcommand};
 use score_proto::v1::{
-    CancelRequest, ListJobsRequest, ListNodesRequest, NodeRequest, ShowJobRequest,
+    CancelRequest, ListJobsRequest, ListNodesRequest, MatrixRequest, NodeRequest, ShowJobRequest,
 };
 use std::io::Write;
 use std::path::PathBuf;
@@ -101,6 +101,22 @@ or drained.
 With --json: an array of objects with the fields name, state, reason, slots, \
 jobs, last_seen_ms, address, metrics_url, boot_id.")]
     Nodes,
+
+    /// Show the gang-scheduling matrix and switch statistics
+    #[command(long_about = "\
+Show the Ousterhout matrix of gang scheduling: one line per time slot, one \
+column per node, the job that owns each node in each slot; `*` marks the \
+slot that runs now. Then the jobs running now (a job also runs outside its \
+slot when none of its nodes is taken there), and the switch statistics: \
+how many switches, their duration (last, median, p99), the median time PM \
+contexts took to quiesce, and how many processes were frozen without \
+answering the quiesce request.
+
+With --json: one object with the fields nodes, rows (each {slot, jobs: one \
+job id or null per node}), current, running, quantum_ms, preemption \
+(\"network\" or \"freeze\"), switches, switch_last_s, switch_median_s, \
+switch_p99_s, quiesce_median_s, unanswered.")]
+    Matrix,
 
     /// List the queued and running jobs (--all: also finished ones)
     #[command(long_about = "\
@@ -223,6 +239,18 @@ async fn real_main(cli: Cli) -> Result<String> {
                 json::to_string(&json::nodes(&nodes))
             } else {
                 table::nodes_table(&nodes)
+            }
+        }
+        Cmd::Matrix => {
+            let m = master
+                .matrix(MatrixRequest {})
+                .await
+                .map_err(status)?
+                .into_inner();
+            if json {
+                json::to_string(&json::Matrix::from(&m))
+            } else {
+                table::matrix_table(&m)
             }
         }
         Cmd::Jobs { all } => {

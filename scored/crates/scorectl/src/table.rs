@@ -2,7 +2,7 @@
 //! dates.
 
 use crate::json::{job_finished, job_state, node_state};
-use score_proto::v1::{JobInfo, NodeInfo, RankExit};
+use score_proto::v1::{JobInfo, MatrixReply, NodeInfo, RankExit};
 use std::fmt::Write as _;
 
 /// Columns separated by two spaces, each as wide as its widest cell; the
@@ -103,7 +103,11 @@ pub fn jobs_table(jobs: &[JobInfo], now_ms: u64) -> String {
                 j.id.to_string(),
                 or_dash(&j.name),
                 or_dash(&j.user),
-                job_state(j.state).to_string(),
+                if j.frozen && !job_finished(j.state) {
+                    "frozen".to_string()
+                } else {
+                    job_state(j.state).to_string()
+                },
                 shape(j),
                 duration(elapsed_ms(j, now_ms)),
                 or_dash(&j.nodes.join(",")),
@@ -118,6 +122,52 @@ pub fn jobs_table(jobs: &[JobInfo], now_ms: u64) -> String {
         &["JOBID", "ELAPSED"],
         &rows,
     )
+}
+
+/// The gang-scheduling matrix: one line per time slot, one column per node,
+/// the active slot marked, then the switch statistics.
+pub fn matrix_table(m: &MatrixReply) -> String {
+    let mut header: Vec<&str> = vec!["SLOT"];
+    header.extend(m.nodes.iter().map(String::as_str));
+    let rows: Vec<Vec<String>> = m
+        .rows
+        .iter()
+        .map(|r| {
+            let mark = if r.slot == m.current { "*" } else { " " };
+            let mut row = vec![format!("{mark}{}", r.slot)];
+            row.extend(r.cells.iter().map(|c| {
+                if c.job == 0 {
+                    "-".to_string()
+                } else {
+                    c.job.to_string()
+                }
+            }));
+            row
+        })
+        .collect();
+    let st = m.stats.unwrap_or_default();
+    let running: Vec<String> = m.running.iter().map(u64::to_string).collect();
+    let ms = |s: f64| format!("{:.1} ms", s * 1e3);
+    let mut out = format!(
+        "time sharing: quantum {} ms, {} preemption; * marks the active slot\n",
+        m.quantum_ms, m.preemption
+    );
+    if rows.is_empty() {
+        out.push_str("(no job placed)\n");
+    } else {
+        out.push_str(&render(&header, &header, &rows));
+    }
+    out.push_str(&format!("running now: {}\n", or_dash(&running.join(","))));
+    out.push_str(&format!(
+        "switches: {}; last {}, median {}, p99 {}; quiesce median {}; frozen without answering: {}\n",
+        st.switches,
+        ms(st.last_s),
+        ms(st.median_s),
+        ms(st.p99_s),
+        ms(st.quiesce_median_s),
+        st.unanswered
+    ));
+    out
 }
 
 /// `M:SS`, `H:MM:SS` or `D-HH:MM:SS`, as squeue prints times.

@@ -227,6 +227,38 @@ impl Master for Fake {
             "only root may resume a node (you are uid 1000)",
         ))
     }
+    async fn matrix(&self, req: Request<MatrixRequest>) -> Result<Response<MatrixReply>, Status> {
+        self.auth(&req)?;
+        let cell = |node: &str, job| MatrixCell {
+            node: node.into(),
+            job,
+        };
+        Ok(Response::new(MatrixReply {
+            nodes: vec!["n1".into(), "n2".into()],
+            rows: vec![
+                MatrixRow {
+                    slot: 0,
+                    cells: vec![cell("n1", 13), cell("n2", 13)],
+                },
+                MatrixRow {
+                    slot: 1,
+                    cells: vec![cell("n1", 14), cell("n2", 0)],
+                },
+            ],
+            current: 1,
+            running: vec![14],
+            quantum_ms: 500,
+            preemption: "network".into(),
+            stats: Some(SwitchStats {
+                switches: 9,
+                last_s: 0.0021,
+                median_s: 0.002,
+                p99_s: 0.004,
+                quiesce_median_s: 0.001,
+                unanswered: 1,
+            }),
+        }))
+    }
     async fn attach(
         &self,
         _: Request<Streaming<AgentMessage>>,
@@ -332,6 +364,32 @@ async fn nodes_as_json_and_table() {
     );
     let me = unsafe { libc::getuid() };
     assert!(c.seen.lock().unwrap().uids.iter().all(|&u| u == me));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn matrix_as_table_and_json() {
+    let Some(c) = cluster().await else { return };
+    let (code, out, err) = c.scorectl(&["matrix"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        concat!(
+            "time sharing: quantum 500 ms, network preemption; * marks the active slot\n",
+            "SLOT  n1  n2\n",
+            "   0  13  13\n",
+            "  *1  14   -\n",
+            "running now: 14\n",
+            "switches: 9; last 2.1 ms, median 2.0 ms, p99 4.0 ms; quiesce median 1.0 ms; ",
+            "frozen without answering: 1\n"
+        )
+    );
+    let (code, out, _) = c.scorectl(&["matrix", "--json"]).await;
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["rows"][1]["jobs"], serde_json::json!([14, null]));
+    assert_eq!(v["current"], 1);
+    assert_eq!(v["switches"], 9);
+    assert_eq!(v["unanswered"], 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

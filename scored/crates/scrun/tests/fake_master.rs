@@ -281,6 +281,9 @@ impl Master for Fake {
     async fn resume(&self, _: Request<NodeRequest>) -> Result<Response<NodeReply>, Status> {
         Err(Status::unimplemented(""))
     }
+    async fn matrix(&self, _: Request<MatrixRequest>) -> Result<Response<MatrixReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
     async fn attach(
         &self,
         _: Request<Streaming<AgentMessage>>,
