@@ -49,7 +49,19 @@ def score(shared_cluster):
 
 
 @pytest.fixture(scope="module")
-def own_cluster(vcluster_module):
-    """4 nodes with MUNGE and scored for one module that may break it."""
+def own_cluster_factory(vcluster_module):
+    """Factory: own_cluster_factory(score_master=None) -> a cluster of 4
+    nodes with MUNGE and scored for one module (a configuration of its own,
+    or tests that break it); down when the module ends."""
     _require_score()
-    return vcluster_module(nodes=NODES, with_score=True, score_bin=SCORE_BIN)
+
+    def make(score_master=None):
+        return vcluster_module(nodes=NODES, with_score=True, score_bin=SCORE_BIN,
+                               score_master=score_master)
+    return make
+
+
+@pytest.fixture(scope="module")
+def own_cluster(own_cluster_factory):
+    """4 nodes with MUNGE and scored for one module that may break it."""
+    return own_cluster_factory()

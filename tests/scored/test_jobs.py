@@ -316,44 +316,24 @@ def test_time_limit_ends_the_job_with_124(score):
 # --- space sharing ------------------------------------------------------------------
 
 
-def test_two_jobs_share_the_cluster_and_a_third_waits(score):
-    flag = score.workdir / "release-a"
+def test_two_jobs_run_at_once_on_disjoint_nodes(score):
+    """Space sharing first: jobs that fit side by side get disjoint nodes and
+    run at the same time (the one that does not fit is tested on a cluster
+    without time sharing, test_strict_cluster.py)."""
     ma, mb = marker(), marker()
-    a = score.start("-v", "-J", "share-a", "-nodes=2x1", "sh", "-c",
-                    f"while [ ! -e {flag} ]; do sleep 0.1; done; : {ma}")
+    a = score.start("-v", "-J", "share-a", "-nodes=2x1", "sleep", ma)
     b = score.start("-v", "-J", "share-b", "-nodes=2x1", "sleep", mb)
     ja, jb = a.job_id(), b.job_id()
     job_a = score.wait_job(ja, "running")
     job_b = score.wait_job(jb, "running")
     assert len(job_a["nodes"]) == len(job_b["nodes"]) == 2
     assert not set(job_a["nodes"]) & set(job_b["nodes"]), (job_a["nodes"], job_b["nodes"])
-
-    c = score.start("-v", "-J", "share-c", "-nodes=2x1", "hostname")
-    jc = c.job_id()
-
-    def pending_c():
-        jobs = {j["id"]: j for j in score.jobs()}
-        return jobs.get(jc) if jobs.get(jc, {}).get("state") == "pending" else None
-    job_c = wait_for(pending_c, 10, f"job {jc} to show as pending")
-    assert re.fullmatch(r"waiting for 2 node(s|\(s\)) \(0 free\)", job_c["reason"]), job_c
-    assert job_c["nodes"] == []
-    time.sleep(1)  # it keeps waiting while both run
-    assert score.job(jc)["state"] == "pending"
-    assert {score.job(ja)["state"], score.job(jb)["state"]} == {"running"}
-
-    flag.touch()
-    assert a.wait(30) == 0, a.stderr()
-    assert c.wait(30) == 0, c.stderr()
-    job_c = score.job(jc)
-    assert job_c["state"] == "completed"
-    assert sorted(job_c["nodes"]) == sorted(job_a["nodes"])
-    assert sorted(c.stdout().split()) == sorted(job_a["nodes"])
-    assert re.search(rf"job {jc} queued \(waiting for 2 node(s|\(s\)) \(0 free\)\)", c.stderr()), \
-        c.stderr()
-    # b was never disturbed.
-    assert score.job(jb)["state"] == "running"
-    b.signal(signal.SIGINT)
-    assert b.wait(30) == 130, b.stderr()
+    wait_for(lambda: len(processes_with(ma)) == 2 and len(processes_with(mb)) == 2, 10,
+             "both jobs' processes")
+    for run in (a, b):
+        run.signal(signal.SIGINT)
+        assert run.wait(30) == 130, run.stderr()
+    score.assert_job_gone(ja, ma)
     score.assert_job_gone(jb, mb)
 
 

@@ -19,9 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import kill_by_pid
-
-from .score import (SCORE_BIN, grpc_call, grpc_frame, marker, metric_values, processes_with,
+from .score import (grpc_call, grpc_frame, marker, metric_values, processes_with,
                     wait_for)
 
 MUNGED_PATHS = "/usr/sbin:/sbin:/usr/local/sbin:" + os.environ.get("PATH", "")
@@ -268,52 +266,3 @@ def test_only_the_owner_or_root_may_cancel_a_job(score):
     assert proc.returncode == 0, proc.stderr
     assert mine.wait(30) == 130, mine.stderr()
     score.assert_job_gone(mine_id, m2)
-
-
-@pytest.fixture
-def strict_master(score):
-    """A second scored master on 127.0.0.1 with allow_root_jobs = false (and
-    one expected node that never registers); its URL.  Ended by its PID."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    config = score.workdir / "strict-master.toml"
-    config.write_text(
-        "[master]\n"
-        f'listen = "127.0.0.1:{port}"\n'
-        'metrics_listen = ""\n'
-        "allow_root_jobs = false\n"
-        'nodes = ["n1"]\n'
-        "\n[munge]\n"
-        f'socket = "{score.vc.munge_socket("head")}"\n')
-    log = open(score.workdir / "strict-master.log", "wb")
-    master = subprocess.Popen([str(SCORE_BIN / "scored"), "master", "--config", str(config)],
-                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                              start_new_session=True, cwd="/")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        def answers():
-            if master.poll() is not None:
-                raise AssertionError(f"scored master exited {master.returncode}: "
-                                     f"{(score.workdir / 'strict-master.log').read_text()}")
-            return score.scorectl("--master", url, "nodes").returncode == 0
-        wait_for(answers, 20, "the second master to answer", interval=0.2)
-        yield url
-    finally:
-        kill_by_pid(master)
-        log.close()
-
-
-def test_a_master_that_refuses_root_refuses_roots_jobs(score, strict_master):
-    m = marker()
-    proc = score.scrun("--master", strict_master, "-nodes=1", "sleep", m)
-    assert proc.returncode == 255, proc.stderr
-    assert "jobs of root are refused by this cluster (master.allow_root_jobs = false)" \
-        in proc.stderr, proc.stderr
-    assert not processes_with(m)
-    # An ordinary user's job is accepted (it waits: the one node never comes).
-    run = score.start("-v", "--master", strict_master, "-nodes=1", "sleep", m, user="nobody")
-    wait_for(lambda: "queued" in run.stderr(), 20, "nobody's job to be queued")
-    run.signal(signal.SIGTERM)
-    assert run.wait(30) == 130, run.stderr()
-    assert "cancelled" in run.stderr()
