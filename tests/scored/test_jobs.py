@@ -97,6 +97,20 @@ def test_mpi_abort_ends_the_job_with_its_status(score):
     assert score.job(job_id)["exit_status"] == 9
 
 
+def test_environment_working_directory_and_name(score):
+    env = dict(score.env, SCORE_TEST_FROM_SCRUN="inherited", SCORE_TEST_COPIED="copied")
+    proc = score.scrun("-v", "-J", "env-check", "--env", "SCORE_TEST_SET=a=b c",
+                       "--env", "SCORE_TEST_COPIED", "-nodes=2x1", "sh", "-c",
+                       'echo "$SCORE_TEST_FROM_SCRUN|$SCORE_TEST_SET|$SCORE_TEST_COPIED|$PWD"',
+                       env=env, cwd=str(score.workdir))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"inherited|a=b c|copied|{score.workdir}"] * 2
+    job_id = int(re.search(r"scrun: job (\d+) submitted", proc.stderr).group(1))
+    job = score.job(job_id)
+    assert (job["name"], job["cwd"], job["nodes_requested"], job["ppn"]) == \
+        ("env-check", str(score.workdir), 2, 1), job
+
+
 # --- output and input ----------------------------------------------------------
 
 
@@ -186,6 +200,9 @@ def test_a_failing_rank_gives_its_status_and_the_others_are_killed(score):
     job = score.job(job_id)
     assert job["state"] == "failed" and job["exit_status"] == 7, job
     assert {"rank": 1, "node": "n2", "code": 7, "signal": 0} in job["exits"], job
+    shown = score.scorectl("show", job_id)
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"^exit:\s+rank 1 on n2: exit 7$", shown.stdout, re.M), shown.stdout
 
 
 def test_a_rank_killed_by_sigsegv_gives_139(score):
