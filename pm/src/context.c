@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Long enough to cover a 1 MiB single-copy transfer by a peer (about
  * 100 us) without sleeping; short enough not to burn a core for nothing. */
@@ -42,18 +43,26 @@ uint64_t pm_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* One write(2) of a formatted line, no stdio: devices may log from the
+ * preemption procedure, which can run in a signal handler that interrupted
+ * the application inside stdio (docs/pm/control.md). */
 void pm_log(const struct pm_context *ctx, const char *fmt, ...)
 {
 	const char *v = getenv("PM_VERBOSE");
+	char line[512];
 	va_list ap;
+	int n, m;
 
 	if (v && strcmp(v, "0") == 0)
 		return;
-	fprintf(stderr, "pm[%d]: ", ctx ? ctx->rank : -1);
+	n = snprintf(line, sizeof(line), "pm[%d]: ", ctx ? ctx->rank : -1);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	n = m < 0 ? n : n + m > (int)sizeof(line) - 2 ? (int)sizeof(line) - 2 : n + m;
+	line[n++] = '\n';
+	while (write(STDERR_FILENO, line, (size_t)n) < 0 && errno == EINTR)
+		;
 }
 
 /* An unsigned knob from attr, else the environment, else the default. */
@@ -162,6 +171,7 @@ int pm_open(pm_context_t **out, const struct pm_open_attr *attr)
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
 		return -ENOMEM;
+	ctx->control_slot = -1;
 	device = attr->device ? attr->device : getenv("PM_DEVICE");
 	if (!device || !*device)
 		device = "composite";
@@ -205,7 +215,10 @@ int pm_open(pm_context_t **out, const struct pm_open_attr *attr)
 	err = open_device(ctx, device);
 	if (err)
 		goto fail;
+	pm_control_open(ctx);
 	*out = ctx;
+	/* A preemption asked for while we were opening is served now. */
+	pm_call_exit(ctx);
 	return 0;
 
 fail:
@@ -217,6 +230,8 @@ int pm_close(pm_context_t *ctx)
 {
 	if (!ctx)
 		return -EINVAL;
+	ctx->in_call = 1;       /* no preemption from here on: it is going */
+	pm_control_close(ctx);
 	if (ctx->dev)
 		ctx->dev->ops->destroy(ctx->dev);
 	if (ctx->regcache.pool)
@@ -252,9 +267,15 @@ size_t pm_max_message(const pm_context_t *ctx, int peer)
 	return bad_peer(ctx, peer) ? 0 : ctx->dev->ops->max_message(ctx->dev, peer);
 }
 
-/* ---- messages ---- */
+/* ---- messages ----
+ *
+ * Each public call that can touch the device is an inline body and a
+ * wrapper that marks the context "in a call" around it (pm_call_enter/
+ * exit in pm_internal.h): a preemption request that comes meanwhile is
+ * served at the exit, where PM's structures are consistent again.
+ */
 
-int pm_send_buffer(pm_context_t *ctx, int peer, size_t len, void **buf)
+static inline int send_buffer_call(pm_context_t *ctx, int peer, size_t len, void **buf)
 {
 	if (bad_peer(ctx, peer) || !buf)
 		return -EINVAL;
@@ -269,7 +290,16 @@ int pm_send_buffer(pm_context_t *ctx, int peer, size_t len, void **buf)
 	return err;
 }
 
-int pm_send(pm_context_t *ctx, int peer, size_t len)
+int pm_send_buffer(pm_context_t *ctx, int peer, size_t len, void **buf)
+{
+	pm_call_enter(ctx);
+	int ret = send_buffer_call(ctx, peer, len, buf);
+
+	pm_call_exit(ctx);
+	return ret;
+}
+
+static inline int send_call(pm_context_t *ctx, int peer, size_t len)
 {
 	if (bad_peer(ctx, peer))
 		return -EINVAL;
@@ -282,7 +312,16 @@ int pm_send(pm_context_t *ctx, int peer, size_t len)
 	return err;
 }
 
-int pm_recv(pm_context_t *ctx, struct pm_msg *msg)
+int pm_send(pm_context_t *ctx, int peer, size_t len)
+{
+	pm_call_enter(ctx);
+	int ret = send_call(ctx, peer, len);
+
+	pm_call_exit(ctx);
+	return ret;
+}
+
+static inline int recv_call(pm_context_t *ctx, struct pm_msg *msg)
 {
 	if (!msg)
 		return -EINVAL;
@@ -295,14 +334,38 @@ int pm_recv(pm_context_t *ctx, struct pm_msg *msg)
 	return err;
 }
 
-int pm_release(pm_context_t *ctx, const struct pm_msg *msg)
+int pm_recv(pm_context_t *ctx, struct pm_msg *msg)
+{
+	pm_call_enter(ctx);
+	int ret = recv_call(ctx, msg);
+
+	pm_call_exit(ctx);
+	return ret;
+}
+
+static inline int release_call(pm_context_t *ctx, const struct pm_msg *msg)
 {
 	if (!msg || bad_peer(ctx, msg->peer))
 		return -EINVAL;
 	return ctx->dev->ops->release(ctx->dev, msg);
 }
 
-int pm_wait(pm_context_t *ctx, int timeout_ms)
+int pm_release(pm_context_t *ctx, const struct pm_msg *msg)
+{
+	pm_call_enter(ctx);
+	int ret = release_call(ctx, msg);
+
+	pm_call_exit(ctx);
+	return ret;
+}
+
+static inline bool preempt_asked(const struct pm_context *ctx)
+{
+	return __builtin_expect((atomic_load_explicit(ctx->control, memory_order_relaxed) |
+				 (uint32_t)ctx->ctl_pending) != 0, 0);
+}
+
+static inline int wait_call(pm_context_t *ctx, int timeout_ms)
 {
 	struct pm_device *dev = ctx->dev;
 	uint64_t start = pm_now_ns();
@@ -317,6 +380,10 @@ int pm_wait(pm_context_t *ctx, int timeout_ms)
 	for (unsigned n = 0;; n++) {
 		if (dev->ops->poll(dev))
 			return 0;
+		/* The agent asks for a quiesce: return (a spurious wake-up) so
+		 * that the call's exit runs the procedure. */
+		if (preempt_asked(ctx))
+			return 0;
 		if ((n & 15) == 15 && pm_now_ns() >= spin_stop)
 			break;
 	}
@@ -326,25 +393,44 @@ int pm_wait(pm_context_t *ctx, int timeout_ms)
 		if (pm_now_ns() >= deadline)
 			return -ETIMEDOUT;
 
+		/* The agent's SIGURG interrupts the sleep (EINTR is no error). */
 		int err = dev->ops->sleep(dev, deadline);
 
 		if (err)
 			return err;
-		if (dev->ops->poll(dev))
+		if (dev->ops->poll(dev) || preempt_asked(ctx))
 			return 0;
 	}
 }
 
-int pm_peer_alive(pm_context_t *ctx, int peer)
+int pm_wait(pm_context_t *ctx, int timeout_ms)
+{
+	pm_call_enter(ctx);
+	int ret = wait_call(ctx, timeout_ms);
+
+	pm_call_exit(ctx);
+	return ret;
+}
+
+static inline int peer_alive_call(pm_context_t *ctx, int peer)
 {
 	if (bad_peer(ctx, peer))
 		return -EINVAL;
 	return ctx->dev->ops->peer_alive(ctx->dev, peer);
 }
 
+int pm_peer_alive(pm_context_t *ctx, int peer)
+{
+	pm_call_enter(ctx);
+	int ret = peer_alive_call(ctx, peer);
+
+	pm_call_exit(ctx);
+	return ret;
+}
+
 /* ---- remote memory ---- */
 
-int pm_mr_register(pm_context_t *ctx, void *addr, size_t len, pm_mr_t **mr)
+static inline int mr_register_call(pm_context_t *ctx, void *addr, size_t len, pm_mr_t **mr)
 {
 	if (!addr || !len || !mr)
 		return -EINVAL;
@@ -376,7 +462,16 @@ int pm_mr_register(pm_context_t *ctx, void *addr, size_t len, pm_mr_t **mr)
 	return 0;
 }
 
-int pm_mr_deregister(pm_context_t *ctx, pm_mr_t *mr)
+int pm_mr_register(pm_context_t *ctx, void *addr, size_t len, pm_mr_t **mr)
+{
+	pm_call_enter(ctx);
+	int ret = mr_register_call(ctx, addr, len, mr);
+
+	pm_call_exit(ctx);
+	return ret;
+}
+
+static inline int mr_deregister_call(pm_context_t *ctx, pm_mr_t *mr)
 {
 	if (!mr || mr < ctx->windows || mr >= ctx->windows + PM_MAX_WINDOWS || !mr->key)
 		return -EINVAL;
@@ -384,6 +479,15 @@ int pm_mr_deregister(pm_context_t *ctx, pm_mr_t *mr)
 	regcache_release(&ctx->regcache, mr->pin);
 	memset(mr, 0, sizeof(*mr));
 	return 0;
+}
+
+int pm_mr_deregister(pm_context_t *ctx, pm_mr_t *mr)
+{
+	pm_call_enter(ctx);
+	int ret = mr_deregister_call(ctx, mr);
+
+	pm_call_exit(ctx);
+	return ret;
 }
 
 uint64_t pm_mr_key(const pm_mr_t *mr)
@@ -429,16 +533,24 @@ static int rma(pm_context_t *ctx, int peer, bool write, void *local, size_t len,
 int pm_write(pm_context_t *ctx, int peer, const void *src, size_t len,
 	     uint64_t rkey, uint64_t roffset, struct pm_op *op)
 {
-	return rma(ctx, peer, true, (void *)src, len, rkey, roffset, op);
+	pm_call_enter(ctx);
+	int ret = rma(ctx, peer, true, (void *)src, len, rkey, roffset, op);
+
+	pm_call_exit(ctx);
+	return ret;
 }
 
 int pm_read(pm_context_t *ctx, int peer, void *dst, size_t len,
 	    uint64_t rkey, uint64_t roffset, struct pm_op *op)
 {
-	return rma(ctx, peer, false, dst, len, rkey, roffset, op);
+	pm_call_enter(ctx);
+	int ret = rma(ctx, peer, false, dst, len, rkey, roffset, op);
+
+	pm_call_exit(ctx);
+	return ret;
 }
 
-int pm_test(pm_context_t *ctx, struct pm_op *op)
+static inline int test_call(pm_context_t *ctx, struct pm_op *op)
 {
 	if (!op)
 		return -EINVAL;
@@ -447,9 +559,18 @@ int pm_test(pm_context_t *ctx, struct pm_op *op)
 	return ctx->dev->ops->test(ctx->dev, op);
 }
 
+int pm_test(pm_context_t *ctx, struct pm_op *op)
+{
+	pm_call_enter(ctx);
+	int ret = test_call(ctx, op);
+
+	pm_call_exit(ctx);
+	return ret;
+}
+
 /* ---- network preemption ---- */
 
-int pm_quiesce(pm_context_t *ctx)
+static inline int quiesce_call(pm_context_t *ctx)
 {
 	if (ctx->quiesced)
 		return 0;
@@ -469,13 +590,31 @@ int pm_quiesce(pm_context_t *ctx)
 	return 0;
 }
 
-int pm_resume(pm_context_t *ctx)
+int pm_quiesce(pm_context_t *ctx)
+{
+	pm_call_enter(ctx);
+	int ret = quiesce_call(ctx);
+
+	pm_call_exit(ctx);
+	return ret;
+}
+
+static inline int resume_call(pm_context_t *ctx)
 {
 	if (!ctx->quiesced)
 		return 0;
 	ctx->quiesced = false;
 	atomic_store(&ctx->page->state, PM_STATS_OPEN);
 	return 0;
+}
+
+int pm_resume(pm_context_t *ctx)
+{
+	pm_call_enter(ctx);
+	int ret = resume_call(ctx);
+
+	pm_call_exit(ctx);
+	return ret;
 }
 
 int pm_stats_get(const pm_context_t *ctx, struct pm_stats *stats)

@@ -258,6 +258,34 @@ static int comp_drain(struct pm_device *dev)
 	return 0;
 }
 
+static int comp_drain_poll(struct pm_device *dev)
+{
+	struct composite_dev *c = to_comp(dev);
+	int drained = 1;
+
+	for (int i = 0; i < c->nsub; i++)
+		drained &= c->sub[i]->ops->drain_poll(c->sub[i]);
+	return drained;
+}
+
+/* The last device (the network's, when there is one) is the one with
+ * something to answer; the others have nothing to do while held. */
+static void comp_hold(struct pm_device *dev, uint64_t deadline)
+{
+	struct composite_dev *c = to_comp(dev);
+	struct pm_device *last = c->sub[c->nsub - 1];
+
+	last->ops->hold(last, deadline);
+}
+
+static void comp_resumed(struct pm_device *dev)
+{
+	struct composite_dev *c = to_comp(dev);
+
+	for (int i = 0; i < c->nsub; i++)
+		c->sub[i]->ops->resumed(c->sub[i]);
+}
+
 static const struct pm_device_ops composite_ops = {
 	.name = "composite",
 	.setup = comp_setup,
@@ -277,6 +305,9 @@ static const struct pm_device_ops composite_ops = {
 	.rma = comp_rma,
 	.test = comp_test,
 	.drain = comp_drain,
+	.drain_poll = comp_drain_poll,
+	.hold = comp_hold,
+	.resumed = comp_resumed,
 };
 
 struct pm_device *pm_composite_create(struct pm_context *ctx)

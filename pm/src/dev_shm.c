@@ -30,6 +30,7 @@
 #include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SHM_MAGIC        "PMSHM001"
@@ -660,6 +661,33 @@ static int shm_drain(struct pm_device *dev)
 	return 0;
 }
 
+/* Nothing to answer on shm (no acknowledgements): just sleep, in one
+ * interruptible system call, without looking at unread messages. */
+static void shm_hold(struct pm_device *dev, uint64_t deadline)
+{
+	uint64_t now = pm_now_ns();
+
+	(void)dev;
+	if (now >= deadline)
+		return;
+
+	uint64_t left = deadline - now;
+	struct timespec ts = { .tv_sec = (time_t)(left / 1000000000u),
+			       .tv_nsec = (long)(left % 1000000000u) };
+
+	nanosleep(&ts, NULL);   /* EINTR: the resume's signal, welcome */
+}
+
+static int shm_drain_poll(struct pm_device *dev)
+{
+	return shm_drain(dev) == 0;
+}
+
+static void shm_resumed(struct pm_device *dev)
+{
+	(void)dev;              /* no timers */
+}
+
 static const struct pm_device_ops shm_ops = {
 	.name = "shm",
 	.setup = shm_setup,
@@ -682,6 +710,9 @@ static const struct pm_device_ops shm_ops = {
 	.rma = shm_rma,
 	.test = shm_test,
 	.drain = shm_drain,
+	.drain_poll = shm_drain_poll,
+	.hold = shm_hold,
+	.resumed = shm_resumed,
 };
 
 struct pm_device *pm_shm_create(struct pm_context *ctx)

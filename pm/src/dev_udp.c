@@ -1067,21 +1067,27 @@ static int udp_test(struct pm_device *dev, struct pm_op *op)
 	return op->status != 1;
 }
 
+static int udp_drain_poll(struct pm_device *dev)
+{
+	struct udp_dev *u = to_udp(dev);
+	bool idle = true;
+
+	progress(u);
+	for (uint32_t r = 0; r < u->size; r++) {
+		struct udp_peer *p = udp_peer_of(u, (int)r);
+
+		idle &= !p || (udp_tx_idle(p) && !p->ack_pending);
+	}
+	return idle;
+}
+
 static int udp_drain(struct pm_device *dev)
 {
 	struct udp_dev *u = to_udp(dev);
 	uint64_t deadline = pm_now_ns() + UDP_DRAIN_TIMEOUT_NS;
 
 	for (;;) {
-		bool idle = true;
-
-		progress(u);
-		for (uint32_t r = 0; r < u->size; r++) {
-			struct udp_peer *p = udp_peer_of(u, (int)r);
-
-			idle &= !p || (udp_tx_idle(p) && !p->ack_pending);
-		}
-		if (idle)
+		if (udp_drain_poll(dev))
 			return 0;
 		if (pm_now_ns() >= deadline) {
 			pm_log(dev->ctx, "udp: quiesce: packets still unacknowledged after %llu s",
@@ -1089,6 +1095,57 @@ static int udp_drain(struct pm_device *dev)
 			return -ETIMEDOUT;
 		}
 		udp_block(u, pm_now_ns() + 1000000, NULL, 0);
+	}
+}
+
+/* Held: take packets in and acknowledge them (udp_block sends pending acks
+ * before it sleeps), but deliver nothing. */
+static void udp_hold(struct pm_device *dev, uint64_t deadline)
+{
+	struct udp_dev *u = to_udp(dev);
+
+	progress(u);
+	if (u->nnics > 0 && u->fds[0] >= 0) {
+		udp_block(u, deadline, NULL, 0);
+	} else {
+		/* The socketless testing device: just do not spin. */
+		uint64_t now = pm_now_ns(), left = deadline > now ? deadline - now : 0;
+		struct timespec ts = { .tv_sec = (time_t)(left / 1000000000u),
+				       .tv_nsec = (long)(left % 1000000000u) };
+
+		nanosleep(&ts, NULL);
+	}
+	progress(u);
+}
+
+/*
+ * After a hold the clock has jumped by however long the job was frozen.
+ * Nothing of ours is in flight (we drained), so no retransmission timer
+ * should be armed; if one is (the request was withdrawn before we
+ * drained), it restarts from now rather than firing at once on time the
+ * peer spent frozen too.  The same for a loss report's back-off and for
+ * probes of paths that looked down.
+ */
+static void udp_resumed(struct pm_device *dev)
+{
+	struct udp_dev *u = to_udp(dev);
+	uint64_t now = pm_now_ns();
+
+	u->now_ns = now;
+	for (uint32_t r = 0; r < u->size; r++) {
+		struct udp_peer *p = udp_peer_of(u, (int)r);
+
+		if (!p)
+			continue;
+		if (p->rto_deadline)
+			p->rto_deadline = now + p->rto_ns;
+		if (p->ack_deadline)
+			p->ack_deadline = now;  /* owed: send it at the next pass */
+		p->lose_ns = now;
+		p->last_heard_ns = now;
+		for (int i = 0; i < p->npaths; i++)
+			if (!p->paths[i].up)
+				p->paths[i].next_probe_ns = now;
 	}
 }
 
@@ -1112,6 +1169,9 @@ static const struct pm_device_ops udp_ops = {
 	.rma = udp_rma,
 	.test = udp_test,
 	.drain = udp_drain,
+	.drain_poll = udp_drain_poll,
+	.hold = udp_hold,
+	.resumed = udp_resumed,
 };
 
 /* ---- for the fuzzer and unit tests: a device without sockets ---- */

@@ -9,9 +9,12 @@
 #include "pm.h"
 #include "regcache.h"
 
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define PM_JOB_MAX        256
 #define PM_MAX_WINDOWS    256     /* exposed regions per context */
@@ -101,6 +104,23 @@ struct pm_device_ops {
 
 	/* Block until nothing sent is in flight. */
 	int (*drain)(struct pm_device *dev);
+
+	/* Preemption from outside (control.c).  These three run in a signal
+	 * handler that interrupted the application (never PM), so they may
+	 * only use the device's own structures and system calls: no malloc,
+	 * no stdio, no locks.
+	 * drain_poll: progress once without blocking; 1 when nothing sent is
+	 * in flight any more (everything acknowledged), 0 not yet.
+	 * hold: keep the protocol alive without delivering anything to the
+	 * application (take packets in, acknowledge them), then sleep until
+	 * traffic, a signal or deadline_ns; never a busy spin, even when
+	 * messages wait unread.
+	 * resumed: after a hold of any length (the process may have been
+	 * frozen for seconds), restart protocol timers from now so that the
+	 * frozen time does not look like lost packets. */
+	int (*drain_poll)(struct pm_device *dev);
+	void (*hold)(struct pm_device *dev, uint64_t deadline_ns);
+	void (*resumed)(struct pm_device *dev);
 };
 
 struct pm_device {
@@ -142,6 +162,14 @@ struct pm_context {
 	uint32_t udp_ring_kib;
 	uint32_t udp_window;
 	bool quiesced;
+	/* Preemption by scored (control.c, docs/pm/control.md). */
+	_Atomic uint32_t *control;      /* the page's control word, or a word
+					   that stays 0 (PM_CONTROL=0) */
+	volatile sig_atomic_t in_call;  /* in a PM call, or held by the handler */
+	volatile sig_atomic_t ctl_pending; /* the handler found this call in
+					      progress: serve at its exit */
+	volatile pid_t owner_tid;       /* thread of the latest call */
+	int control_slot;               /* in the registry of control.c, or -1 */
 	struct regcache regcache;
 	uint64_t window_gen;
 	struct pm_mr windows[PM_MAX_WINDOWS];
@@ -152,5 +180,54 @@ void pm_log(const struct pm_context *ctx, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
 uint64_t pm_now_ns(void);
+
+/* ---- preemption from outside: control.c ---- */
+
+/* Watch ctx's control word from now on (PM_CONTROL), registering it with
+ * the process's SIGURG handler; at the end of pm_open(). */
+void pm_control_open(struct pm_context *ctx);
+/* Forget ctx; the handler no longer sees it when this returns. */
+void pm_control_close(struct pm_context *ctx);
+/* The control word asks for a quiesce: run the preemption procedure now
+ * (a call's safe exit point).  Returns after the agent's resume. */
+void pm_control_serve(struct pm_context *ctx);
+pid_t pm_thread_id_slow(void);
+
+/* This thread's id, cached; the handler forwards SIGURG to the thread
+ * that uses a context (initial-exec: no __tls_get_addr on the fast path). */
+extern _Thread_local pid_t pm_tl_tid __attribute__((tls_model("initial-exec")));
+
+static inline pid_t pm_thread_id(void)
+{
+	pid_t t = pm_tl_tid;
+
+	return __builtin_expect(t != 0, 1) ? t : pm_thread_id_slow();
+}
+
+/*
+ * Every public call that can touch the device brackets its work with
+ * these.  The flag tells the SIGURG handler that PM's structures may be
+ * half-updated, so it must leave the work to the call's exit.  Plain
+ * stores and compiler-only fences: the handler runs on this thread.
+ */
+static inline void pm_call_enter(struct pm_context *ctx)
+{
+	ctx->in_call = 1;
+	ctx->owner_tid = pm_thread_id();
+	atomic_signal_fence(memory_order_seq_cst);
+}
+
+static inline void pm_call_exit(struct pm_context *ctx)
+{
+	atomic_signal_fence(memory_order_seq_cst);
+	ctx->in_call = 0;
+	atomic_signal_fence(memory_order_seq_cst);
+	/* A relaxed load of a line only the agent writes, and a flag beside
+	 * the context's hot fields (another context of this thread asked while
+	 * this call ran). */
+	if (__builtin_expect((atomic_load_explicit(ctx->control, memory_order_relaxed) |
+			      (uint32_t)ctx->ctl_pending) != 0, 0))
+		pm_control_serve(ctx);
+}
 
 #endif /* PM_INTERNAL_H */

@@ -1,0 +1,334 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * control.c - network preemption driven from outside the process.
+ *
+ * scored's agent writes 1 into the control word of each statistics page of
+ * a job and sends SIGURG; every context quiesces (nothing of its own left
+ * in flight), says so with state 2, and holds - still acknowledging its
+ * peers - while the agent freezes and later thaws the job's cgroup.  When
+ * the agent writes 0 back (and sends SIGURG again) the context resumes.
+ * The protocol and its timing are in docs/pm/control.md.
+ *
+ * Where the procedure runs: at the exit of a PM call when the process is
+ * inside PM (its structures may be half-updated mid-call), or in the
+ * signal handler itself when the process computes outside PM (PM's
+ * structures are then consistent, and nothing else would ever notice).
+ * The handler path must be async-signal-safe with respect to the
+ * application: it uses only PM's own structures and system calls.
+ *
+ * The registry of open contexts and the SIGURG disposition are the one
+ * piece of process-global state in libpm (libfabric keeps its provider
+ * list the same way): one handler serves every context of the process.
+ */
+#include "pm_internal.h"
+#include "stats.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define CONTROL_MAX        64           /* contexts per process the handler serves */
+/* Sleeps of the hold loop.  The resume's SIGURG interrupts them, so they
+ * bound only the rare wake-up lost between the check and the sleep; with
+ * several contexts, each sleeps in turn and must answer its peers soon. */
+#define HOLD_SLICE_NS      10000000ull
+#define HOLD_SLICE_MANY_NS 1000000ull
+/* While draining: acknowledgements come within a round trip. */
+#define DRAIN_SLICE_NS     1000000ull
+
+_Thread_local pid_t pm_tl_tid __attribute__((tls_model("initial-exec")));
+
+/* Set while this thread runs the procedure: a SIGURG that arrives then
+ * (the resume's) only has to interrupt the sleep it lands in. */
+static _Thread_local volatile sig_atomic_t tl_serving
+	__attribute__((tls_model("initial-exec")));
+
+/* Open contexts the handler may serve.  A reader takes a reference on the
+ * slot before loading the pointer, so pm_control_close(), which clears the
+ * pointer and then waits for the references to go, never frees a context
+ * under a handler. */
+static struct pm_context *_Atomic registry[CONTROL_MAX];
+static _Atomic unsigned registry_refs[CONTROL_MAX];
+
+/* Opening and closing only, never in the handler. */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned registered;
+static bool handler_ours;
+static bool warned_foreign;
+static struct sigaction handler_old;
+
+/* The word PM_CONTROL=0 points contexts at: it never asks for anything. */
+static _Atomic uint32_t control_off;
+
+pid_t pm_thread_id_slow(void)
+{
+	pm_tl_tid = (pid_t)syscall(SYS_gettid);
+	return pm_tl_tid;
+}
+
+/* Whoever waits on the state word (the agent may FUTEX_WAIT on it). */
+static void set_state(struct pm_context *ctx, uint32_t state)
+{
+	atomic_store_explicit(&ctx->page->state, state, memory_order_release);
+	syscall(SYS_futex, (uint32_t *)&ctx->page->state, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static bool asked(const struct pm_context *ctx)
+{
+	return atomic_load_explicit(ctx->control, memory_order_acquire) != 0;
+}
+
+/* One context the procedure serves. */
+struct held {
+	struct pm_context *ctx;
+	int slot;
+	bool app_quiesced;      /* pm_quiesce() by the application: stays */
+	bool done;              /* drained (state 2) or the request withdrawn */
+};
+
+/*
+ * The preemption procedure over n contexts at once: a process with several
+ * contexts must drain them together, or one would wait for its peers'
+ * acknowledgements while another left its own peers without theirs.
+ */
+static void procedure(struct held *h, int n)
+{
+	uint64_t t0 = pm_now_ns();
+	int left = n;
+
+	/* (1) Stop injecting; keep receiving and acknowledging until nothing
+	 * of ours is unacknowledged.  No bound here: the agent has one, and
+	 * withdraws the request (control 0) when it gives up. */
+	for (int i = 0; i < n; i++) {
+		h[i].app_quiesced = h[i].ctx->quiesced;
+		h[i].ctx->quiesced = true;
+	}
+	while (left > 0) {
+		for (int i = 0; i < n; i++) {
+			struct pm_context *ctx = h[i].ctx;
+
+			if (h[i].done)
+				continue;
+			if (!asked(ctx)) {
+				h[i].done = true;       /* withdrawn before we drained */
+				left--;
+			} else if (ctx->dev->ops->drain_poll(ctx->dev)) {
+				ctx->stats->quiesces++;
+				ctx->stats->quiesce_ns += pm_now_ns() - t0;
+				/* (2) Tell the agent. */
+				set_state(ctx, PM_STATS_QUIESCED);
+				h[i].done = true;
+				left--;
+			}
+		}
+		for (int i = 0; i < n && left > 0; i++)
+			if (!h[i].done)
+				h[i].ctx->dev->ops->hold(h[i].ctx->dev, pm_now_ns() + DRAIN_SLICE_NS);
+	}
+
+	/* (3) Hold until every request is withdrawn.  Peers of the job may
+	 * still be draining and need our acknowledgements; the freeze stops
+	 * the process somewhere in here, which is fine. */
+	uint64_t slice = n == 1 ? HOLD_SLICE_NS : HOLD_SLICE_MANY_NS;
+
+	for (;;) {
+		bool any = false;
+
+		for (int i = 0; i < n; i++) {
+			struct pm_context *ctx = h[i].ctx;
+
+			if (asked(ctx)) {
+				any = true;
+				ctx->dev->ops->hold(ctx->dev, pm_now_ns() + slice);
+			}
+		}
+		if (!any)
+			break;
+	}
+
+	/* (4) Resume what we quiesced, not what the application did. */
+	for (int i = 0; i < n; i++) {
+		struct pm_context *ctx = h[i].ctx;
+
+		ctx->dev->ops->resumed(ctx->dev);
+		ctx->quiesced = h[i].app_quiesced;
+		set_state(ctx, h[i].app_quiesced ? PM_STATS_QUIESCED : PM_STATS_OPEN);
+	}
+}
+
+/*
+ * Serve every registered context that asks and that this thread may touch:
+ * one used by another thread gets the signal forwarded to that thread.
+ * When this thread is inside a PM call (any context's), nothing is served
+ * here: holding in the handler would keep that call from ever reaching its
+ * exit, so the call is flagged and its exit serves everything (our signal
+ * has interrupted its sleep, if it slept).
+ */
+static void serve(void)
+{
+	struct held h[CONTROL_MAX];
+	pid_t pid = getpid(), me = pm_thread_id();
+	struct pm_context *busy = NULL;
+	int n = 0;
+
+	tl_serving = 1;
+	atomic_signal_fence(memory_order_seq_cst);
+	for (int i = 0; i < CONTROL_MAX; i++) {
+		atomic_fetch_add(&registry_refs[i], 1);
+
+		struct pm_context *ctx = atomic_load(&registry[i]);
+		bool keep = false;
+
+		/* page->pid: a forked child inherits the registry, not the job. */
+		if (ctx && ctx->page->pid == pid) {
+			pid_t owner = ctx->owner_tid;
+
+			if (ctx->in_call && owner == me)
+				busy = ctx;
+			else if (!asked(ctx))
+				;
+			else if (owner && owner != me &&
+				 syscall(SYS_tgkill, pid, owner, SIGURG) == 0)
+				;       /* its thread will serve it */
+			else if (!ctx->in_call)
+				keep = true;
+		}
+		if (keep) {
+			ctx->in_call = 1;       /* ours until the procedure ends */
+			h[n++] = (struct held){ .ctx = ctx, .slot = i };
+		} else {
+			atomic_fetch_sub(&registry_refs[i], 1);
+		}
+	}
+	if (busy) {
+		busy->ctl_pending = 1;
+		for (int i = 0; i < n; i++) {
+			h[i].ctx->in_call = 0;
+			atomic_fetch_sub(&registry_refs[h[i].slot], 1);
+		}
+		n = 0;
+	}
+	if (n > 0)
+		procedure(h, n);
+	for (int i = 0; i < n; i++) {
+		h[i].ctx->in_call = 0;
+		atomic_fetch_sub(&registry_refs[h[i].slot], 1);
+	}
+	atomic_signal_fence(memory_order_seq_cst);
+	tl_serving = 0;
+}
+
+/* SA_NODEFER: the resume's SIGURG must interrupt the hold's sleep even when
+ * the hold runs in this very handler; it then finds tl_serving and leaves. */
+static void on_sigurg(int sig, siginfo_t *si, void *uc)
+{
+	int saved = errno;
+
+	(void)sig;
+	(void)si;
+	(void)uc;
+	if (!tl_serving)
+		serve();
+	errno = saved;
+}
+
+void pm_control_serve(struct pm_context *ctx)
+{
+	ctx->ctl_pending = 0;
+	if (!tl_serving)
+		serve();
+}
+
+/* Our handler, unless the application has one of its own: its SIGURG is
+ * its business (Go's runtime, for one, preempts goroutines with it). */
+static void install_handler(struct pm_context *ctx)
+{
+	struct sigaction old, sa = { .sa_sigaction = on_sigurg,
+				     .sa_flags = SA_SIGINFO | SA_NODEFER };
+
+	if (handler_ours || sigaction(SIGURG, NULL, &old) < 0)
+		return;
+	if ((old.sa_flags & SA_SIGINFO) ||
+	    (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN)) {
+		if (!warned_foreign)
+			pm_log(ctx, "SIGURG has a handler of the application: preemption "
+			       "requests are noticed at PM calls only");
+		warned_foreign = true;
+		return;
+	}
+	/* No SA_RESTART: a sleep inside PM must return to look at the word. */
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGURG, &sa, NULL) == 0) {
+		handler_old = old;
+		handler_ours = true;
+	}
+}
+
+static void uninstall_handler(void)
+{
+	struct sigaction cur;
+
+	if (!handler_ours)
+		return;
+	/* Put the old disposition back only if nobody replaced ours since. */
+	if (sigaction(SIGURG, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
+	    cur.sa_sigaction == on_sigurg)
+		sigaction(SIGURG, &handler_old, NULL);
+	handler_ours = false;
+}
+
+void pm_control_open(struct pm_context *ctx)
+{
+	const char *env = getenv("PM_CONTROL");
+
+	ctx->control_slot = -1;
+	ctx->owner_tid = pm_thread_id();
+	if (env && strcmp(env, "0") == 0) {
+		ctx->control = &control_off;
+		return;
+	}
+	/* From here on every call's exit looks at the word, handler or not. */
+	ctx->control = &ctx->page->control;
+
+	pthread_mutex_lock(&registry_lock);
+	for (int i = 0; i < CONTROL_MAX; i++) {
+		if (!atomic_load(&registry[i])) {
+			ctx->control_slot = i;
+			break;
+		}
+	}
+	if (ctx->control_slot < 0) {
+		pm_log(ctx, "more than %d contexts: this one answers preemption at PM "
+		       "calls only", CONTROL_MAX);
+	} else {
+		install_handler(ctx);
+		registered++;
+		atomic_store(&registry[ctx->control_slot], ctx);
+	}
+	pthread_mutex_unlock(&registry_lock);
+}
+
+void pm_control_close(struct pm_context *ctx)
+{
+	int slot = ctx->control_slot;
+
+	if (slot < 0)
+		return;
+	pthread_mutex_lock(&registry_lock);
+	atomic_store(&registry[slot], NULL);
+	/* A handler on another thread may still look at it. */
+	while (atomic_load(&registry_refs[slot]) != 0)
+		sched_yield();
+	ctx->control_slot = -1;
+	if (--registered == 0)
+		uninstall_handler();
+	pthread_mutex_unlock(&registry_lock);
+}
