@@ -78,6 +78,16 @@ static const char *state_name(uint32_t s)
 	}
 }
 
+/* The control word, written by scored's agent (docs/pm/control.md). */
+static const char *control_name(uint32_t c)
+{
+	switch (c) {
+	case 0: return "run";
+	case 1: return "quiesce";
+	default: return "unknown";
+	}
+}
+
 /* Visit the pages of live processes; pages of dead ones are stale. */
 static int for_each_context(void (*fn)(const struct pm_stats_page *, bool, void *),
 			    void *arg)
@@ -117,8 +127,9 @@ static void print_context_text(const struct pm_stats_page *p, bool first, void *
 {
 	(void)arg;
 	(void)first;
-	printf("\ncontext pid %d rank %d/%d  job %s  device %s  state %s\n", p->pid,
-	       p->rank, p->size, p->job, p->device, state_name(atomic_load(&p->state)));
+	printf("\ncontext pid %d rank %d/%d  job %s  device %s  state %s  control %s\n",
+	       p->pid, p->rank, p->size, p->job, p->device, state_name(atomic_load(&p->state)),
+	       control_name(atomic_load(&p->control)));
 #define X(f) printf("  %-20s %" PRIu64 "\n", #f, p->stats.f);
 	STAT_FIELDS(X)
 #undef X
@@ -137,8 +148,9 @@ static void print_context_json(const struct pm_stats_page *p, bool first, void *
 {
 	(void)arg;
 	printf("%s{\"pid\":%d,\"rank\":%d,\"size\":%d,\"job\":\"%s\",\"device\":\"%s\","
-	       "\"state\":\"%s\",\"counters\":{", first ? "" : ",", p->pid, p->rank,
-	       p->size, p->job, p->device, state_name(atomic_load(&p->state)));
+	       "\"state\":\"%s\",\"control\":\"%s\",\"counters\":{", first ? "" : ",",
+	       p->pid, p->rank, p->size, p->job, p->device, state_name(atomic_load(&p->state)),
+	       control_name(atomic_load(&p->control)));
 	const char *sep = "";
 #define X(f) printf("%s\"%s\":%" PRIu64, sep, #f, p->stats.f), sep = ",";
 	STAT_FIELDS(X)
