@@ -232,6 +232,17 @@ int shim_init(const char *tmpdir, shim_event_fn fn)
 	PMIX_INFO_LOAD(&info[1], PMIX_SYSTEM_TMPDIR, tmpdir, PMIX_STRING);
 	PMIX_INFO_LOAD(&info[2], PMIX_SERVER_SYSTEM_SUPPORT, &no, PMIX_BOOL);
 	PMIX_INFO_LOAD(&info[3], PMIX_SERVER_TOOL_SUPPORT, &no, PMIX_BOOL);
+	/*
+	 * Job data in the hash store, served over the socket, not in the
+	 * shared-memory stores (ds12/ds21): their segments and lock files live
+	 * in our tmpdir, which is the agent's (root's), and a job running as
+	 * another user cannot open them (libpmix then prints errors in every
+	 * rank and falls back to hash anyway).  libpmix passes the choice on
+	 * to the clients (PMIX_GDS_MODULE).  Forced: a value inherited from
+	 * a launcher above the agent must not decide it.
+	 */
+	if (setenv("PMIX_MCA_gds", "hash", 1) != 0)
+		return PMIX_ERR_NOMEM;
 	event_fn = fn;
 	rc = PMIx_server_init(&shim_module, info, 4);
 	for (size_t i = 0; i < 4; i++)
@@ -423,27 +434,28 @@ int shim_register_job(const struct shim_job *job)
 		rc = wait_result(&w, rc);
 		wait_fini(&w);
 		if (rc != PMIX_SUCCESS) {
-			shim_deregister_job(job->nspace, job->node_index * job->ppn, lr);
+			shim_deregister_job(job->nspace);
 			return rc;
 		}
 	}
 	return PMIX_SUCCESS;
 }
 
-int shim_deregister_job(const char *nspace, uint32_t first_rank, uint32_t nlocal)
+int shim_deregister_job(const char *nspace)
 {
 	struct shim_wait w;
-	pmix_proc_t proc;
 	pmix_status_t rc;
 
-	/* These return nothing and always call back (with an error if need be). */
-	for (uint32_t i = 0; i < nlocal; i++) {
-		PMIX_LOAD_PROCID(&proc, nspace, first_rank + i);
-		wait_init(&w);
-		PMIx_server_deregister_client(&proc, wait_op_cb, &w);
-		(void)wait_for(&w);
-		wait_fini(&w);
-	}
+	/*
+	 * The namespace only, not its clients: libpmix 4.2's deregister_client
+	 * closes a client's socket without removing the socket's read event
+	 * when it has not yet seen the connection drop (the process has exited
+	 * but its hang-up is still in flight), and the next client that gets
+	 * that descriptor number goes unheard and hangs in PMIx_Init.  Left
+	 * alone, each client's connection ends through libpmix's own hang-up
+	 * path, which removes the event first; the client records hold a
+	 * reference on the namespace and are freed with their connection.
+	 */
 	wait_init(&w);
 	PMIx_server_deregister_nspace(nspace, wait_op_cb, &w);
 	rc = wait_for(&w);

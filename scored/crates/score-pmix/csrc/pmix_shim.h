@@ -73,7 +73,7 @@ struct shim_job {
 int shim_init(const char *tmpdir, shim_event_fn fn);
 int shim_finalize(void);
 int shim_register_job(const struct shim_job *job);
-int shim_deregister_job(const char *nspace, uint32_t first_rank, uint32_t nlocal);
+int shim_deregister_job(const char *nspace);
 
 /*
  * The environment a child needs, as a NULL-terminated array of "K=V"

@@ -14,16 +14,19 @@ use std::process::{exit, ExitStatus};
 
 use score_pmix::{JobLayout, PmixServer, ServerEvent};
 use tokio::process::Command;
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinSet;
 
 struct Args {
     n: u32,
+    repeat: u32,
+    user: Option<(u32, u32)>,
     verbose: bool,
     prog: Vec<String>,
 }
 
 fn usage() -> ! {
-    eprintln!("usage: pmix-run [-v] -n N PROG [ARGS...]");
+    eprintln!("usage: pmix-run [-v] [-r TIMES] [-u UID:GID] -n N PROG [ARGS...]");
     exit(2)
 }
 
@@ -31,16 +34,34 @@ fn parse_args() -> Args {
     let mut it = std::env::args().skip(1);
     let mut n = None;
     let mut verbose = false;
+    let mut repeat = 1;
+    let mut user = None;
     while let Some(a) = it.next() {
         match a.as_str() {
             "-n" | "--np" => n = it.next().and_then(|v| v.parse().ok()),
             "-v" | "--verbose" => verbose = true,
+            "-u" | "--user" => {
+                user = it.next().and_then(|v| {
+                    let (u, g) = v.split_once(':')?;
+                    Some((u.parse().ok()?, g.parse().ok()?))
+                });
+                if user.is_none() {
+                    usage()
+                }
+            }
+            "-r" | "--repeat" => repeat = it.next().and_then(|v| v.parse().ok()).unwrap_or(0),
             "-h" | "--help" => usage(),
             _ => {
                 let mut prog = vec![a];
                 prog.extend(it);
                 return match n {
-                    Some(n) if n > 0 => Args { n, verbose, prog },
+                    Some(n) if n > 0 && repeat > 0 => Args {
+                        n,
+                        repeat,
+                        user,
+                        verbose,
+                        prog,
+                    },
                     _ => usage(),
                 };
             }
@@ -62,8 +83,7 @@ fn hostname() -> String {
 
 fn code_of(st: ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
-    st.code()
-        .unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
+    st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
 }
 
 fn kill_all(pids: &[u32]) {
@@ -100,10 +120,29 @@ async fn run(args: &Args, dir: &Path) -> i32 {
             return 1;
         }
     };
+    // With -r, the same server runs the job again as a new namespace each time.
+    for i in 0..args.repeat {
+        let code = run_job(args, dir, &server, &mut events, i).await;
+        if code != 0 {
+            return code;
+        }
+    }
+    0
+}
+
+async fn run_job(
+    args: &Args,
+    dir: &Path,
+    server: &PmixServer,
+    events: &mut UnboundedReceiver<ServerEvent>,
+    i: u32,
+) -> i32 {
     // SAFETY: getuid/getgid cannot fail.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let (uid, gid) = args
+        .user
+        .unwrap_or_else(|| unsafe { (libc::getuid(), libc::getgid()) });
     let job = JobLayout {
-        nspace: format!("pmix-run.{}", std::process::id()),
+        nspace: format!("pmix-run.{}.{i}", std::process::id()),
         uid,
         gid,
         nodes: vec![hostname()],
@@ -129,6 +168,10 @@ async fn run(args: &Args, dir: &Path) -> i32 {
         };
         let mut cmd = Command::new(&args.prog[0]);
         cmd.args(&args.prog[1..]).envs(env).kill_on_drop(true);
+        if args.user.is_some() {
+            // As the agent does: the job's processes run as its user.
+            cmd.uid(uid).gid(gid);
+        }
         match cmd.spawn() {
             Ok(mut child) => {
                 pids.push(child.id().unwrap_or(0));
@@ -192,6 +235,5 @@ async fn run(args: &Args, dir: &Path) -> i32 {
         }
     }
     server.deregister_job(&job.nspace);
-    drop(server);
     aborted.unwrap_or(code)
 }

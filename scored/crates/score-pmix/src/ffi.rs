@@ -47,9 +47,14 @@ extern "C" {
     pub fn shim_init(tmpdir: *const c_char, f: ShimEventFn) -> c_int;
     pub fn shim_finalize() -> c_int;
     pub fn shim_register_job(job: *const ShimJob) -> c_int;
-    pub fn shim_deregister_job(nspace: *const c_char, first_rank: u32, nlocal: u32) -> c_int;
+    pub fn shim_deregister_job(nspace: *const c_char) -> c_int;
     pub fn shim_setup_fork(nspace: *const c_char, rank: u32, env: *mut *mut *mut c_char) -> c_int;
     pub fn shim_free_env(env: *mut *mut c_char);
-    pub fn shim_fence_complete(fence: *mut c_void, status: c_int, data: *const c_char, ndata: usize);
+    pub fn shim_fence_complete(
+        fence: *mut c_void,
+        status: c_int,
+        data: *const c_char,
+        ndata: usize,
+    );
     pub fn shim_error_string(status: c_int) -> *const c_char;
 }

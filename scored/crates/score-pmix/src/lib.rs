@@ -13,7 +13,7 @@
 
 mod ffi;
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::os::raw::{c_char, c_int, c_void};
@@ -23,6 +23,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+/// What Open MPI 4.1 needs to use a PMIx server that is not its own `mpirun`, nor
+/// Slurm's or Flux's: its "orte" launch-environment check (schizo) claims every
+/// process that has no ORTE daemon and sets `ess=singleton`, so each rank would
+/// run alone. Without it, ess picks its PMIx module. Harmless for other programs,
+/// and an `mpirun` started inside a job still works (its daemons pass their URI).
+pub const OMPI_DIRECT_LAUNCH_ENV: &[(&str, &str)] = &[("OMPI_MCA_schizo", "^orte")];
 
 /// libpmix's longest namespace (`PMIX_MAX_NSLEN`).
 pub const MAX_NSPACE_LEN: usize = 255;
@@ -303,11 +310,7 @@ fn finish(slot: &FenceSlot, status: c_int, data: &[u8]) {
 }
 
 fn finish_locked(sh: &Shared, slot: &FenceSlot, status: c_int, data: &[u8]) {
-    let handle = slot
-        .handle
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take();
+    let handle = slot.handle.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(RawFence(h)) = handle {
         if sh.alive {
             // SAFETY: h came from the shim and is consumed exactly once (taken above).
@@ -407,21 +410,14 @@ unsafe extern "C" fn on_event(ev: *const ffi::ShimEvent) -> c_int {
     }
 }
 
-/// This node's registration of one job.
-#[derive(Debug, Clone, Copy)]
-struct Registered {
-    first_rank: u32,
-    nlocal: u32,
-}
-
 /// The process's PMIx server. Dropping it finalizes libpmix's server.
 pub struct PmixServer {
-    jobs: Mutex<HashMap<String, Registered>>,
+    jobs: Mutex<HashSet<String>>,
 }
 
 impl fmt::Debug for PmixServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let jobs: Vec<String> = self.jobs().keys().cloned().collect();
+        let jobs: Vec<String> = self.jobs().iter().cloned().collect();
         f.debug_struct("PmixServer").field("jobs", &jobs).finish()
     }
 }
@@ -466,13 +462,13 @@ impl PmixServer {
         }
         Ok((
             PmixServer {
-                jobs: Mutex::new(HashMap::new()),
+                jobs: Mutex::new(HashSet::new()),
             },
             rx,
         ))
     }
 
-    fn jobs(&self) -> MutexGuard<'_, HashMap<String, Registered>> {
+    fn jobs(&self) -> MutexGuard<'_, HashSet<String>> {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -499,7 +495,7 @@ impl PmixServer {
 
         // Hold the table for the whole call: one registration per namespace at a time.
         let mut jobs = self.jobs();
-        if jobs.contains_key(&job.nspace) {
+        if jobs.contains(&job.nspace) {
             return Err(PmixError::AlreadyRegistered(job.nspace.clone()));
         }
         let sj = ffi::ShimJob {
@@ -519,18 +515,13 @@ impl PmixServer {
         check("PMIx_server_register_nspace", unsafe {
             ffi::shim_register_job(&sj)
         })?;
-        jobs.insert(
-            job.nspace.clone(),
-            Registered {
-                first_rank: job.first_local_rank(),
-                nlocal: job.ppn,
-            },
-        );
+        jobs.insert(job.nspace.clone());
         Ok(())
     }
 
     /// The environment variables the child of rank `rank` needs (PMIX_NAMESPACE,
-    /// PMIX_RANK, PMIX_SERVER_URI*, ...), to add to its environment.
+    /// PMIX_RANK, PMIX_SERVER_URI*, ...), to add to its environment. Also
+    /// [`OMPI_DIRECT_LAUNCH_ENV`], without which Open MPI 4.1 ignores the server.
     pub fn setup_fork(&self, nspace: &str, rank: u32) -> Result<Vec<(String, String)>, PmixError> {
         let ns = cstring(nspace)?;
         let mut env: *mut *mut c_char = std::ptr::null_mut();
@@ -552,6 +543,9 @@ impl PmixServer {
                 ffi::shim_free_env(env);
             }
         }
+        for (k, v) in OMPI_DIRECT_LAUNCH_ENV {
+            out.push((k.to_string(), v.to_string()));
+        }
         Ok(out)
     }
 
@@ -559,26 +553,26 @@ impl PmixServer {
     /// job complete with an error first. Idempotent; blocks like register_job.
     pub fn deregister_job(&self, nspace: &str) {
         let mut jobs = self.jobs();
-        let Some(reg) = jobs.remove(nspace) else {
+        if !jobs.remove(nspace) {
             return;
-        };
+        }
         sweep_fences(&mut shared(), Some(nspace), ffi::PMIX_ERROR);
         let Ok(ns) = CString::new(nspace) else {
             return;
         };
         // SAFETY: ns lives through the call.
-        unsafe { ffi::shim_deregister_job(ns.as_ptr(), reg.first_rank, reg.nlocal) };
+        unsafe { ffi::shim_deregister_job(ns.as_ptr()) };
     }
 
     /// The namespaces registered now.
     pub fn registered_jobs(&self) -> Vec<String> {
-        self.jobs().keys().cloned().collect()
+        self.jobs().iter().cloned().collect()
     }
 }
 
 impl Drop for PmixServer {
     fn drop(&mut self) {
-        let names: Vec<String> = self.jobs().keys().cloned().collect();
+        let names: Vec<String> = self.jobs().iter().cloned().collect();
         for ns in names {
             self.deregister_job(&ns);
         }
@@ -658,7 +652,10 @@ mod tests {
         assert_eq!(e.code(), -27);
         assert!(!e.text().is_empty());
         assert!(e.to_string().contains("op"));
-        assert_eq!(PmixError::InvalidJob("x".into()).code(), ffi::PMIX_ERR_BAD_PARAM);
+        assert_eq!(
+            PmixError::InvalidJob("x".into()).code(),
+            ffi::PMIX_ERR_BAD_PARAM
+        );
         assert_eq!(PmixError::from_status("op", 0).code(), ffi::PMIX_ERROR);
     }
 }
