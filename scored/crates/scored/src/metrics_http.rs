@@ -36,9 +36,9 @@ pub async fn serve(
                     status,
                     [(
                         axum::http::header::CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        "text/plain; version=0.0.4; charset=utf-8",
                     )],
-                    body,
+                    to_prometheus_text(&body),
                 )
             }
         }),
@@ -49,4 +49,48 @@ pub async fn serve(
         }
     });
     Ok(local)
+}
+
+/// The classic Prometheus text format (0.0.4) from OpenMetrics text, which
+/// is what the encoder writes: counters are described under their sample
+/// name (`x_total`), and there is no `# EOF`.  Prometheus 2 and promtool
+/// read this format everywhere; OpenMetrics is only negotiated.
+fn to_prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" {
+            continue;
+        }
+        let described = ["# HELP ", "# TYPE "].iter().find_map(|p| {
+            let rest = line.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{p}{name}_total {tail}"))
+        });
+        out.push_str(described.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::to_prometheus_text;
+
+    #[test]
+    fn counters_are_described_by_their_sample_name_and_eof_goes() {
+        let om = "# HELP a_jobs Jobs.\n# TYPE a_jobs counter\na_jobs_total 3\n\
+                  # HELP b Nodes.\n# TYPE b gauge\nb 1\n# EOF\n";
+        assert_eq!(
+            to_prometheus_text(om),
+            "# HELP a_jobs_total Jobs.\n# TYPE a_jobs_total counter\na_jobs_total 3\n\
+             # HELP b Nodes.\n# TYPE b gauge\nb 1\n"
+        );
+    }
 }

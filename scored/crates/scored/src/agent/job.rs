@@ -26,6 +26,10 @@ pub struct AgentJob {
     tmpdir: PathBuf,
     single_node: bool,
     watchers: Vec<JoinHandle<()>>,
+    /// Ranks started but not yet followed: watching starts only after the
+    /// agent reported the launch, so that no exit overtakes it.
+    unwatched: Vec<(tokio::process::Child, u32)>,
+    node: String,
     stdin: Option<mpsc::UnboundedSender<StdinChunk>>,
     next_fence: u64,
     fences: BTreeMap<u64, FenceReply>,
@@ -44,7 +48,6 @@ impl AgentJob {
         cgroups: &CgroupRoot,
         jobs_dir: &Path,
         pmix: &PmixServer,
-        out: &mpsc::UnboundedSender<AgentMessage>,
     ) -> (AgentJob, Result<Vec<u32>, String>) {
         let mut job = AgentJob {
             id: info.id,
@@ -53,13 +56,15 @@ impl AgentJob {
             tmpdir: jobs_dir.join(format!("job-{}", info.id)),
             single_node: info.nodes.len() == 1,
             watchers: Vec::new(),
+            unwatched: Vec::new(),
+            node: node.to_string(),
             stdin: None,
             next_fence: 0,
             fences: BTreeMap::new(),
             registered: false,
             cleaning: false,
         };
-        let r = job.start(&info, node_index, node, pmix, out);
+        let r = job.start(&info, node_index, node, pmix);
         (job, r)
     }
 
@@ -69,7 +74,6 @@ impl AgentJob {
         node_index: u32,
         node: &str,
         pmix: &PmixServer,
-        out: &mpsc::UnboundedSender<AgentMessage>,
     ) -> Result<Vec<u32>, String> {
         let spec = info.spec.as_ref().ok_or("the job has no spec")?;
         self.cgroup
@@ -147,15 +151,23 @@ impl AgentJob {
                     }
                 });
             }
+            self.unwatched.push((child, rank));
+        }
+        Ok(pids)
+    }
+
+    /// Follow the started ranks: their output, then their exits, go to
+    /// `out`.  Called after the launch was reported.
+    pub fn watch(&mut self, out: &mpsc::UnboundedSender<AgentMessage>) {
+        for (child, rank) in self.unwatched.drain(..) {
             self.watchers.push(tokio::spawn(rank::watch(
                 child,
-                info.id,
+                self.id,
                 rank,
-                node.to_string(),
+                self.node.clone(),
                 out.clone(),
             )));
         }
-        Ok(pids)
     }
 
     pub fn stdin(&mut self, chunk: StdinChunk) {

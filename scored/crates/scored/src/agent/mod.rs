@@ -241,7 +241,6 @@ impl Agent {
                     &self.cgroups,
                     &self.jobs_dir,
                     &self.pmix,
-                    &self.out,
                 );
                 let reply = match result {
                     Ok(pids) => Launched {
@@ -258,8 +257,10 @@ impl Agent {
                         }
                     }
                 };
-                self.jobs.insert(id, job);
                 send(&self.out, id, agent_message::Msg::Launched(reply));
+                let mut job = job;
+                job.watch(&self.out);
+                self.jobs.insert(id, job);
             }
             master_message::Msg::Stdin(chunk) => {
                 if let Some(j) = self.jobs.get_mut(&id) {

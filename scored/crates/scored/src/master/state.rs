@@ -813,13 +813,18 @@ impl State {
         if let Some(i) = job.info.nodes.iter().position(|n| n == node) {
             job.launched[i] = true;
         }
-        if job.state() == JobState::Launching && job.launched.iter().all(|&l| l) {
-            job.info.state = JobState::Running as i32;
+        if job.info.start_time_ms == 0 && job.launched.iter().all(|&l| l) {
+            // Started everywhere.  An agent reports the launch before any
+            // exit, but another node's ranks may already have ended the job:
+            // then only the start is recorded.
             job.info.start_time_ms = now_ms();
             if let Some(t) = job.launch_started {
                 self.metrics.launch_time.observe(t.elapsed().as_secs_f64());
             }
-            job.emit(job_event::Event::State(job.info.clone()));
+            if job.state() == JobState::Launching {
+                job.info.state = JobState::Running as i32;
+                job.emit(job_event::Event::State(job.info.clone()));
+            }
             self.refresh_gauges();
         }
     }
