@@ -51,7 +51,11 @@ impl AgentJob {
     ) -> (AgentJob, Result<Vec<u32>, String>) {
         let mut job = AgentJob {
             id: info.id,
-            nspace: format!("score.{}", info.id),
+            nspace: if info.nspace.is_empty() {
+                format!("score.{}", info.id)
+            } else {
+                info.nspace.clone()
+            },
             cgroup: cgroups.job(info.id),
             tmpdir: jobs_dir.join(format!("job-{}", info.id)),
             single_node: info.nodes.len() == 1,

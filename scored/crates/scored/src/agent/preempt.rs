@@ -102,7 +102,11 @@ impl Drop for Page {
 
 fn pages_of(cgroups: &[JobCgroup], stats_dir: &Path) -> Vec<Page> {
     let pids: HashSet<i32> = cgroups.iter().flat_map(|c| c.pids()).collect();
-    pmstats::pages(stats_dir, &pids)
+    pages_of_pids(&pids, stats_dir)
+}
+
+fn pages_of_pids(pids: &HashSet<i32>, stats_dir: &Path) -> Vec<Page> {
+    pmstats::pages(stats_dir, pids)
         .into_iter()
         .filter_map(|(pid, path): (i32, PathBuf)| Page::open(pid, &path))
         .collect()
@@ -111,6 +115,9 @@ fn pages_of(cgroups: &[JobCgroup], stats_dir: &Path) -> Vec<Page> {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct DrainReport {
     pub contexts: u32,
+    /// Processes frozen without answering: those whose contexts did not
+    /// quiesce in time, and those with no PM context (not PM programs:
+    /// they cannot answer, so nobody waits for them).
     pub unanswered: u32,
     pub quiesce_ns: u64,
 }
@@ -118,7 +125,10 @@ pub struct DrainReport {
 /// Phase 1: ask every PM context of `cgroups` to quiesce, wait until all
 /// did or `timeout` passed.
 pub async fn drain(cgroups: &[JobCgroup], stats_dir: &Path, timeout: Duration) -> DrainReport {
-    let pages = pages_of(cgroups, stats_dir);
+    let pids: HashSet<i32> = cgroups.iter().flat_map(|c| c.pids()).collect();
+    let pages = pages_of_pids(&pids, stats_dir);
+    let with_pm: HashSet<i32> = pages.iter().map(|p| p.pid).collect();
+    let without_pm = pids.len() - with_pm.len();
     let start = Instant::now();
     for p in &pages {
         p.set_control(CONTROL_QUIESCE);
@@ -137,17 +147,22 @@ pub async fn drain(cgroups: &[JobCgroup], stats_dir: &Path, timeout: Duration) -
         }
         tokio::time::sleep(Duration::from_micros(200)).await;
     }
-    let unanswered = answered.iter().filter(|a| a.is_none()).count() as u32;
-    if unanswered > 0 {
+    let silent: HashSet<i32> = pages
+        .iter()
+        .zip(&answered)
+        .filter(|(_, a)| a.is_none())
+        .map(|(p, _)| p.pid)
+        .collect();
+    if !silent.is_empty() {
         tracing::warn!(
-            unanswered,
+            processes = silent.len(),
             "PM contexts did not quiesce within {} ms; freezing them anyway",
             timeout.as_millis()
         );
     }
     DrainReport {
         contexts: pages.len() as u32,
-        unanswered,
+        unanswered: (silent.len() + without_pm) as u32,
         quiesce_ns: answered
             .iter()
             .flatten()

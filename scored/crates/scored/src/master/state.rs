@@ -62,10 +62,20 @@ struct SwitchRun {
     target: usize,
     outgoing: BTreeSet<u64>,
     incoming: BTreeSet<u64>,
-    /// Nodes whose answer (Drained in phase 1, Switched in phase 2) is due.
+    /// Nodes whose answer (Drained, then Switched twice) is due.
     waiting: BTreeSet<String>,
-    draining: bool,
+    phase: Phase,
     quiesce_ns: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The outgoing jobs' contexts quiesce.
+    Draining,
+    /// Every node drained: the outgoing jobs' cgroups freeze.
+    Freezing,
+    /// Every node froze: the incoming jobs thaw (or launch).
+    Thawing,
 }
 
 /// Switch durations kept for scorectl's median and p99.
@@ -245,6 +255,8 @@ pub struct State {
     quiesce_times: VecDeque<f64>,
     switches: u64,
     unanswered: u64,
+    /// When this master started (ms since the epoch).
+    epoch: u64,
 }
 
 /// Who asks: the authenticated MUNGE identity of a request.
@@ -280,6 +292,7 @@ impl State {
             quiesce_times: VecDeque::new(),
             switches: 0,
             unanswered: 0,
+            epoch: now_ms(),
             limits,
             nodes,
             jobs: HashMap::new(),
@@ -314,6 +327,9 @@ impl State {
         }
         let info = JobInfo {
             id,
+            // The master's start time makes namespaces (and PM's segment
+            // names derived from them) unique across restarts and clusters.
+            nspace: format!("score.{}.{id}", self.epoch),
             name: spec.name.clone(),
             uid: who.uid,
             gid: who.gid,
@@ -1098,7 +1114,7 @@ impl State {
             outgoing,
             incoming,
             waiting: BTreeSet::new(),
-            draining: true,
+            phase: Phase::Draining,
             quiesce_ns: 0,
         };
         // Phase 1: every node of an outgoing job drains that job's contexts.
@@ -1130,7 +1146,7 @@ impl State {
 
     fn switch_answer(&mut self, node: &str, switch_id: u64, drained: bool, quiesce_ns: u64) {
         let Some(sw) = &mut self.switch else { return };
-        if sw.id != switch_id || sw.draining != drained {
+        if sw.id != switch_id || (sw.phase == Phase::Draining) != drained {
             return;
         }
         sw.waiting.remove(node);
@@ -1138,64 +1154,43 @@ impl State {
         self.advance_switch();
     }
 
-    /// Moves the switch on when every awaited node has answered: from
-    /// draining to freezing/thawing, then to done.
+    /// Moves the switch on each time every awaited node has answered:
+    /// drained → frozen → thawed → done.  Freezing everywhere before thawing
+    /// anywhere keeps an incoming job from sending to a peer whose node has
+    /// not thawed it yet (that would cost a retransmission).
     fn advance_switch(&mut self) {
-        let Some(sw) = &mut self.switch else { return };
-        if !sw.waiting.is_empty() {
-            return;
-        }
-        if sw.draining {
-            // Phase 2: every node drained; freeze the outgoing jobs and thaw
-            // (or launch) the incoming ones.
-            sw.draining = false;
-            let (outgoing, incoming, id) = (sw.outgoing.clone(), sw.incoming.clone(), sw.id);
-            let mut per_node: BTreeMap<String, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
-            let mut launch = Vec::new();
-            for job in &outgoing {
-                for n in &self.jobs[job].info.nodes {
-                    per_node.entry(n.clone()).or_default().0.push(*job);
-                }
-            }
-            for job in &incoming {
-                let j = &self.jobs[job];
-                if j.state() == JobState::Pending {
-                    launch.push(*job);
-                    continue;
-                }
-                for n in &j.info.nodes {
-                    per_node.entry(n.clone()).or_default().1.push(*job);
-                }
-            }
-            let mut waiting = BTreeSet::new();
-            for (name, (freeze, thaw)) in per_node {
-                let Some(node) = self.nodes.get(&name).filter(|n| n.conn.is_some()) else {
-                    continue;
-                };
-                node.send(
-                    0,
-                    master_message::Msg::Switch(Switch {
-                        switch_id: id,
-                        freeze,
-                        thaw,
-                    }),
-                );
-                waiting.insert(name);
-            }
-            for job in &outgoing {
-                self.set_frozen(*job, true);
-            }
-            for job in &incoming {
-                self.set_frozen(*job, false);
-            }
-            for job in launch {
-                self.launch(job);
-            }
-            let sw = self.switch.as_mut().expect("switch");
-            sw.waiting = waiting;
-            self.matrix.set_current(sw.target);
+        loop {
+            let Some(sw) = &mut self.switch else { return };
             if !sw.waiting.is_empty() {
                 return;
+            }
+            let (id, outgoing, incoming) = (sw.id, sw.outgoing.clone(), sw.incoming.clone());
+            match sw.phase {
+                Phase::Draining => {
+                    sw.phase = Phase::Freezing;
+                    let waiting = self.send_switch(id, &outgoing, &BTreeSet::new());
+                    for job in &outgoing {
+                        self.set_frozen(*job, true);
+                    }
+                    self.switch.as_mut().expect("switch").waiting = waiting;
+                }
+                Phase::Freezing => {
+                    sw.phase = Phase::Thawing;
+                    let target = sw.target;
+                    let (launch, thaw): (BTreeSet<u64>, BTreeSet<u64>) = incoming
+                        .iter()
+                        .partition(|j| self.jobs[*j].state() == JobState::Pending);
+                    let waiting = self.send_switch(id, &BTreeSet::new(), &thaw);
+                    for job in &thaw {
+                        self.set_frozen(*job, false);
+                    }
+                    for job in launch {
+                        self.launch(job);
+                    }
+                    self.matrix.set_current(target);
+                    self.switch.as_mut().expect("switch").waiting = waiting;
+                }
+                Phase::Thawing => break,
             }
         }
         let sw = self.switch.take().expect("switch");
@@ -1210,6 +1205,38 @@ impl State {
         tracing::debug!(switch = sw.id, seconds = took, "switch done");
         self.matrix.compact();
         self.schedule();
+    }
+
+    /// Sends each node its share of freezing and thawing; returns the nodes
+    /// that will answer.
+    fn send_switch(&self, id: u64, freeze: &BTreeSet<u64>, thaw: &BTreeSet<u64>) -> BTreeSet<String> {
+        let mut per_node: BTreeMap<&String, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
+        for job in freeze {
+            for n in &self.jobs[job].info.nodes {
+                per_node.entry(n).or_default().0.push(*job);
+            }
+        }
+        for job in thaw {
+            for n in &self.jobs[job].info.nodes {
+                per_node.entry(n).or_default().1.push(*job);
+            }
+        }
+        let mut waiting = BTreeSet::new();
+        for (name, (freeze, thaw)) in per_node {
+            let Some(node) = self.nodes.get(name).filter(|n| n.conn.is_some()) else {
+                continue;
+            };
+            node.send(
+                0,
+                master_message::Msg::Switch(Switch {
+                    switch_id: id,
+                    freeze,
+                    thaw,
+                }),
+            );
+            waiting.insert(name.clone());
+        }
+        waiting
     }
 
     pub fn matrix_info(&self) -> MatrixReply {

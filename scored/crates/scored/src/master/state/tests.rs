@@ -489,16 +489,17 @@ fn jobs_that_share_nodes_take_turns_all_nodes_together() {
     );
     h.drained("n2", id);
     for n in ["n1", "n2"] {
-        let msgs = h.agent_hears(n);
-        let sw = switch_of(&msgs).expect("switch");
+        let sw = switch_of(&h.agent_hears(n)).expect("switch");
         assert_eq!((sw.freeze.clone(), sw.thaw.clone()), (vec![a], vec![]));
-        assert!(msgs
-            .iter()
-            .any(|m| matches!(m, master_message::Msg::Launch(_))));
     }
     assert!(h.st.job_info(a).unwrap().frozen);
     h.switched("n1", id);
+    assert!(h.agent_hears("n2").is_empty(), "nothing thaws before every node froze");
     h.switched("n2", id);
+    for n in ["n1", "n2"] {
+        let msgs = h.agent_hears(n);
+        assert!(msgs.iter().any(|m| matches!(m, master_message::Msg::Launch(_))), "b launches");
+    }
     h.launch_ok(b);
     assert_eq!(h.st.matrix_info().stats.unwrap().switches, 1);
     assert_eq!(h.st.matrix_info().current, 1);
@@ -510,8 +511,13 @@ fn jobs_that_share_nodes_take_turns_all_nodes_together() {
     h.agent_hears("n2");
     h.drained("n1", p.switch_id);
     h.drained("n2", p.switch_id);
+    h.agent_hears("n1");
     let sw = switch_of(&h.agent_hears("n2")).unwrap();
-    assert_eq!((sw.freeze, sw.thaw), (vec![b], vec![a]));
+    assert_eq!((sw.freeze, sw.thaw), (vec![b], vec![]));
+    h.switched("n1", p.switch_id);
+    h.switched("n2", p.switch_id);
+    let sw = switch_of(&h.agent_hears("n2")).unwrap();
+    assert_eq!((sw.freeze, sw.thaw), (vec![], vec![a]));
     assert!(!h.st.job_info(a).unwrap().frozen);
     assert!(h.st.job_info(b).unwrap().frozen);
 }
@@ -548,7 +554,7 @@ fn a_frozen_job_is_killed_at_once_when_cancelled() {
     h.st.quantum_tick();
     let p = preempt_of(&h.agent_hears("n1")).unwrap();
     h.drained("n1", p.switch_id);
-    h.switched("n1", p.switch_id);
+    h.switched("n1", p.switch_id); // frozen; b launches
     h.agent_hears("n1");
     assert!(h.st.job_info(a).unwrap().frozen);
     h.st.cancel(a, false, USER, "cancelled").unwrap();
