@@ -182,6 +182,9 @@ struct Job {
     submitted: Instant,
     launch_started: Option<Instant>,
     cleanup_sent: bool,
+    /// Since when it runs without interruption (launch or last thaw): a
+    /// job is not preempted before it had a whole quantum.
+    running_since: Instant,
 }
 
 impl Job {
@@ -351,6 +354,7 @@ impl State {
             submitted: Instant::now(),
             launch_started: None,
             cleanup_sent: false,
+            running_since: Instant::now(),
         };
         job.emit(job_event::Event::Accepted(job.info.clone()));
         self.jobs.insert(id, job);
@@ -470,6 +474,9 @@ impl State {
 
     fn set_frozen(&mut self, id: u64, frozen: bool) {
         if let Some(job) = self.jobs.get_mut(&id) {
+            if !frozen {
+                job.running_since = Instant::now();
+            }
             if job.info.frozen != frozen {
                 job.info.frozen = frozen;
                 job.emit(job_event::Event::State(job.info.clone()));
@@ -519,6 +526,7 @@ impl State {
         job.launched = vec![false; nodes.len()];
         job.cleaned = vec![false; nodes.len()];
         job.launch_started = Some(Instant::now());
+        job.running_since = Instant::now();
         job.emit(job_event::Event::State(job.info.clone()));
         for (i, name) in nodes.iter().enumerate() {
             let node = self.nodes.get_mut(name).expect("allocated node");
@@ -1094,6 +1102,16 @@ impl State {
             .map(|j| j.info.id)
             .collect();
         let outgoing: BTreeSet<u64> = running.difference(&next).copied().collect();
+        // Every job gets whole quanta: one (re)started late in this quantum
+        // (a job that just launched is still starting up) keeps running
+        // until its own quantum is over; the switch waits for the next tick.
+        let quantum = self.limits.quantum;
+        if outgoing
+            .iter()
+            .any(|j| self.jobs[j].running_since.elapsed() < quantum.mul_f64(0.9))
+        {
+            return;
+        }
         let incoming: BTreeSet<u64> = next
             .iter()
             .copied()
@@ -1209,7 +1227,12 @@ impl State {
 
     /// Sends each node its share of freezing and thawing; returns the nodes
     /// that will answer.
-    fn send_switch(&self, id: u64, freeze: &BTreeSet<u64>, thaw: &BTreeSet<u64>) -> BTreeSet<String> {
+    fn send_switch(
+        &self,
+        id: u64,
+        freeze: &BTreeSet<u64>,
+        thaw: &BTreeSet<u64>,
+    ) -> BTreeSet<String> {
         let mut per_node: BTreeMap<&String, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
         for job in freeze {
             for n in &self.jobs[job].info.nodes {

@@ -21,6 +21,11 @@ fn harness(nodes: usize) -> Harness {
 }
 
 fn harness_with(nodes: usize, gang_slots: usize) -> Harness {
+    // A zero quantum: every tick may switch (no job is "too fresh").
+    harness_quantum(nodes, gang_slots, Duration::ZERO)
+}
+
+fn harness_quantum(nodes: usize, gang_slots: usize, quantum: Duration) -> Harness {
     let (ttx, timers) = unbounded_channel();
     let names: Vec<String> = (1..=nodes).map(|i| format!("n{i}")).collect();
     let mut st = State::new(
@@ -30,7 +35,7 @@ fn harness_with(nodes: usize, gang_slots: usize) -> Harness {
             heartbeat_timeout: Duration::from_secs(10),
             history: 10,
             gang_slots,
-            quantum: Duration::from_millis(100),
+            quantum,
             network_preemption: true,
             quiesce_timeout: Duration::from_secs(1),
         },
@@ -494,11 +499,18 @@ fn jobs_that_share_nodes_take_turns_all_nodes_together() {
     }
     assert!(h.st.job_info(a).unwrap().frozen);
     h.switched("n1", id);
-    assert!(h.agent_hears("n2").is_empty(), "nothing thaws before every node froze");
+    assert!(
+        h.agent_hears("n2").is_empty(),
+        "nothing thaws before every node froze"
+    );
     h.switched("n2", id);
     for n in ["n1", "n2"] {
         let msgs = h.agent_hears(n);
-        assert!(msgs.iter().any(|m| matches!(m, master_message::Msg::Launch(_))), "b launches");
+        assert!(
+            msgs.iter()
+                .any(|m| matches!(m, master_message::Msg::Launch(_))),
+            "b launches"
+        );
     }
     h.launch_ok(b);
     assert_eq!(h.st.matrix_info().stats.unwrap().switches, 1);
@@ -595,4 +607,16 @@ fn a_node_lost_during_a_switch_fails_only_its_jobs_and_the_switch_completes() {
     assert_eq!(h.state(c), JobState::Running);
     assert_eq!(h.st.matrix_info().stats.unwrap().switches, 1);
     let _ = b;
+}
+
+#[test]
+fn a_job_that_just_started_keeps_its_first_quantum() {
+    let mut h = harness_quantum(1, 2, Duration::from_secs(3600));
+    let (a, _ra) = h.submit(spec(1, 1));
+    let (_b, _rb) = h.submit(spec(1, 1));
+    h.launch_ok(a);
+    h.agent_hears("n1");
+    h.st.quantum_tick();
+    assert!(preempt_of(&h.agent_hears("n1")).is_none());
+    assert_eq!(h.st.matrix_info().stats.unwrap().switches, 0);
 }
