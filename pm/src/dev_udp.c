@@ -1124,7 +1124,8 @@ static void udp_hold(struct pm_device *dev, uint64_t deadline)
  * should be armed; if one is (the request was withdrawn before we
  * drained), it restarts from now rather than firing at once on time the
  * peer spent frozen too.  The same for a loss report's back-off and for
- * probes of paths that looked down.
+ * probes of paths that looked down.  For UDP_RESUME_GRACE_NS no timer fires
+ * at all: the peers thaw on their nodes some milliseconds apart.
  */
 static void udp_resumed(struct pm_device *dev)
 {
@@ -1132,13 +1133,15 @@ static void udp_resumed(struct pm_device *dev)
 	uint64_t now = pm_now_ns();
 
 	u->now_ns = now;
+	u->resume_grace_until = now + UDP_RESUME_GRACE_NS;
 	for (uint32_t r = 0; r < u->size; r++) {
 		struct udp_peer *p = udp_peer_of(u, (int)r);
 
 		if (!p)
 			continue;
 		if (p->rto_deadline)
-			p->rto_deadline = now + p->rto_ns;
+			p->rto_deadline = u->resume_grace_until > now + p->rto_ns ?
+				u->resume_grace_until : now + p->rto_ns;
 		if (p->ack_deadline)
 			p->ack_deadline = now;  /* owed: send it at the next pass */
 		p->lose_ns = now;

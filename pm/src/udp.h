@@ -31,6 +31,13 @@
 #define UDP_ACK_DELAY_NS   50000u   /* a pending ACK waits this long for a ride */
 #define UDP_RTO_MIN_NS     10000000u /* 10 ms: below it, scheduling noise fires timers */
 #define UDP_RTO_MAX_NS     200000000u
+/*
+ * After a resume (a gang-scheduling thaw) no retransmission fires for this
+ * long: the peers of a job are thawed on all nodes together, but "together"
+ * on a loaded node can mean some milliseconds apart, and a packet sent to a
+ * peer not yet thawed is not lost, only early.
+ */
+#define UDP_RESUME_GRACE_NS 50000000u
 #define UDP_PROBE_NS       100000000u
 #define UDP_PKT_MAX        9216     /* largest datagram we build or accept */
 #define UDP_INFLIGHT_MAX   (1u << 20) /* bytes in flight per peer at most */
@@ -196,6 +203,7 @@ struct udp_dev {
 	uint8_t *rxbuf;                 /* UDP_BATCH datagrams */
 	uint64_t drops_by[WIRE_VERDICTS];
 	uint64_t now_ns;                /* refreshed once per progress pass */
+	uint64_t resume_grace_until;    /* no retransmission before (see UDP_RESUME_GRACE_NS) */
 	bool remote_only;               /* under composite: peers off this node */
 	bool op_done;                   /* a remote op completed since the last poll */
 	struct pm_stats_nic *nic_stats; /* in the statistics page */

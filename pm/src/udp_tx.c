@@ -101,7 +101,11 @@ static int choose_path(struct udp_peer *p)
 
 static void arm_timer(struct udp_dev *u, struct udp_peer *p)
 {
-	p->rto_deadline = p->acked == p->sent_hi && !p->stopped ? 0 : u->now_ns + p->rto_ns;
+	uint64_t deadline = u->now_ns + p->rto_ns;
+
+	if (deadline < u->resume_grace_until)
+		deadline = u->resume_grace_until;
+	p->rto_deadline = p->acked == p->sent_hi && !p->stopped ? 0 : deadline;
 }
 
 static void emit(struct udp_dev *u, struct udp_peer *p, uint32_t seq, struct udp_txpkt *t)
