@@ -38,6 +38,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	ctx->page = page;
 	ctx->stats = &page->stats;
+	/* No agent: the control word stays RUN, as pm_open() would set it up. */
+	ctx->control = &page->control;
+	ctx->control_slot = -1;
 	ctx->rank = 0;
 	ctx->size = RANKS;
 	ctx->udp_ring_kib = 16;         /* small: flow control is reachable */
