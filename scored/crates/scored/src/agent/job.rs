@@ -10,6 +10,7 @@ use score_proto::v1::{AgentMessage, JobInfo, StdinChunk};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
@@ -31,24 +32,30 @@ pub struct AgentJob {
     unwatched: Vec<(tokio::process::Child, u32)>,
     node: String,
     stdin: Option<mpsc::UnboundedSender<StdinChunk>>,
+    /// stdin for rank 0 that came before rank 0 was started.
+    pending_stdin: Vec<StdinChunk>,
     next_fence: u64,
     fences: BTreeMap<u64, FenceReply>,
-    registered: bool,
+    started: bool,
     cleaning: bool,
+    info: JobInfo,
+    node_index: u32,
 }
 
 impl AgentJob {
-    /// Creates the job's cgroup, working files and PMIx namespace and starts
-    /// its ranks on this node.  The job is returned even when the launch
-    /// fails, so that the master's cleanup finds whatever was started.
-    pub fn launch(
+    /// The job's record on this node, with its cgroup and working directory
+    /// made.  Registering its PMIx namespace ([`AgentJob::layout`]) blocks
+    /// on libpmix's progress thread, so the agent does it off its event
+    /// loop and then calls [`AgentJob::start`].  The record is kept even
+    /// when a step fails, so that the master's cleanup finds whatever was
+    /// made.
+    pub fn prepare(
         info: JobInfo,
         node_index: u32,
         node: &str,
         cgroups: &CgroupRoot,
         jobs_dir: &Path,
-        pmix: &PmixServer,
-    ) -> (AgentJob, Result<Vec<u32>, String>) {
+    ) -> (AgentJob, Result<(), String>) {
         let mut job = AgentJob {
             id: info.id,
             nspace: if info.nspace.is_empty() {
@@ -63,23 +70,20 @@ impl AgentJob {
             unwatched: Vec::new(),
             node: node.to_string(),
             stdin: None,
+            pending_stdin: Vec::new(),
             next_fence: 0,
             fences: BTreeMap::new(),
-            registered: false,
+            started: false,
             cleaning: false,
+            info,
+            node_index,
         };
-        let r = job.start(&info, node_index, node, pmix);
+        let r = job.make_room();
         (job, r)
     }
 
-    fn start(
-        &mut self,
-        info: &JobInfo,
-        node_index: u32,
-        node: &str,
-        pmix: &PmixServer,
-    ) -> Result<Vec<u32>, String> {
-        let spec = info.spec.as_ref().ok_or("the job has no spec")?;
+    fn make_room(&mut self) -> Result<(), String> {
+        let info = &self.info;
         self.cgroup
             .create()
             .map_err(|e| format!("cannot create the job cgroup: {e}"))?;
@@ -88,19 +92,30 @@ impl AgentJob {
                 std::fs::set_permissions(&self.tmpdir, std::fs::Permissions::from_mode(0o700))
             })
             .and_then(|()| std::os::unix::fs::chown(&self.tmpdir, Some(info.uid), Some(info.gid)))
-            .map_err(|e| format!("cannot create {}: {e}", self.tmpdir.display()))?;
-        pmix.register_job(&JobLayout {
-            nspace: self.nspace.clone(),
-            uid: info.uid,
-            gid: info.gid,
-            nodes: info.nodes.clone(),
-            ppn: spec.ppn,
-            node_index,
-            tmpdir: self.tmpdir.clone(),
-        })
-        .map_err(|e| format!("PMIx cannot register the job: {e}"))?;
-        self.registered = true;
+            .map_err(|e| format!("cannot create {}: {e}", self.tmpdir.display()))
+    }
 
+    /// What PMIx must know of the job.
+    pub fn layout(&self) -> JobLayout {
+        JobLayout {
+            nspace: self.nspace.clone(),
+            uid: self.info.uid,
+            gid: self.info.gid,
+            nodes: self.info.nodes.clone(),
+            ppn: self.info.spec.as_ref().map_or(0, |s| s.ppn),
+            node_index: self.node_index,
+            tmpdir: self.tmpdir.clone(),
+        }
+    }
+
+    /// The namespace is registered: start the node's ranks.  Runs on the
+    /// agent's event loop, whose threads live as long as the agent (the
+    /// ranks die with the thread that started them: PR_SET_PDEATHSIG).
+    pub fn start(&mut self, pmix: &PmixServer) -> Result<Vec<u32>, String> {
+        self.started = true;
+        let info = self.info.clone();
+        let (node_index, node) = (self.node_index, self.node.clone());
+        let spec = info.spec.as_ref().ok_or("the job has no spec")?;
         let procs = self.cgroup.procs_file();
         let size = spec.nodes * spec.ppn;
         let mut pids = Vec::new();
@@ -143,6 +158,9 @@ impl AgentJob {
             pids.push(child.id().unwrap_or(0));
             if let Some(mut w) = child.stdin.take() {
                 let (tx, mut rx) = mpsc::unbounded_channel::<StdinChunk>();
+                for chunk in self.pending_stdin.drain(..) {
+                    let _ = tx.send(chunk);
+                }
                 self.stdin = Some(tx);
                 tokio::spawn(async move {
                     while let Some(c) = rx.recv().await {
@@ -175,6 +193,10 @@ impl AgentJob {
     }
 
     pub fn stdin(&mut self, chunk: StdinChunk) {
+        if !self.started {
+            self.pending_stdin.push(chunk);
+            return;
+        }
         if let Some(tx) = &self.stdin {
             let eof = chunk.eof;
             let _ = tx.send(chunk);
@@ -240,11 +262,16 @@ impl AgentJob {
         }
     }
 
-    /// Forget the PMIx namespace and the job's files.
-    pub fn release(self, pmix: &PmixServer) {
-        if self.registered {
-            pmix.deregister_job(&self.nspace);
-        }
+    /// Forget the PMIx namespace (off the event loop: it may block on
+    /// libpmix) and the job's files.
+    pub fn release(self, pmix: &Arc<PmixServer>) {
         let _ = std::fs::remove_dir_all(&self.tmpdir);
+        let pmix = pmix.clone();
+        let nspace = self.nspace;
+        tokio::task::spawn_blocking(move || pmix.deregister_job(&nspace));
+    }
+
+    pub fn is_cleaning(&self) -> bool {
+        self.cleaning
     }
 }

@@ -35,6 +35,12 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 enum Internal {
     /// A job's processes are gone and its cgroup removed.
     CleanedUp(u64),
+    /// libpmix has registered a job's namespace (or failed to).
+    Registered {
+        job: u64,
+        nspace: String,
+        result: Result<(), String>,
+    },
 }
 
 struct Agent {
@@ -45,7 +51,7 @@ struct Agent {
     cgroups: CgroupRoot,
     jobs_dir: PathBuf,
     stats_dir: PathBuf,
-    pmix: PmixServer,
+    pmix: Arc<PmixServer>,
     jobs: HashMap<u64, AgentJob>,
     out: mpsc::UnboundedSender<AgentMessage>,
     internal_tx: mpsc::UnboundedSender<Internal>,
@@ -130,7 +136,7 @@ pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
         cgroups,
         jobs_dir,
         stats_dir,
-        pmix,
+        pmix: Arc::new(pmix),
         jobs: HashMap::new(),
         out: dead_out,
         internal_tx,
@@ -234,32 +240,33 @@ impl Agent {
             }
             master_message::Msg::Launch(l) => {
                 let info = l.job?;
-                let (job, result) = AgentJob::launch(
+                let (job, made) = AgentJob::prepare(
                     info,
                     l.node_index,
                     &self.node,
                     &self.cgroups,
                     &self.jobs_dir,
-                    &self.pmix,
                 );
-                let reply = match result {
-                    Ok(pids) => Launched {
-                        ok: true,
-                        error: String::new(),
-                        pids,
-                    },
-                    Err(e) => {
-                        tracing::warn!(job = id, "launch failed: {e}");
-                        Launched {
-                            ok: false,
-                            error: e,
-                            pids: Vec::new(),
-                        }
+                match made {
+                    Ok(()) => {
+                        // Registering blocks on libpmix's progress thread,
+                        // which a rank frozen in the middle of its PMIx
+                        // handshake can hold up: never on the event loop.
+                        let (pmix, layout) = (self.pmix.clone(), job.layout());
+                        let done = self.internal_tx.clone();
+                        tokio::task::spawn_blocking(move || {
+                            let result = pmix
+                                .register_job(&layout)
+                                .map_err(|e| format!("PMIx cannot register the job: {e}"));
+                            let _ = done.send(Internal::Registered {
+                                job: id,
+                                nspace: layout.nspace,
+                                result,
+                            });
+                        });
                     }
-                };
-                send(&self.out, id, agent_message::Msg::Launched(reply));
-                let mut job = job;
-                job.watch(&self.out);
+                    Err(e) => self.launched(id, Err(e)),
+                }
                 self.jobs.insert(id, job);
             }
             master_message::Msg::Stdin(chunk) => {
@@ -382,8 +389,47 @@ impl Agent {
         }
     }
 
+    /// Tell the master how the launch went; then follow the ranks.
+    fn launched(&mut self, id: u64, result: Result<Vec<u32>, String>) {
+        let reply = match result {
+            Ok(pids) => Launched {
+                ok: true,
+                error: String::new(),
+                pids,
+            },
+            Err(e) => {
+                tracing::warn!(job = id, "launch failed: {e}");
+                Launched {
+                    ok: false,
+                    error: e,
+                    pids: Vec::new(),
+                }
+            }
+        };
+        send(&self.out, id, agent_message::Msg::Launched(reply));
+        if let Some(job) = self.jobs.get_mut(&id) {
+            job.watch(&self.out);
+        }
+    }
+
     fn handle_internal(&mut self, ev: Internal) {
         match ev {
+            Internal::Registered {
+                job,
+                nspace,
+                result,
+            } => match self.jobs.get_mut(&job) {
+                Some(j) if !j.is_cleaning() => {
+                    let r = result.and_then(|()| j.start(&self.pmix));
+                    self.launched(job, r);
+                }
+                Some(_) => {} // being cleaned: its release deregisters
+                None => {
+                    // Gone while registering (the master lost): undo.
+                    let pmix = self.pmix.clone();
+                    tokio::task::spawn_blocking(move || pmix.deregister_job(&nspace));
+                }
+            },
             Internal::CleanedUp(id) => {
                 if let Some(j) = self.jobs.remove(&id) {
                     j.release(&self.pmix);
