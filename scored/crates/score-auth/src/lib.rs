@@ -16,6 +16,8 @@
 //! directly, without `spawn_blocking`.
 
 mod ffi;
+#[doc(hidden)]
+pub mod testing;
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::os::unix::ffi::OsStrExt;

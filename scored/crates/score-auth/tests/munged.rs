@@ -2,115 +2,13 @@
 //! own (key, socket, log, seed) and killed by PID when the test ends, even
 //! when it panics.
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
-
 use score_auth::{code, verify, AuthError, Munge, MungeInterceptor, MUNGE_METADATA_KEY};
 use tonic::service::Interceptor;
 
-const MUNGED: &str = "/usr/sbin/munged";
+type Munged = score_auth::testing::TestMunged;
 
-/// One munged in the foreground; SIGKILLed and reaped on drop, its
-/// directory removed.
-struct Munged {
-    child: Child,
-    dir: PathBuf,
-    socket: PathBuf,
-}
-
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
-
-impl Munged {
-    /// None (and a note on stderr) if munged is not installed.
-    fn start() -> Option<Munged> {
-        let dir = std::env::temp_dir().join(format!(
-            "score-auth-test-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        ));
-        Self::start_with_key(dir, None)
-    }
-
-    /// A munged in `dir` with the key of `other` (so that they trust each
-    /// other's credentials), or a new key.
-    fn start_with_key(dir: PathBuf, key_from: Option<&Munged>) -> Option<Munged> {
-        if !Path::new(MUNGED).exists() {
-            eprintln!("skipped: {MUNGED} is not installed (Debian package munge)");
-            return None;
-        }
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        // munged refuses a socket directory that others cannot search.
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let key = dir.join("munge.key");
-        match key_from {
-            Some(other) => {
-                std::fs::copy(other.dir.join("munge.key"), &key).unwrap();
-            }
-            None => {
-                std::fs::write(&key, random_key()).unwrap();
-            }
-        }
-        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
-        let socket = dir.join("munge.socket");
-        let child = Command::new(MUNGED)
-            .arg("--foreground")
-            .arg(format!("--socket={}", socket.display()))
-            .arg(format!("--key-file={}", key.display()))
-            .arg(format!("--pid-file={}", dir.join("munged.pid").display()))
-            .arg(format!("--log-file={}", dir.join("munged.log").display()))
-            .arg(format!("--seed-file={}", dir.join("munged.seed").display()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("cannot start munged");
-        let mut m = Munged { child, dir, socket };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !m.socket.exists() {
-            if let Some(status) = m.child.try_wait().unwrap() {
-                panic!("munged exited with {status}: {}", m.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "munged did not create its socket: {}",
-                m.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Some(m)
-    }
-
-    fn munge(&self) -> Munge {
-        Munge::new(&self.socket)
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("munged.log")).unwrap_or_default()
-    }
-}
-
-/// 1024 bytes from the kernel's generator (getrandom through /dev/urandom).
-fn random_key() -> Vec<u8> {
-    use std::io::Read;
-    let mut key = vec![0u8; 1024];
-    std::fs::File::open("/dev/urandom")
-        .unwrap()
-        .read_exact(&mut key)
-        .unwrap();
-    key
-}
-
-impl Drop for Munged {
-    fn drop(&mut self) {
-        // By PID: the Child handle signals exactly the process it started.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+fn start() -> Option<Munged> {
+    Munged::start("score-auth-test")
 }
 
 fn me() -> (u32, u32) {
@@ -120,9 +18,9 @@ fn me() -> (u32, u32) {
 
 #[test]
 fn roundtrip_gives_uid_gid_and_payload() {
-    let Some(d) = Munged::start() else { return };
+    let Some(d) = start() else { return };
     let m = d.munge();
-    assert_eq!(m.socket(), d.socket.as_path());
+    assert_eq!(m.socket(), d.socket());
     let cred = m.encode(b"job 42").unwrap();
     assert!(cred.starts_with("MUNGE:"), "{cred}");
     let c = m.decode(&cred).unwrap();
@@ -136,7 +34,7 @@ fn roundtrip_gives_uid_gid_and_payload() {
 
 #[test]
 fn a_credential_is_good_once() {
-    let Some(d) = Munged::start() else { return };
+    let Some(d) = start() else { return };
     let m = d.munge();
     let cred = m.encode(&[]).unwrap();
     m.decode(&cred).unwrap();
@@ -147,7 +45,7 @@ fn a_credential_is_good_once() {
 
 #[test]
 fn garbage_and_foreign_credentials_are_rejected() {
-    let Some(d) = Munged::start() else { return };
+    let Some(d) = start() else { return };
     let m = d.munge();
     for bad in ["", "hello", "MUNGE:AAAAAAAAAAAAAAAA:"] {
         let e = m.decode(bad).unwrap_err();
@@ -159,7 +57,7 @@ fn garbage_and_foreign_credentials_are_rejected() {
     assert!(matches!(m.decode("a\0b"), Err(AuthError::Invalid(_))));
 
     // A credential made with another key.
-    let Some(other) = Munged::start() else { return };
+    let Some(other) = start() else { return };
     let foreign = other.munge().encode(&[]).unwrap();
     let e = m.decode(&foreign).unwrap_err();
     assert!(matches!(e, AuthError::Munge { op: "decode", .. }), "{e:?}");
@@ -167,9 +65,8 @@ fn garbage_and_foreign_credentials_are_rejected() {
 
 #[test]
 fn two_daemons_with_one_key_trust_each_other() {
-    let Some(a) = Munged::start() else { return };
-    let dir = a.dir.with_extension("b");
-    let Some(b) = Munged::start_with_key(dir, Some(&a)) else {
+    let Some(a) = start() else { return };
+    let Some(b) = Munged::start_with_key("score-auth-test", Some(&a)) else {
         return;
     };
     let cred = a.munge().encode(b"x").unwrap();
@@ -192,7 +89,7 @@ fn missing_munged_is_a_clear_error() {
 
 #[test]
 fn interceptor_and_verify() {
-    let Some(d) = Munged::start() else { return };
+    let Some(d) = start() else { return };
     let m = d.munge();
     let mut icpt = MungeInterceptor::new(m.clone());
     let req = icpt.call(tonic::Request::new(())).unwrap();

@@ -3,13 +3,11 @@
 //! (a munged of the test's own, started in a temporary directory and killed
 //! by PID when the test ends).
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use score_auth::Munge;
 use score_proto::v1::master_server::{Master, MasterServer};
@@ -19,86 +17,11 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tonic::{Request, Response, Status, Streaming};
 
-const MUNGED: &str = "/usr/sbin/munged";
 const SCRUN: &str = env!("CARGO_BIN_EXE_scrun");
 
 // ------------------------------------------------------------------ munged
 
-/// One munged in the foreground; killed by PID and reaped on drop.
-struct Munged {
-    child: Child,
-    dir: PathBuf,
-    socket: PathBuf,
-}
-
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
-
-impl Munged {
-    /// None (and a note on stderr) if munged is not installed.
-    fn start() -> Option<Munged> {
-        if !Path::new(MUNGED).exists() {
-            eprintln!("skipped: {MUNGED} is not installed (Debian package munge)");
-            return None;
-        }
-        let dir = std::env::temp_dir().join(format!(
-            "scrun-test-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        // munged refuses a socket directory that others cannot search.
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let key = dir.join("munge.key");
-        let mut bytes = vec![0u8; 1024];
-        std::io::Read::read_exact(
-            &mut std::fs::File::open("/dev/urandom").unwrap(),
-            &mut bytes,
-        )
-        .unwrap();
-        std::fs::write(&key, bytes).unwrap();
-        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
-        let socket = dir.join("munge.socket");
-        let child = Command::new(MUNGED)
-            .arg("--foreground")
-            .arg(format!("--socket={}", socket.display()))
-            .arg(format!("--key-file={}", key.display()))
-            .arg(format!("--pid-file={}", dir.join("munged.pid").display()))
-            .arg(format!("--log-file={}", dir.join("munged.log").display()))
-            .arg(format!("--seed-file={}", dir.join("munged.seed").display()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("cannot start munged");
-        let mut m = Munged { child, dir, socket };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !m.socket.exists() {
-            if let Some(status) = m.child.try_wait().unwrap() {
-                panic!("munged exited with {status}: {}", m.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "munged did not start: {}",
-                m.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Some(m)
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("munged.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Munged {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+type Munged = score_auth::testing::TestMunged;
 
 // ------------------------------------------------------------ fake master
 
@@ -300,12 +223,12 @@ struct Cluster {
 }
 
 async fn cluster() -> Option<Cluster> {
-    let munged = Munged::start()?;
+    let munged = Munged::start("scrun-test")?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(Mutex::new(Seen::default()));
     let fake = Fake {
-        munge: Munge::new(&munged.socket),
+        munge: munged.munge(),
         seen: seen.clone(),
     };
     tokio::spawn(
@@ -313,12 +236,12 @@ async fn cluster() -> Option<Cluster> {
             .add_service(MasterServer::new(fake))
             .serve_with_incoming(TcpListenerStream::new(listener)),
     );
-    let config = munged.dir.join("scored.toml");
+    let config = munged.dir().join("scored.toml");
     std::fs::write(
         &config,
         format!(
             "[client]\nmaster = \"http://{addr}\"\n[munge]\nsocket = \"{}\"\n",
-            munged.socket.display()
+            munged.socket().display()
         ),
     )
     .unwrap();
@@ -335,7 +258,7 @@ impl Cluster {
         c.args(args)
             .env("SCORE_CONFIG", &self.config)
             .env_remove("SCORE_MASTER")
-            .current_dir(&self.munged.dir)
+            .current_dir(self.munged.dir())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -383,7 +306,7 @@ async fn output_exit_status_and_reason() {
     let spec = seen.spec.as_ref().unwrap();
     assert_eq!((spec.nodes, spec.ppn), (4, 2));
     assert_eq!(spec.argv, ["exit3", "--nodes", "9"]);
-    assert_eq!(Path::new(&spec.cwd), c.munged.dir.as_path());
+    assert_eq!(Path::new(&spec.cwd), c.munged.dir());
     assert_eq!(
         spec.env.get("SCORE_CONFIG").map(PathBuf::from),
         Some(c.config.clone())

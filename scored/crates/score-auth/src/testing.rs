@@ -1,0 +1,119 @@
+//! Test support: a private munged for one test, in a directory of its own
+//! (key, socket, pid, log, seed), SIGKILLed by PID and reaped on drop, even
+//! when the test panics.  Used by the tests of score-auth, scrun and
+//! scorectl; not for production code.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::Munge;
+
+pub const MUNGED: &str = "/usr/sbin/munged";
+
+pub struct TestMunged {
+    child: Child,
+    dir: PathBuf,
+    socket: PathBuf,
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+impl TestMunged {
+    /// A munged with a new key, in a fresh directory named after `prefix`.
+    /// None (and a note on stderr) if munged is not installed.
+    pub fn start(prefix: &str) -> Option<TestMunged> {
+        Self::start_with_key(prefix, None)
+    }
+
+    /// A munged with the key of `other` (the two trust each other's
+    /// credentials), or a new key.
+    pub fn start_with_key(prefix: &str, other: Option<&TestMunged>) -> Option<TestMunged> {
+        if !Path::new(MUNGED).exists() {
+            eprintln!("skipped: {MUNGED} is not installed (Debian package munge)");
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "{prefix}-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // munged refuses a socket directory that others cannot search.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let key = dir.join("munge.key");
+        match other {
+            Some(o) => {
+                std::fs::copy(o.dir.join("munge.key"), &key).unwrap();
+            }
+            None => std::fs::write(&key, random_key()).unwrap(),
+        }
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let socket = dir.join("munge.socket");
+        let child = Command::new(MUNGED)
+            .arg("--foreground")
+            .arg(format!("--socket={}", socket.display()))
+            .arg(format!("--key-file={}", key.display()))
+            .arg(format!("--pid-file={}", dir.join("munged.pid").display()))
+            .arg(format!("--log-file={}", dir.join("munged.log").display()))
+            .arg(format!("--seed-file={}", dir.join("munged.seed").display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("cannot start munged");
+        let mut m = TestMunged { child, dir, socket };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !m.socket.exists() {
+            if let Some(status) = m.child.try_wait().unwrap() {
+                panic!("munged exited with {status}: {}", m.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "munged did not create its socket: {}",
+                m.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(m)
+    }
+
+    pub fn munge(&self) -> Munge {
+        Munge::new(&self.socket)
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("munged.log")).unwrap_or_default()
+    }
+}
+
+/// 1024 bytes from the kernel's generator.
+fn random_key() -> Vec<u8> {
+    use std::io::Read;
+    let mut key = vec![0u8; 1024];
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut key)
+        .unwrap();
+    key
+}
+
+impl Drop for TestMunged {
+    fn drop(&mut self) {
+        // By PID: the Child handle signals exactly the process it started.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
