@@ -2,6 +2,7 @@
 //! their stdin and the fences in progress.
 
 use super::cgroup::{CgroupRoot, JobCgroup};
+use super::pmstats;
 use super::rank;
 use super::spawn::{spawn, RankSpawn};
 use super::Internal;
@@ -128,6 +129,11 @@ impl AgentJob {
             {
                 env.insert(k, v);
             }
+            // Open MPI's shared-memory segments go to the job's directory,
+            // which goes with the job, not to /dev/shm, where a killed
+            // rank's would stay.
+            env.entry("OMPI_MCA_btl_vader_backing_directory".into())
+                .or_insert_with(|| self.tmpdir.display().to_string());
             for (k, v) in [
                 ("SCORE_JOB_ID", info.id.to_string()),
                 ("SCORE_RANK", rank.to_string()),
@@ -230,7 +236,7 @@ impl AgentJob {
 
     /// Kill the processes and wait for their reports, in the background;
     /// `done` hears about it when the cgroup is gone.
-    pub fn start_cleanup(&mut self, done: mpsc::UnboundedSender<Internal>) {
+    pub fn start_cleanup(&mut self, done: mpsc::UnboundedSender<Internal>, stats_dir: &Path) {
         if self.cleaning {
             return;
         }
@@ -240,8 +246,10 @@ impl AgentJob {
         let cgroup = self.cgroup.clone();
         let watchers = std::mem::take(&mut self.watchers);
         let id = self.id;
+        let stats_dir = stats_dir.to_path_buf();
         tokio::spawn(async move {
             cgroup.destroy(CLEANUP_WITHIN).await;
+            pmstats::remove_dead(&stats_dir);
             for w in watchers {
                 let abort = w.abort_handle();
                 if tokio::time::timeout(CLEANUP_WITHIN, w).await.is_err() {
@@ -253,10 +261,11 @@ impl AgentJob {
     }
 
     /// Kill everything now (no reports): the master is gone.
-    pub async fn destroy(&mut self) {
+    pub async fn destroy(&mut self, stats_dir: &Path) {
         self.fences.clear();
         self.stdin = None;
         self.cgroup.destroy(CLEANUP_WITHIN).await;
+        pmstats::remove_dead(stats_dir);
         for w in self.watchers.drain(..) {
             w.abort();
         }

@@ -100,11 +100,13 @@ pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
         let _ = std::fs::remove_dir_all(jobs_dir.join(format!("job-{j}")));
     }
 
+    let stats_dir =
+        PathBuf::from(std::env::var("PM_STATS_DIR").unwrap_or_else(|_| "/dev/shm".into()));
+    pmstats::remove_dead(&stats_dir);
+
     let (pmix, mut pmix_events) =
         PmixServer::init(&pmix_dir).map_err(|e| anyhow!("cannot start the PMIx server: {e}"))?;
 
-    let stats_dir =
-        PathBuf::from(std::env::var("PM_STATS_DIR").unwrap_or_else(|_| "/dev/shm".into()));
     let metrics_url = if ac.metrics_listen.is_empty() {
         String::new()
     } else {
@@ -322,7 +324,7 @@ impl Agent {
                 });
             }
             master_message::Msg::Cleanup(_) => match self.jobs.get_mut(&id) {
-                Some(j) => j.start_cleanup(self.internal_tx.clone()),
+                Some(j) => j.start_cleanup(self.internal_tx.clone(), &self.stats_dir),
                 // Never launched here (or already gone): nothing to clean.
                 None => send(
                     &self.out,
@@ -447,7 +449,7 @@ impl Agent {
     async fn abandon_all(&mut self) {
         for (id, mut j) in self.jobs.drain() {
             tracing::warn!(job = id, "killing the job: no master");
-            j.destroy().await;
+            j.destroy(&self.stats_dir).await;
             j.release(&self.pmix);
         }
     }

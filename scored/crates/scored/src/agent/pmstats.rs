@@ -65,6 +65,36 @@ pub fn pages(dir: &Path, pids: &HashSet<i32>) -> Vec<(i32, PathBuf)> {
         .collect()
 }
 
+/// Removes the pages that dead processes left in `dir`: a process killed
+/// with its job cannot remove its own, and a page whose process is gone is
+/// stale for every reader (docs/pm/stats.md; pminfo does the same).
+/// Returns how many.
+pub fn remove_dead(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in entries.filter_map(|e| e.ok()) {
+        if !e
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with("pm-stats."))
+        {
+            continue;
+        }
+        let Some(ctx) = std::fs::read(e.path()).ok().as_deref().and_then(parse) else {
+            continue;
+        };
+        // SAFETY: kill(pid, 0) only asks whether the process exists.
+        let alive = unsafe { libc::kill(ctx.pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if !alive && std::fs::remove_file(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// The contexts of processes in `pids`, read from `dir`.
 pub fn scan(dir: &Path, pids: &HashSet<i32>) -> Vec<PmContext> {
     pages(dir, pids)
@@ -107,6 +137,23 @@ mod tests {
         let mut p = page(1, 0, 0);
         p[8] = 2;
         assert!(parse(&p).is_none());
+    }
+
+    #[test]
+    fn pages_of_dead_processes_are_removed() {
+        let dir = std::env::temp_dir().join(format!("score-pmstats-rm-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let me = std::process::id() as i32;
+        // A pid far above pid_max: no such process.
+        let dead = 0x3fff_fff0;
+        std::fs::write(dir.join(format!("pm-stats.{dead}.0")), page(dead, 0, 1)).unwrap();
+        std::fs::write(dir.join(format!("pm-stats.{me}.0")), page(me, 1, 1)).unwrap();
+        std::fs::write(dir.join("pm-stats.x.0"), b"not a page").unwrap();
+        assert_eq!(remove_dead(&dir), 1);
+        assert!(!dir.join(format!("pm-stats.{dead}.0")).exists());
+        assert!(dir.join(format!("pm-stats.{me}.0")).exists(), "alive: kept");
+        assert!(dir.join("pm-stats.x.0").exists(), "not a page: kept");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
