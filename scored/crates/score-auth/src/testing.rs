@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::Munge;
+use score_proto::v1::master_server::{Master, MasterServer};
 
 pub const MUNGED: &str = "/usr/sbin/munged";
 
@@ -91,6 +92,29 @@ impl TestMunged {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Serves `master` on a free port of 127.0.0.1 (in the current tokio
+    /// runtime) and writes, beside this munged, a client configuration that
+    /// points at both; returns its path.
+    pub async fn serve_master<M: Master>(&self, master: M) -> PathBuf {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(MasterServer::new(master))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let config = self.dir.join("scored.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[client]\nmaster = \"http://{addr}\"\n[munge]\nsocket = \"{}\"\n",
+                self.socket.display()
+            ),
+        )
+        .unwrap();
+        config
     }
 
     pub fn log(&self) -> String {

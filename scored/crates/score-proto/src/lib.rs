@@ -8,3 +8,35 @@ pub mod v1 {
 
 /// The metadata key that carries a MUNGE credential on every call.
 pub const MUNGE_METADATA_KEY: &str = "x-score-munge";
+
+impl v1::JobState {
+    /// The state as one lowercase word, as scorectl, scrun and the metrics
+    /// print it ("unknown" for an unset state).
+    pub fn label(self) -> &'static str {
+        use v1::JobState::*;
+        match self {
+            Pending => "pending",
+            Launching => "launching",
+            Running => "running",
+            Completing => "completing",
+            Completed => "completed",
+            Failed => "failed",
+            Cancelled => "cancelled",
+            Timeout => "timeout",
+            Unspecified => "unknown",
+        }
+    }
+}
+
+impl v1::NodeState {
+    /// The state as one lowercase word ("unknown" for an unset state).
+    pub fn label(self) -> &'static str {
+        use v1::NodeState::*;
+        match self {
+            Up => "up",
+            Down => "down",
+            Drained => "drained",
+            Unspecified => "unknown",
+        }
+    }
+}

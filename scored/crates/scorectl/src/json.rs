@@ -8,28 +8,13 @@ use serde::Serialize;
 
 /// A node's state as scorectl shows it: "up", "down", "drained".
 pub fn node_state(state: i32) -> &'static str {
-    match NodeState::try_from(state) {
-        Ok(NodeState::Up) => "up",
-        Ok(NodeState::Down) => "down",
-        Ok(NodeState::Drained) => "drained",
-        Ok(NodeState::Unspecified) | Err(_) => "unknown",
-    }
+    NodeState::try_from(state).map_or("unknown", NodeState::label)
 }
 
 /// A job's state as scorectl shows it: "pending", "launching", "running",
 /// "completing", "completed", "failed", "cancelled", "timeout".
 pub fn job_state(state: i32) -> &'static str {
-    match JobState::try_from(state) {
-        Ok(JobState::Pending) => "pending",
-        Ok(JobState::Launching) => "launching",
-        Ok(JobState::Running) => "running",
-        Ok(JobState::Completing) => "completing",
-        Ok(JobState::Completed) => "completed",
-        Ok(JobState::Failed) => "failed",
-        Ok(JobState::Cancelled) => "cancelled",
-        Ok(JobState::Timeout) => "timeout",
-        Ok(JobState::Unspecified) | Err(_) => "unknown",
-    }
+    JobState::try_from(state).map_or("unknown", JobState::label)
 }
 
 /// True once the job has ended (its state no longer changes).

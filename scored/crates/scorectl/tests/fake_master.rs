@@ -9,9 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use score_auth::Munge;
-use score_proto::v1::master_server::{Master, MasterServer};
+use score_proto::v1::master_server::Master;
 use score_proto::v1::*;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status, Streaming};
 
 const SCORECTL: &str = env!("CARGO_BIN_EXE_scorectl");
@@ -198,27 +197,12 @@ struct Cluster {
 
 async fn cluster() -> Option<Cluster> {
     let munged = Munged::start("scorectl-test")?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let seen = Arc::new(Mutex::new(Seen::default()));
     let fake = Fake {
         munge: munged.munge(),
         seen: seen.clone(),
     };
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(MasterServer::new(fake))
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
-    let config = munged.dir().join("scored.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[client]\nmaster = \"http://{addr}\"\n[munge]\nsocket = \"{}\"\n",
-            munged.socket().display()
-        ),
-    )
-    .unwrap();
+    let config = munged.serve_master(fake).await;
     Some(Cluster {
         munged,
         config,

@@ -55,16 +55,9 @@ impl Reporter {
 }
 
 pub fn state_name(state: i32) -> &'static str {
-    match JobState::try_from(state) {
-        Ok(JobState::Pending) => "pending",
-        Ok(JobState::Launching) => "launching",
-        Ok(JobState::Running) => "running",
-        Ok(JobState::Completing) => "completing",
-        Ok(JobState::Completed) => "completed",
-        Ok(JobState::Failed) => "failed",
-        Ok(JobState::Cancelled) => "cancelled",
-        Ok(JobState::Timeout) => "timeout",
-        Ok(JobState::Unspecified) | Err(_) => "in an unknown state",
+    match JobState::try_from(state).map_or("unknown", JobState::label) {
+        "unknown" => "in an unknown state",
+        word => word,
     }
 }
 

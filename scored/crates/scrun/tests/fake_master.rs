@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use score_auth::Munge;
-use score_proto::v1::master_server::{Master, MasterServer};
+use score_proto::v1::master_server::Master;
 use score_proto::v1::*;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 const SCRUN: &str = env!("CARGO_BIN_EXE_scrun");
@@ -224,27 +224,12 @@ struct Cluster {
 
 async fn cluster() -> Option<Cluster> {
     let munged = Munged::start("scrun-test")?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let seen = Arc::new(Mutex::new(Seen::default()));
     let fake = Fake {
         munge: munged.munge(),
         seen: seen.clone(),
     };
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(MasterServer::new(fake))
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
-    let config = munged.dir().join("scored.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[client]\nmaster = \"http://{addr}\"\n[munge]\nsocket = \"{}\"\n",
-            munged.socket().display()
-        ),
-    )
-    .unwrap();
+    let config = munged.serve_master(fake).await;
     Some(Cluster {
         munged,
         config,

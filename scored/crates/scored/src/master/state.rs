@@ -1068,7 +1068,7 @@ impl State {
         }
         self.metrics
             .jobs_finished
-            .get_or_create(&vec![("state".into(), state_label(outcome.state).into())])
+            .get_or_create(&vec![("state".into(), outcome.state.label().into())])
             .inc();
         self.history.push_back(id);
         while self.history.len() > self.limits.history {
@@ -1320,7 +1320,7 @@ impl State {
             let n = self.jobs.values().filter(|j| j.state() == s).count();
             self.metrics
                 .jobs
-                .get_or_create(&vec![("state".into(), state_label(s).into())])
+                .get_or_create(&vec![("state".into(), s.label().into())])
                 .set(n as i64);
         }
         self.metrics.slots.set(self.matrix.rows().len() as i64);
@@ -1328,7 +1328,7 @@ impl State {
             let n = self.nodes.values().filter(|x| x.state() == s).count();
             self.metrics
                 .nodes
-                .get_or_create(&vec![("state".into(), node_state_label(s).into())])
+                .get_or_create(&vec![("state".into(), s.label().into())])
                 .set(n as i64);
         }
     }
@@ -1340,29 +1340,6 @@ enum Stop {
     Terminate,
     /// Cleanup now: the agents kill the job's cgroups.
     Kill,
-}
-
-pub fn state_label(s: JobState) -> &'static str {
-    match s {
-        JobState::Unspecified => "unspecified",
-        JobState::Pending => "pending",
-        JobState::Launching => "launching",
-        JobState::Running => "running",
-        JobState::Completing => "completing",
-        JobState::Completed => "completed",
-        JobState::Failed => "failed",
-        JobState::Cancelled => "cancelled",
-        JobState::Timeout => "timeout",
-    }
-}
-
-pub fn node_state_label(s: NodeState) -> &'static str {
-    match s {
-        NodeState::Unspecified => "unspecified",
-        NodeState::Up => "up",
-        NodeState::Down => "down",
-        NodeState::Drained => "drained",
-    }
 }
 
 fn push_sample(v: &mut VecDeque<f64>, x: f64) {
