@@ -490,7 +490,7 @@ impl State {
             .values()
             .filter(|n| n.is_usable(1) && n.jobs.is_empty())
             .count();
-        for (id, job) in self.jobs.iter_mut() {
+        for job in self.jobs.values_mut() {
             if job.state() == JobState::Pending
                 && !job.info.nodes.is_empty()
                 && job.outcome.is_none()
@@ -500,7 +500,6 @@ impl State {
                     job.info.reason = reason;
                     job.emit(job_event::Event::State(job.info.clone()));
                 }
-                let _ = id;
             }
         }
         for (pos, id) in self.queue.iter().enumerate() {
