@@ -309,3 +309,28 @@ def grpc_call(hostport, method, body, headers=()):
         if sep and not name.startswith("HTTP/"):
             fields[name.strip().lower()] = urllib.parse.unquote(value.strip())
     return fields, proc
+
+
+# --- the agents of a cluster ----------------------------------------------------------
+
+
+def agent_pid(vc, node):
+    """The PID of node's agent, as vcluster recorded it (checked against
+    its command line, so that nothing else is signalled by mistake)."""
+    pid = vc.services["scored"]["agents"][node]
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert b"agent" in argv and str(vc.service_dir / node / "scored.toml").encode() in argv, \
+        f"PID {pid} is not the agent of {node}: {argv}"
+    return pid
+
+
+def start_agent(vc, node):
+    """Start node's agent again, as vcluster does (in the node, its config);
+    the process is ended by its PID when the module's cluster goes down."""
+    log = open(vc.service_dir / node / "scored.log", "ab")
+    try:
+        return vc.popen(node, str(SCORE_BIN / "scored"), "agent", "--config",
+                        str(vc.service_dir / node / "scored.toml"),
+                        stdout=log, stderr=log)
+    finally:
+        log.close()

@@ -31,7 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from .score import PMCHECK, SCORE_BIN, Score, marker, metric_values, processes_with, wait_for
+from .score import (PMCHECK, Score, agent_pid, marker, metric_values,
+                    processes_with, start_agent, wait_for)
 
 MASTER = {"quantum_ms": 100, "quiesce_timeout_ms": 500, "gang_slots": 4,
           "kill_grace_ms": 30000}
@@ -497,25 +498,6 @@ def test_cancelling_a_frozen_job_kills_it_at_once(score):
 
 
 # --- a node lost while jobs switch ----------------------------------------------------------
-
-
-def agent_pid(vc, node):
-    pid = vc.services["scored"]["agents"][node]
-    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    assert b"agent" in argv and str(vc.service_dir / node / "scored.toml").encode() in argv, \
-        f"PID {pid} is not the agent of {node}: {argv}"
-    return pid
-
-
-def start_agent(vc, node):
-    """Start node's agent again, as vcluster does; it is ended by its PID
-    when the module's cluster goes down."""
-    log = open(vc.service_dir / node / "scored.log", "ab")
-    try:
-        return vc.popen(node, str(SCORE_BIN / "scored"), "agent", "--config",
-                        str(vc.service_dir / node / "scored.toml"), stdout=log, stderr=log)
-    finally:
-        log.close()
 
 
 def test_a_node_lost_while_switching_fails_only_its_jobs(score):

@@ -7,11 +7,10 @@ their cluster, so the module has one of its own."""
 import os
 import re
 import signal
-from pathlib import Path
 
 import pytest
 
-from .score import SCORE_BIN, Score, marker, processes_with, wait_for
+from .score import Score, agent_pid, marker, processes_with, start_agent, wait_for
 
 
 @pytest.fixture
@@ -21,26 +20,6 @@ def score(own_cluster):
         yield s
     finally:
         s.cleanup()
-
-
-def agent_pid(vc, node):
-    pid = vc.services["scored"]["agents"][node]
-    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    assert b"agent" in argv and str(vc.service_dir / node / "scored.toml").encode() in argv, \
-        f"PID {pid} is not the agent of {node}: {argv}"
-    return pid
-
-
-def start_agent(vc, node):
-    """Start node's agent again, as vcluster does (in the node, its config);
-    the process is ended by its PID when the module's cluster goes down."""
-    log = open(vc.service_dir / node / "scored.log", "ab")
-    try:
-        return vc.popen(node, str(SCORE_BIN / "scored"), "agent", "--config",
-                        str(vc.service_dir / node / "scored.toml"),
-                        stdout=log, stderr=log)
-    finally:
-        log.close()
 
 
 def start_4x1(score):
