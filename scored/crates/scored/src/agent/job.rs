@@ -186,7 +186,11 @@ impl AgentJob {
 
     /// Follow the started ranks: their output, then their exits, go to
     /// `out`.  Called after the launch was reported.
-    pub fn watch(&mut self, out: &mpsc::UnboundedSender<AgentMessage>) {
+    pub fn watch(
+        &mut self,
+        out: &mpsc::UnboundedSender<AgentMessage>,
+        exited: &mpsc::UnboundedSender<Internal>,
+    ) {
         for (child, rank) in self.unwatched.drain(..) {
             self.watchers.push(tokio::spawn(rank::watch(
                 child,
@@ -194,6 +198,7 @@ impl AgentJob {
                 rank,
                 self.node.clone(),
                 out.clone(),
+                exited.clone(),
             )));
         }
     }

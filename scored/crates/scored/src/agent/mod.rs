@@ -33,6 +33,9 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 /// Internal events from the agent's own tasks.
 enum Internal {
+    /// A rank's exit, for the master (after its output and any PMIx event
+    /// already queued).
+    Exited(AgentMessage),
     /// A job's processes are gone and its cgroup removed.
     CleanedUp(u64),
     /// libpmix has registered a job's namespace (or failed to).
@@ -215,7 +218,10 @@ impl Agent {
         tracing::info!(master, "attached to the master");
         let mut heartbeat = tokio::time::interval(Duration::from_secs(2));
         loop {
+            // Biased: a PMIx event (an abort) queued before a rank's exit
+            // reaches the master before that exit does.
             tokio::select! {
+                biased;
                 m = inbound.message() => match m {
                     Ok(Some(m)) => {
                         if let Some(period) = self.handle_master(m) {
@@ -410,12 +416,15 @@ impl Agent {
         };
         send(&self.out, id, agent_message::Msg::Launched(reply));
         if let Some(job) = self.jobs.get_mut(&id) {
-            job.watch(&self.out);
+            job.watch(&self.out, &self.internal_tx);
         }
     }
 
     fn handle_internal(&mut self, ev: Internal) {
         match ev {
+            Internal::Exited(msg) => {
+                let _ = self.out.send(msg);
+            }
             Internal::Registered {
                 job,
                 nspace,

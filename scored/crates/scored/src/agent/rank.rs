@@ -1,6 +1,9 @@
 //! Watching one running rank: its stdout and stderr go to the master in
-//! chunks, then its exit.  One task per rank sends all of these through the
-//! same channel, so the master sees every byte of output before the exit.
+//! chunks, then its exit.  The output goes straight to the master's channel;
+//! the exit, sent after the last chunk, goes through the agent's event loop,
+//! which passes it on after any PMIx event already queued (a rank that calls
+//! PMIx_Abort is reported as aborted, not just as exited), so the master
+//! still sees every byte of output before the exit.
 
 use score_proto::v1::{agent_message, AgentMessage, Output, RankExit, RankExited, Stream};
 use std::os::unix::process::ExitStatusExt;
@@ -8,6 +11,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Child;
 use tokio::sync::mpsc::UnboundedSender;
+
+use super::Internal;
 
 const CHUNK: usize = 64 * 1024;
 /// After the process exits, output still in flight (or held open by a
@@ -50,6 +55,7 @@ pub async fn watch(
     rank: u32,
     node: String,
     out: UnboundedSender<AgentMessage>,
+    exited: UnboundedSender<Internal>,
 ) {
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
@@ -69,7 +75,7 @@ pub async fn watch(
             (255, 0)
         }
     };
-    let _ = out.send(AgentMessage {
+    let _ = exited.send(Internal::Exited(AgentMessage {
         job,
         msg: Some(agent_message::Msg::Exited(RankExited {
             exit: Some(RankExit {
@@ -79,5 +85,5 @@ pub async fn watch(
                 signal,
             }),
         })),
-    });
+    }));
 }
