@@ -265,6 +265,12 @@ class Watch:
     def unanswered(self):
         return self.last["unanswered"] - self.first["unanswered"]
 
+    @property
+    def silent(self):
+        """Of the unanswered: processes whose PM contexts did not quiesce
+        (the others had no PM context: not PM programs, or not yet)."""
+        return self.last["silent"] - self.first["silent"]
+
 
 class Scenario:
     def __init__(self, jobs, watch):
@@ -617,23 +623,25 @@ def test_a_process_without_pm_is_counted_as_unanswered(busy_loop):
 
 def test_network_preemption_causes_no_retransmission(three_jobs):
     """Every switch quiesced the outgoing jobs' contexts before freezing
-    them: no packet was in flight, none was resent, every context answered.
+    them: no packet was in flight, none was resent, every PM context answered
+    (a rank still starting, before its context is open, cannot answer and
+    is counted apart).
 
     The jobs have 2 ranks each, so that on this 2-core machine a running
     rank never waits for a core: with 4 busy ranks per 2 cores PM's 10 ms
     minimum retransmission timeout fires now and then whether or not jobs
     are switched.  One retransmission per 20 switches is still allowed for
     that scheduling noise (the agents and the master run on the same two
-    cores); freezing without network preemption costs more than one per
-    switch (tests below and make bench, part d)."""
+    cores); freezing without network preemption costs retransmissions
+    (make bench, part d: 1 to 23 where this gets 0)."""
     sc = three_jobs
     retransmits = {j.id: (j.pattern, j.retransmits()) for j in sc.jobs}
     total = sum(r for _, r in retransmits.values())
-    switches, unanswered = sc.watch.switches, sc.watch.unanswered
+    switches, silent = sc.watch.switches, sc.watch.silent
     assert switches >= 20, f"only {switches} switches"
     assert total <= switches // 20, \
         f"PM retransmitted under network preemption: {retransmits} " \
         f"(job: (pattern, retransmits)) over {switches} switches"
-    assert unanswered == 0, \
-        f"processes frozen without answering the quiesce request: {unanswered} " \
+    assert silent == 0, \
+        f"PM contexts frozen without answering the quiesce request: {silent} " \
         f"over {switches} switches"

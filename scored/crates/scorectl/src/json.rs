@@ -159,6 +159,7 @@ pub struct Matrix<'a> {
     pub switch_p99_s: f64,
     pub quiesce_median_s: f64,
     pub unanswered: u64,
+    pub silent: u64,
 }
 
 impl<'a> From<&'a MatrixReply> for Matrix<'a> {
@@ -188,6 +189,7 @@ impl<'a> From<&'a MatrixReply> for Matrix<'a> {
             switch_p99_s: st.p99_s,
             quiesce_median_s: st.quiesce_median_s,
             unanswered: st.unanswered,
+            silent: st.silent,
         }
     }
 }

@@ -159,13 +159,14 @@ pub fn matrix_table(m: &MatrixReply) -> String {
     }
     out.push_str(&format!("running now: {}\n", or_dash(&running.join(","))));
     out.push_str(&format!(
-        "switches: {}; last {}, median {}, p99 {}; quiesce median {}; frozen without answering: {}\n",
+        "switches: {}; last {}, median {}, p99 {}; quiesce median {}; frozen without answering: {} ({} with PM)\n",
         st.switches,
         ms(st.last_s),
         ms(st.median_s),
         ms(st.p99_s),
         ms(st.quiesce_median_s),
-        st.unanswered
+        st.unanswered,
+        st.silent
     ));
     out
 }

@@ -178,6 +178,7 @@ impl Master for Fake {
                 p99_s: 0.004,
                 quiesce_median_s: 0.001,
                 unanswered: 1,
+                silent: 1,
             }),
         }))
     }
@@ -287,7 +288,7 @@ async fn matrix_as_table_and_json() {
             "  *1  14   -\n",
             "running now: 14\n",
             "switches: 9; last 2.1 ms, median 2.0 ms, p99 4.0 ms; quiesce median 1.0 ms; ",
-            "frozen without answering: 1\n"
+            "frozen without answering: 1 (1 with PM)\n"
         )
     );
     let (code, out, _) = c.scorectl(&["matrix", "--json"]).await;

@@ -310,6 +310,7 @@ impl Agent {
                             contexts: r.contexts,
                             unanswered: r.unanswered,
                             quiesce_ns: r.quiesce_ns,
+                            silent: r.silent,
                         }),
                     );
                 });

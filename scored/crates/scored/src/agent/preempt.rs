@@ -119,6 +119,8 @@ pub struct DrainReport {
     /// quiesce in time, and those with no PM context (not PM programs:
     /// they cannot answer, so nobody waits for them).
     pub unanswered: u32,
+    /// Of `unanswered`: processes with a PM context that did not quiesce.
+    pub silent: u32,
     pub quiesce_ns: u64,
 }
 
@@ -163,6 +165,7 @@ pub async fn drain(cgroups: &[JobCgroup], stats_dir: &Path, timeout: Duration) -
     DrainReport {
         contexts: pages.len() as u32,
         unanswered: (silent.len() + without_pm) as u32,
+        silent: silent.len() as u32,
         quiesce_ns: answered
             .iter()
             .flatten()

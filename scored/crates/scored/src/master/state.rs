@@ -258,6 +258,7 @@ pub struct State {
     quiesce_times: VecDeque<f64>,
     switches: u64,
     unanswered: u64,
+    silent: u64,
     /// When this master started (ms since the epoch).
     epoch: u64,
 }
@@ -295,6 +296,7 @@ impl State {
             quiesce_times: VecDeque::new(),
             switches: 0,
             unanswered: 0,
+            silent: 0,
             epoch: now_ms(),
             limits,
             nodes,
@@ -762,6 +764,7 @@ impl State {
             agent_message::Msg::Cleaned(_) => self.cleaned(id, name),
             agent_message::Msg::Drained(d) => {
                 self.unanswered += u64::from(d.unanswered);
+                self.silent += u64::from(d.silent);
                 if d.unanswered > 0 {
                     self.metrics.unanswered.inc_by(u64::from(d.unanswered));
                 }
@@ -1305,6 +1308,7 @@ impl State {
                 p99_s: quantile(&self.switch_times, 0.99),
                 quiesce_median_s: quantile(&self.quiesce_times, 0.5),
                 unanswered: self.unanswered,
+                silent: self.silent,
             }),
         }
     }

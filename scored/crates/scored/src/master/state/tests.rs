@@ -439,6 +439,7 @@ impl Harness {
             contexts: 2,
             unanswered: 0,
             quiesce_ns: 1000,
+            silent: 0,
         };
         self.agent_says(node, 0, agent_message::Msg::Drained(d));
     }
