@@ -251,7 +251,8 @@ class Watch:
                 return
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-            time.sleep(0.15)
+            # Often enough to catch a job in a frozen quantum (100 ms here).
+            time.sleep(0.05)
 
     def until_ended(self, runs, timeout=RUN_TIMEOUT):
         self.until(lambda: all(r.proc.poll() is not None for r in runs), timeout,
