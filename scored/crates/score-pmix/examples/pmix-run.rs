@@ -168,6 +168,12 @@ async fn run_job(
         };
         let mut cmd = Command::new(&args.prog[0]);
         cmd.args(&args.prog[1..]).envs(env).kill_on_drop(true);
+        // As the agent does: Open MPI's shared-memory segments go to the
+        // job's directory, removed at the end, not to /dev/shm, where those
+        // of a rank that aborts would stay.
+        if std::env::var_os("OMPI_MCA_btl_vader_backing_directory").is_none() {
+            cmd.env("OMPI_MCA_btl_vader_backing_directory", &job.tmpdir);
+        }
         if args.user.is_some() {
             // As the agent does: the job's processes run as its user.
             cmd.uid(uid).gid(gid);
