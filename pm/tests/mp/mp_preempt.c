@@ -289,35 +289,35 @@ static void cgroup_teardown(void)
 	cg_dir[0] = 0;
 }
 
+/* The start of a small file (a cgroup or /proc file) as a string. */
+static bool read_text(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	return true;
+}
+
 static bool cgroup_frozen(void)
 {
 	char path[1400], buf[256];
-	int fd;
-	ssize_t n;
 
 	snprintf(path, sizeof(path), "%s/cgroup.events", cg_dir);
-	fd = open(path, O_RDONLY);
-	if (fd < 0)
-		return false;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	buf[n > 0 ? n : 0] = 0;
-	return strstr(buf, "frozen 1") != NULL;
+	return read_text(path, buf, sizeof(buf)) && strstr(buf, "frozen 1") != NULL;
 }
 
 static bool stopped(int pid)
 {
 	char path[64], buf[512];
-	int fd;
-	ssize_t n;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	fd = open(path, O_RDONLY);
-	if (fd < 0)
+	if (!read_text(path, buf, sizeof(buf)))
 		return false;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	buf[n > 0 ? n : 0] = 0;
 
 	char *rp = strrchr(buf, ')');
 

@@ -134,6 +134,21 @@ static void start(struct agent *a, pthread_t *t)
 	CHECK(pthread_create(t, NULL, agent_main, a) == 0);
 }
 
+/* Runs the agent while this thread keeps making (empty) PM calls on its
+ * one context: only the calls' exits can answer the control word. */
+static void calls_until_done(struct agent *a)
+{
+	struct pm_msg msg;
+	pthread_t t;
+
+	start(a, &t);
+	while (!atomic_load(&a->done)) {
+		CHECK_ERR(pm_recv(a->ctx[0], &msg), -EAGAIN);
+		sleep_ms(1);
+	}
+	pthread_join(t, NULL);
+}
+
 /* No PM call at all until the agent is done. */
 static void compute_until_done(struct agent *a)
 {
@@ -256,12 +271,7 @@ int main(void)
 
 	b.ctx[0] = open_one();
 	CHECK(!sigurg_is_ours());
-	start(&b, &t);
-	while (!atomic_load(&b.done)) {
-		CHECK_ERR(pm_recv(b.ctx[0], &msg), -EAGAIN);
-		sleep_ms(1);
-	}
-	pthread_join(t, NULL);
+	calls_until_done(&b);
 	CHECK_EQ(quiesces(b.ctx[0]), 3);
 	CHECK(app_urgs >= 3);
 	CHECK_OK(pm_close(b.ctx[0]));
@@ -272,12 +282,7 @@ int main(void)
 	b = (struct agent){ .n = 1, .cycles = 2, .expect_answer = false, .hold_ms = 1 };
 	b.ctx[0] = open_one();
 	CHECK(!sigurg_is_ours());
-	start(&b, &t);
-	while (!atomic_load(&b.done)) {
-		CHECK_ERR(pm_recv(b.ctx[0], &msg), -EAGAIN);
-		sleep_ms(1);
-	}
-	pthread_join(t, NULL);
+	calls_until_done(&b);
 	CHECK_EQ(quiesces(b.ctx[0]), 0);
 	CHECK_OK(pm_close(b.ctx[0]));
 	unsetenv("PM_CONTROL");
