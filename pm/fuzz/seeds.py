@@ -6,7 +6,7 @@ import struct
 import sys
 
 JOBKEY = 0x0123456789ABCDEF
-DATA, ACK, STOP, GO, LOSE, PROBE, PROBE_ACK = range(1, 8)
+DATA, ACK, STOP, GO, LOSE, PROBE, PROBE_ACK, POLL = range(1, 9)
 FIRST, LAST, F_ACK = 1, 2, 4
 MSG, WRITE, READ_REQ, READ_RESP, RMA_DONE = range(5)
 REGION_KEY = (2 << 16) | 5
@@ -61,7 +61,8 @@ def main():
     recs, _ = message(b"a" * 50, 1)
     seeds["reordered"] = list(reversed(recs)) + recs
     seeds["control"] = [record(header(t, F_ACK, b"", seq=3, ack=0)) for t in (ACK, STOP, GO, LOSE)] + \
-        [record(header(PROBE, 0, b"", seq=1)), record(header(PROBE_ACK, 0, b"", seq=1))]
+        [record(header(PROBE, 0, b"", seq=1)), record(header(PROBE_ACK, 0, b"", seq=1)),
+         record(header(POLL, 0, b"", seq=1))]
     big = []
     seq = 1
     for _ in range(40):

@@ -190,6 +190,12 @@ struct pm_stats {
 	uint64_t waits_blocked;         /* pm_wait() calls that went to sleep */
 	uint64_t retransmits, drops, stops, gos, loses; /* network devices */
 	uint64_t quiesces, quiesce_ns;
+	/* Timeouts that asked the peer (POLL) instead of resending blindly; data
+	 * packets received twice (a resend of what had arrived: a spurious
+	 * retransmission seen from the receiver); packets sent again because
+	 * the receiver refused them for want of room (STOP), which is flow
+	 * control, not loss, and not counted in retransmits. */
+	uint64_t rto_polls, dups, refused_resends;
 };
 
 int pm_stats_get(const pm_context_t *ctx, struct pm_stats *stats);

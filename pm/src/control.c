@@ -83,7 +83,7 @@ static void set_state(struct pm_context *ctx, uint32_t state)
 
 static bool asked(const struct pm_context *ctx)
 {
-	return atomic_load_explicit(ctx->control, memory_order_acquire) != 0;
+	return atomic_load_explicit(ctx->control, memory_order_acquire) != PM_CONTROL_RUN;
 }
 
 /* One context the procedure serves. */

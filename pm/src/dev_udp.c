@@ -266,23 +266,31 @@ void udp_out_packet(struct udp_dev *u, struct udp_peer *p, int path,
 }
 
 /* Control packets go on the path the peer last reached us by. */
-void udp_send_control(struct udp_dev *u, struct udp_peer *p, uint8_t type, uint32_t seq)
+void udp_send_control_on(struct udp_dev *u, struct udp_peer *p, int path, uint8_t type,
+			 uint32_t seq)
 {
 	struct wire_hdr h = {
 		.magic = WIRE_MAGIC, .version = WIRE_VERSION, .type = type,
 		.flags = WIRE_F_ACK, .jobkey = u->jobkey, .src = u->me,
 		.dst = (uint32_t)p->rank, .seq = seq, .ack = udp_piggy_ack(p),
 	};
+
+	udp_out_packet(u, p, path, &h, NULL, NULL, 0);
+	p->ack_pending = 0;
+	p->ack_deadline = 0;
+	p->ack_now = false;
+}
+
+/* Control packets go back by the path the peer last used, while it is up. */
+void udp_send_control(struct udp_dev *u, struct udp_peer *p, uint8_t type, uint32_t seq)
+{
 	int path = p->last_rx_path;
 
 	if (!p->paths[path].up)
 		for (int i = 0; i < p->npaths; i++)
 			if (p->paths[i].up)
 				path = i;
-	udp_out_packet(u, p, path, &h, NULL, NULL, 0);
-	p->ack_pending = 0;
-	p->ack_deadline = 0;
-	p->ack_now = false;
+	udp_send_control_on(u, p, path, type, seq);
 }
 
 static void send_probe(struct udp_dev *u, struct udp_peer *p, int path, uint8_t type,
@@ -393,6 +401,9 @@ static void handle(struct udp_dev *u, int nic, const uint8_t *buf, size_t n,
 	case WIRE_GO:
 	case WIRE_LOSE:
 		udp_tx_on_control(u, p, &h);
+		break;
+	case WIRE_POLL:
+		udp_rx_on_poll(p, h.seq);
 		break;
 	case WIRE_PROBE:
 		send_probe(u, p, path, WIRE_PROBE_ACK, h.seq);
@@ -1124,8 +1135,9 @@ static void udp_hold(struct pm_device *dev, uint64_t deadline)
  * should be armed; if one is (the request was withdrawn before we
  * drained), it restarts from now rather than firing at once on time the
  * peer spent frozen too.  The same for a loss report's back-off and for
- * probes of paths that looked down.  For UDP_RESUME_GRACE_NS no timer fires
- * at all: the peers thaw on their nodes some milliseconds apart.
+ * probes of paths that looked down.  Peers thaw on their nodes some
+ * milliseconds apart; a timer that runs out on one not yet thawed only
+ * polls it (udp_tx.c), and what was outstanding gives no RTT sample.
  */
 static void udp_resumed(struct pm_device *dev)
 {
@@ -1133,15 +1145,15 @@ static void udp_resumed(struct pm_device *dev)
 	uint64_t now = pm_now_ns();
 
 	u->now_ns = now;
-	u->resume_grace_until = now + UDP_RESUME_GRACE_NS;
 	for (uint32_t r = 0; r < u->size; r++) {
 		struct udp_peer *p = udp_peer_of(u, (int)r);
 
 		if (!p)
 			continue;
+		p->no_sample_hi = p->sent_hi;
+		p->strikes = 0;
 		if (p->rto_deadline)
-			p->rto_deadline = u->resume_grace_until > now + p->rto_ns ?
-				u->resume_grace_until : now + p->rto_ns;
+			p->rto_deadline = now + p->rto_ns;
 		if (p->ack_deadline)
 			p->ack_deadline = now;  /* owed: send it at the next pass */
 		p->lose_ns = now;

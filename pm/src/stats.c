@@ -16,9 +16,13 @@
 #include <unistd.h>
 
 _Static_assert(offsetof(struct pm_stats_page, stats) == 368, "stats page layout");
-_Static_assert(offsetof(struct pm_stats_page, nics) == 528, "stats page layout");
+_Static_assert(offsetof(struct pm_stats_page, nics) == 552, "stats page layout");
 _Static_assert(sizeof(struct pm_stats_nic) == 56, "stats page layout");
-_Static_assert(sizeof(struct pm_stats_page) == 976, "stats page layout");
+_Static_assert(sizeof(struct pm_stats_page) == 1000, "stats page layout");
+#define PM_COUNT_ONE(m) + 1
+_Static_assert(sizeof(struct pm_stats) == 8 * (0 PM_STATS_COUNTERS(PM_COUNT_ONE)),
+	       "PM_STATS_COUNTERS (stats.h) lists every counter of struct pm_stats");
+#undef PM_COUNT_ONE
 
 /* Several contexts in one process get distinct files. */
 static _Atomic unsigned stats_seq;

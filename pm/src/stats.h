@@ -17,7 +17,25 @@
 #include <stdint.h>
 
 #define PM_STATS_MAGIC   "PMSTATS1"
-#define PM_STATS_VERSION 1u
+#define PM_STATS_VERSION 2u
+
+/*
+ * The counters of struct pm_stats (pm.h), in their order: the one list that
+ * pminfo, the tests and scored's generated layout (scored/crates/scored/
+ * build.rs) are made from.  stats.c checks that it covers the structure.
+ */
+#define PM_STATS_COUNTERS(X)                                                   \
+	X(msgs_sent) X(bytes_sent) X(msgs_recv) X(bytes_recv) X(send_eagain)  \
+	X(rma_writes) X(rma_reads) X(rma_bytes) X(regcache_hits)             \
+	X(regcache_misses) X(regcache_evictions) X(waits_blocked)            \
+	X(retransmits) X(drops) X(stops) X(gos) X(loses) X(quiesces)         \
+	X(quiesce_ns) X(rto_polls) X(dups) X(refused_resends)
+
+/* Values of the control word, written by scored's agent (docs/pm/control.md). */
+enum pm_stats_control {
+	PM_CONTROL_RUN = 0,
+	PM_CONTROL_QUIESCE = 1,
+};
 
 enum pm_stats_state {
 	PM_STATS_OPEN = 1,
@@ -51,9 +69,9 @@ struct pm_stats_page {
 	_Atomic uint32_t control;       /* 316 reserved for scored */
 	uint64_t reserved[6];           /* 320 */
 	struct pm_stats stats;          /* 368 */
-	uint32_t nnics;                 /* 520 NICs of the udp device */
-	uint32_t _pad;                  /* 524 */
-	struct pm_stats_nic nics[8];    /* 528 */
+	uint32_t nnics;                 /* 544 NICs of the udp device */
+	uint32_t _pad;                  /* 548 */
+	struct pm_stats_nic nics[8];    /* 552 */
 };
 
 /* Create and map the page of ctx; sets ctx->page and ctx->stats. */

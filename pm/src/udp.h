@@ -31,13 +31,6 @@
 #define UDP_ACK_DELAY_NS   50000u   /* a pending ACK waits this long for a ride */
 #define UDP_RTO_MIN_NS     10000000u /* 10 ms: below it, scheduling noise fires timers */
 #define UDP_RTO_MAX_NS     200000000u
-/*
- * After a resume (a gang-scheduling thaw) no retransmission fires for this
- * long: the peers of a job are thawed on all nodes together, but "together"
- * on a loaded node can mean some milliseconds apart, and a packet sent to a
- * peer not yet thawed is not lost, only early.
- */
-#define UDP_RESUME_GRACE_NS 50000000u
 #define UDP_PROBE_NS       100000000u
 #define UDP_PKT_MAX        9216     /* largest datagram we build or accept */
 #define UDP_INFLIGHT_MAX   (1u << 20) /* bytes in flight per peer at most */
@@ -117,9 +110,13 @@ struct udp_peer {
 	uint32_t next_seq;              /* next seq to send (go back lowers it) */
 	bool stopped;                   /* receiver said STOP; wait for GO */
 	uint32_t stop_seq;              /* the seq it refused */
-	bool probe_due;                 /* resend acked+1 even though stopped */
+	bool refusing;                  /* resends up to refused_hi follow a STOP: */
+	uint32_t refused_hi;            /* they were refused, not lost */
 	uint64_t rto_ns, srtt_ns, rttvar_ns;
 	uint64_t rto_deadline;          /* 0: no timer */
+	uint32_t strikes;               /* timeouts in a row without progress */
+	uint32_t no_sample_hi;          /* seqs up to here were outstanding at a
+					   timeout or a hold: no RTT samples */
 	bool want_space;
 
 	/* receiver */
@@ -139,6 +136,8 @@ struct udp_peer {
 	uint32_t ack_pending;
 	uint64_t ack_deadline;
 	bool ack_now;
+	bool poll_pending;              /* the peer POLLed: answer after this pass */
+	uint32_t poll_seq;
 	uint32_t lose_for;              /* expected seq a LOSE was sent for */
 	uint64_t lose_ns;
 	uint64_t last_heard_ns;
@@ -203,7 +202,6 @@ struct udp_dev {
 	uint8_t *rxbuf;                 /* UDP_BATCH datagrams */
 	uint64_t drops_by[WIRE_VERDICTS];
 	uint64_t now_ns;                /* refreshed once per progress pass */
-	uint64_t resume_grace_until;    /* no retransmission before (see UDP_RESUME_GRACE_NS) */
 	bool remote_only;               /* under composite: peers off this node */
 	bool op_done;                   /* a remote op completed since the last poll */
 	struct pm_stats_nic *nic_stats; /* in the statistics page */
@@ -214,6 +212,8 @@ void udp_out_packet(struct udp_dev *u, struct udp_peer *p, int path,
 		    const struct wire_hdr *h, const struct wire_msg_hdr *m,
 		    const void *payload, size_t len);
 void udp_send_control(struct udp_dev *u, struct udp_peer *p, uint8_t type, uint32_t seq);
+void udp_send_control_on(struct udp_dev *u, struct udp_peer *p, int path, uint8_t type,
+			 uint32_t seq);
 void udp_flush(struct udp_dev *u);
 struct udp_peer *udp_peer_of(struct udp_dev *u, int rank);
 
@@ -238,6 +238,7 @@ void udp_rx_on_data(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr
 void udp_rx_timers(struct udp_dev *u, struct udp_peer *p);
 uint64_t udp_rx_next_timer(const struct udp_peer *p);
 void udp_rx_released(struct udp_dev *u, struct udp_peer *p);
+void udp_rx_on_poll(struct udp_peer *p, uint32_t seq);
 
 /* remote operations (dev_udp.c) */
 void udp_op_complete(struct udp_dev *u, uint64_t cookie, int status);

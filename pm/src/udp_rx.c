@@ -322,7 +322,9 @@ void udp_rx_on_data(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr
 
 
 	if (d < 0) {
-		/* Already had it: our ack was lost or late.  Say so again. */
+		/* Already had it: our ack was lost or late.  Say so again, and
+		 * count it: the sender resent what had arrived. */
+		u->base.ctx->stats->dups++;
 		p->ack_now = true;
 		return;
 	}
@@ -349,7 +351,9 @@ void udp_rx_on_data(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr
 	if ((uint32_t)d < p->nooo && h->len <= p->frag) {
 		uint32_t slot = h->seq & (p->nooo - 1);
 
-		if (!p->ooo_valid[slot] || p->ooo_seq[slot] != h->seq) {
+		if (p->ooo_valid[slot] && p->ooo_seq[slot] == h->seq) {
+			u->base.ctx->stats->dups++;
+		} else {
 			uint8_t *pkt = p->ooo + (size_t)slot * OOO_STRIDE(p);
 
 			memcpy(pkt, h, sizeof(*h));
@@ -373,21 +377,59 @@ void udp_rx_on_data(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr
 	}
 }
 
+/* After a GO the marker stays until the refused packet arrives again. */
+#define GO_SENT (UINT32_MAX / 2)
+
+/* Room again for what was refused: GO (once per refusal). */
+static bool send_go(struct udp_dev *u, struct udp_peer *p)
+{
+	if (ring_free_bytes(&p->rx_dev) < p->stop_need + 2 * RING_ALIGN + RING_REC_HDR ||
+	    udp_txq_free(p) == 0)
+		return false;
+	udp_send_control(u, p, WIRE_GO, p->expected);
+	u->base.ctx->stats->gos++;
+	p->stop_need = GO_SENT;
+	return true;
+}
+
 void udp_rx_released(struct udp_dev *u, struct udp_peer *p)
 {
-	if (!p->stop_sent)
-		return;
-	if (ring_free_bytes(&p->rx_dev) >= p->stop_need + 2 * RING_ALIGN + RING_REC_HDR &&
-	    udp_txq_free(p) > 0) {
-		udp_send_control(u, p, WIRE_GO, p->expected);
-		u->base.ctx->stats->gos++;
-		/* stop_sent stays until the refused packet arrives again. */
-		p->stop_need = UINT32_MAX / 2; /* one GO per refusal */
+	if (p->stop_sent && p->stop_need != GO_SENT)
+		send_go(u, p);
+}
+
+void udp_rx_on_poll(struct udp_peer *p, uint32_t seq)
+{
+	/* Answered after the receive pass (udp_rx_timers), once every packet
+	 * that was waiting in the sockets has been taken in. */
+	p->poll_pending = true;
+	p->poll_seq = seq;
+}
+
+/* The sender's timer ran out on packet poll_seq: tell it where we are. */
+static void answer_poll(struct udp_dev *u, struct udp_peer *p)
+{
+	p->poll_pending = false;
+	if (p->stop_sent) {
+		if (p->stop_need == GO_SENT)
+			udp_send_control(u, p, WIRE_GO, p->expected);   /* the GO was lost */
+		else if (!send_go(u, p))
+			udp_send_control(u, p, WIRE_STOP, p->expected);
+	} else if (seq_diff(p->poll_seq, p->expected) >= 0) {
+		/* It came by its path before this POLL did, or never will. */
+		p->lose_for = p->expected;
+		p->lose_ns = u->now_ns;
+		udp_send_control(u, p, WIRE_LOSE, p->expected - 1);
+		u->base.ctx->stats->loses++;
+	} else {
+		udp_send_control(u, p, WIRE_ACK, 0);
 	}
 }
 
 void udp_rx_timers(struct udp_dev *u, struct udp_peer *p)
 {
+	if (p->poll_pending)
+		answer_poll(u, p);
 	if (p->ack_now || (p->ack_deadline && u->now_ns >= p->ack_deadline)) {
 		udp_send_control(u, p, WIRE_ACK, 0);
 	}
@@ -395,7 +437,7 @@ void udp_rx_timers(struct udp_dev *u, struct udp_peer *p)
 
 uint64_t udp_rx_next_timer(const struct udp_peer *p)
 {
-	if (p->ack_now)
+	if (p->ack_now || p->poll_pending)
 		return 0;
 	return p->ack_deadline ? p->ack_deadline : UINT64_MAX;
 }

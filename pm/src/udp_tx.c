@@ -8,6 +8,12 @@
  *   - the window holds exactly wnd packets: seq in (acked, acked + wnd];
  *   - sequence numbers wrap (serial arithmetic), ACKs are cumulative and
  *     coalesced, duplicates are the receiver's to discard.
+ * And one change of our own: a timeout resends nothing.  It asks (POLL, on
+ * the path of the oldest packet) and the receiver answers where it is; only
+ * its answer that the packet is missing (LOSE) sends anything again.  A peer
+ * that was late -- descheduled, frozen, not yet thawed after a gang switch --
+ * then costs a control packet, never a retransmission (docs/pm/control.md,
+ * "Why a switch causes no retransmission").
  */
 #include "udp.h"
 
@@ -101,11 +107,7 @@ static int choose_path(struct udp_peer *p)
 
 static void arm_timer(struct udp_dev *u, struct udp_peer *p)
 {
-	uint64_t deadline = u->now_ns + p->rto_ns;
-
-	if (deadline < u->resume_grace_until)
-		deadline = u->resume_grace_until;
-	p->rto_deadline = p->acked == p->sent_hi && !p->stopped ? 0 : deadline;
+	p->rto_deadline = p->acked == p->sent_hi && !p->stopped ? 0 : u->now_ns + p->rto_ns;
 }
 
 static void emit(struct udp_dev *u, struct udp_peer *p, uint32_t seq, struct udp_txpkt *t)
@@ -178,32 +180,16 @@ void udp_tx_pump(struct udp_dev *u, struct udp_peer *p)
 {
 	bool sent = false;
 
-	if (p->probe_due) {
-		/* A timeout resends the oldest packet alone: if only the ack was
-		 * late (a descheduled receiver), that costs one packet, not a
-		 * window; if packets were lost, the receiver's LOSE brings the
-		 * rest.  Stopped, it is how a lost GO costs a timeout, not a hang. */
-		p->probe_due = false;
-		if (seq_diff(p->sent_hi, p->acked) > 0) {
-			struct udp_txpkt *t = pkt_of(p, p->acked + 1);
-
-			if (seq_diff(p->acked + 1, p->next_seq) < 0)
-				uncount(p, t);
-			t->resent = true;
-			u->base.ctx->stats->retransmits++;
-			emit(u, p, p->acked + 1, t);
-			if (seq_diff(p->next_seq, p->acked + 1) <= 0)
-				p->next_seq = p->acked + 2;
-			sent = true;
-		}
-	}
 	while (!p->stopped && seq_diff(p->next_seq, p->acked) <= (int32_t)p->wnd &&
 	       inflight(p) < p->max_inflight) {
 		struct udp_txpkt *t = pkt_of(p, p->next_seq);
 
 		if (seq_diff(p->next_seq, p->sent_hi) <= 0) {
 			t->resent = true;
-			u->base.ctx->stats->retransmits++;
+			if (p->refusing && seq_diff(p->next_seq, p->refused_hi) <= 0)
+				u->base.ctx->stats->refused_resends++;
+			else
+				u->base.ctx->stats->retransmits++;
 		} else if (next_fragment(p, t)) {
 			p->sent_hi = p->next_seq;
 		} else {
@@ -259,8 +245,10 @@ void udp_tx_on_ack(struct udp_dev *u, struct udp_peer *p, uint32_t ack)
 		if (seq_diff(s, p->next_seq) < 0)
 			uncount(p, t);
 		p->paths[t->path].up = true;
-		/* Karn: only packets sent once give a clean sample. */
-		if (s == ack && !t->resent)
+		/* Karn: only packets sent once give a clean sample, and not
+		 * those outstanding at a timeout or a hold, whose ack waited on
+		 * a late or frozen peer, not on the network. */
+		if (s == ack && !t->resent && seq_diff(s, p->no_sample_hi) > 0)
 			rtt_sample(p, u->now_ns - t->sent_ns);
 		if (t->flags & WIRE_F_LAST) {
 			struct udp_txmsg *m = msg_of(p, t->msg);
@@ -271,6 +259,7 @@ void udp_tx_on_ack(struct udp_dev *u, struct udp_peer *p, uint32_t ack)
 		}
 	}
 	p->acked = ack;
+	p->strikes = 0;
 	/* The refused packet was taken after all (the timeout's resend found
 	 * room, or a late STOP crossed a GO): that is a GO too.  Without this
 	 * the sender would wait for a GO the receiver never sends. */
@@ -292,6 +281,8 @@ void udp_tx_on_control(struct udp_dev *u, struct udp_peer *p, const struct wire_
 		if (seq_diff(h->seq, p->acked) == 1 && seq_diff(h->seq, p->sent_hi) <= 0) {
 			p->stopped = true;
 			p->stop_seq = h->seq;
+			p->refusing = true;
+			p->refused_hi = p->sent_hi;
 			go_back(p, h->seq);
 			arm_timer(u, p);
 		}
@@ -307,6 +298,7 @@ void udp_tx_on_control(struct udp_dev *u, struct udp_peer *p, const struct wire_
 		udp_tx_on_ack(u, p, h->seq);
 		if (seq_diff(h->seq, p->acked) == 0 && seq_diff(p->sent_hi, h->seq) > 0 &&
 		    !p->stopped) {
+			p->refusing = false;
 			go_back(p, h->seq + 1);
 			udp_tx_pump(u, p);
 		}
@@ -324,10 +316,23 @@ void udp_tx_timers(struct udp_dev *u, struct udp_peer *p)
 		p->rto_deadline = 0;
 		return;
 	}
-	/* The oldest packet's path let it down: stop using it until a probe
-	 * or an ack proves it alive, as long as another path looks up. */
-	if (seq_diff(p->sent_hi, p->acked) > 0) {
-		struct udp_path *bad = &p->paths[pkt_of(p, p->acked + 1)->path];
+	/*
+	 * Ask, do not resend: POLL(k) for the oldest packet k, on k's own path.
+	 * A path is FIFO and the receiver answers only after a whole receive
+	 * pass, so by then k has been read if it was ever going to arrive:
+	 * ACK (it had k: the ack was late, nothing is sent again), LOSE (k is
+	 * missing: go back to it), STOP or GO (flow control; a lost GO costs a
+	 * timeout, not a hang).  A peer that cannot answer (frozen, off core)
+	 * answers when it runs again.
+	 */
+	uint32_t k = p->acked + 1;
+	int path = pkt_of(p, k)->path;
+
+	if (++p->strikes >= 2) {
+		/* Twice unanswered: k's path may be what is broken.  Stop using
+		 * it until a probe or an ack proves it alive, as long as
+		 * another path looks up, and ask over another one. */
+		struct udp_path *bad = &p->paths[path];
 		int up = 0;
 
 		for (int i = 0; i < p->npaths; i++)
@@ -336,11 +341,14 @@ void udp_tx_timers(struct udp_dev *u, struct udp_peer *p)
 			bad->up = false;
 			bad->next_probe_ns = u->now_ns;
 		}
+		if (!bad->up)
+			path = choose_path(p);
 	}
+	p->no_sample_hi = p->sent_hi;
 	p->rto_ns = p->rto_ns * 2 > UDP_RTO_MAX_NS ? UDP_RTO_MAX_NS : p->rto_ns * 2;
-	p->probe_due = true;
 	p->rto_deadline = u->now_ns + p->rto_ns;
-	udp_tx_pump(u, p);
+	u->base.ctx->stats->rto_polls++;
+	udp_send_control_on(u, p, path, WIRE_POLL, k);
 }
 
 uint64_t udp_tx_next_timer(const struct udp_peer *p)

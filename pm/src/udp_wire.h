@@ -26,7 +26,9 @@ enum wire_type {
 	WIRE_LOSE = 5,          /* seq = k: k+1 missing; k acked; resend from k+1 */
 	WIRE_PROBE = 6,         /* path liveness probe; seq = probe id */
 	WIRE_PROBE_ACK = 7,     /* answer on the same path */
-	WIRE_TYPE_MAX = 7,
+	WIRE_POLL = 8,          /* seq = k, the sender's oldest unacknowledged
+				   packet: "say where you are" (ACK, LOSE, STOP or GO) */
+	WIRE_TYPE_MAX = 8,
 };
 
 enum wire_flags {

@@ -519,11 +519,12 @@ int main(int argc, char **argv)
 	       ",\"received\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"seconds\":%.3f,"
 	       "\"retransmits\":%" PRIu64 ",\"loses\":%" PRIu64 ",\"stops\":%" PRIu64
 	       ",\"gos\":%" PRIu64 ",\"drops\":%" PRIu64 ",\"send_eagain\":%" PRIu64
-	       ",\"bytes_sent\":%" PRIu64 ",\"rma_writes\":%" PRIu64 ",\"rma_reads\":%" PRIu64 "}\n",
+	       ",\"bytes_sent\":%" PRIu64 ",\"rma_writes\":%" PRIu64 ",\"rma_reads\":%" PRIu64
+	       ",\"rto_polls\":%" PRIu64 ",\"dups\":%" PRIu64 ",\"refused_resends\":%" PRIu64 "}\n",
 	       st.rank, st.size, pm_peer_device(ctx, (st.rank ^ 1) < st.size ? (st.rank ^ 1) : 0),
 	       st.bad ? "false" : "true", st.sent, st.received, st.bad, secs, s.retransmits,
 	       s.loses, s.stops, s.gos, s.drops, s.send_eagain, s.bytes_sent, s.rma_writes,
-	       s.rma_reads);
+	       s.rma_reads, s.rto_polls, s.dups, s.refused_resends);
 	fflush(stdout);
 	pm_close(ctx);
 	free(st.next_send);

@@ -60,13 +60,8 @@ static const char *knob_value(const struct knob *k, bool *from_env)
 	return *from_env ? v : k->dflt;
 }
 
-/* Counters in the order of struct pm_stats, with their names. */
-#define STAT_FIELDS(X)                                                         \
-	X(msgs_sent) X(bytes_sent) X(msgs_recv) X(bytes_recv) X(send_eagain)  \
-	X(rma_writes) X(rma_reads) X(rma_bytes) X(regcache_hits)             \
-	X(regcache_misses) X(regcache_evictions) X(waits_blocked)            \
-	X(retransmits) X(drops) X(stops) X(gos) X(loses) X(quiesces)         \
-	X(quiesce_ns)
+/* Counters in the order of struct pm_stats, with their names (stats.h). */
+#define STAT_FIELDS(X) PM_STATS_COUNTERS(X)
 
 static const char *state_name(uint32_t s)
 {

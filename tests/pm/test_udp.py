@@ -76,7 +76,7 @@ def test_a_nic_that_goes_down_and_up(vcluster, jobs):
     over eth0, nothing is lost or duplicated, and eth1 is used again once it
     is back."""
     vc = vcluster(nodes=2, nics=2)
-    job = jobs(vc, PAIR, [App(2, ["--count", 200000, "--sizes", "1-9000", "--timeout", 60])])
+    job = jobs(vc, PAIR, [App(2, ["--count", 800000, "--sizes", "1-9000", "--timeout", 120])])
     wait_for("pmcheck's sockets in n1", lambda: pm_sockets(vc, "n1"), timeout=30)
     time.sleep(2)
     assert job.running(), "the job ended before the NIC went down: raise --count"
@@ -88,7 +88,7 @@ def test_a_nic_that_goes_down_and_up(vcluster, jobs):
     up = nic_counters(vc, "n1")
     res = job.wait()
     end = nic_counters(vc, "n1")
-    report("eth1 of n1 down for 3 s, 200k messages 1-9000 B", res)
+    report("eth1 of n1 down for 3 s, 800k messages 1-9000 B", res)
     during = {nic: grown(down, up, nic) for nic in ("eth0", "eth1")}
     after = {nic: (grown(up, end, nic, "tx"), grown(up, end, nic, "rx")) for nic in ("eth0", "eth1")}
     print(f"n1 tx packets while eth1 was down: {during}; (tx, rx) after it came back: {after}")

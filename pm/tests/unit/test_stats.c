@@ -31,7 +31,14 @@ static const char *const counters[] = {
 	"msgs_sent", "bytes_sent", "msgs_recv", "bytes_recv", "send_eagain",
 	"rma_writes", "rma_reads", "rma_bytes", "regcache_hits", "regcache_misses",
 	"regcache_evictions", "waits_blocked", "retransmits", "drops", "stops",
-	"gos", "loses", "quiesces", "quiesce_ns",
+	"gos", "loses", "quiesces", "quiesce_ns", "rto_polls", "dups", "refused_resends",
+};
+
+/* The list every reader is generated from (stats.h) names the same ones. */
+static const char *const listed[] = {
+#define NAME(m) #m,
+	PM_STATS_COUNTERS(NAME)
+#undef NAME
 };
 
 #define NCOUNTERS (sizeof(counters) / sizeof(counters[0]))
@@ -43,7 +50,7 @@ static size_t counter_offset(const char *name)
 	C(rma_writes) C(rma_reads) C(rma_bytes) C(regcache_hits)
 	C(regcache_misses) C(regcache_evictions) C(waits_blocked)
 	C(retransmits) C(drops) C(stops) C(gos) C(loses) C(quiesces)
-	C(quiesce_ns)
+	C(quiesce_ns) C(rto_polls) C(dups) C(refused_resends)
 #undef C
 	check_fail(__FILE__, __LINE__, "no counter %s", name);
 }
@@ -67,19 +74,23 @@ static void test_layout(void)
 		CHECK_MSG(counter_offset(counters[i]) == 8 * i,
 			  "counter %s at %zu, documented at %zu", counters[i],
 			  counter_offset(counters[i]), 8 * i);
-	/* The counters end at 520 (docs/pm/stats.md); what follows is the
+	/* The counters end at 544 (docs/pm/stats.md); what follows is the
 	 * per-NIC block of the udp device (offsets in stats.h). */
 	CHECK_EQ(sizeof(struct pm_stats), 8 * NCOUNTERS);
-	CHECK_EQ(offsetof(struct pm_stats_page, stats) + sizeof(struct pm_stats), 520);
-	CHECK_EQ(offsetof(struct pm_stats_page, nnics), 520);
-	CHECK_EQ(offsetof(struct pm_stats_page, nics), 528);
+	CHECK_EQ(sizeof(listed) / sizeof(listed[0]), NCOUNTERS);
+	for (size_t i = 0; i < NCOUNTERS; i++)
+		CHECK_MSG(strcmp(listed[i], counters[i]) == 0, "PM_STATS_COUNTERS[%zu] is %s, documented %s",
+			  i, listed[i], counters[i]);
+	CHECK_EQ(offsetof(struct pm_stats_page, stats) + sizeof(struct pm_stats), 544);
+	CHECK_EQ(offsetof(struct pm_stats_page, nnics), 544);
+	CHECK_EQ(offsetof(struct pm_stats_page, nics), 552);
 	CHECK_EQ(offsetof(struct pm_stats_nic, addr), 16);
 	CHECK_EQ(offsetof(struct pm_stats_nic, tx_packets), 24);
 	CHECK_EQ(offsetof(struct pm_stats_nic, rx_bytes), 48);
 	CHECK_EQ(sizeof(struct pm_stats_nic), 56);
 	CHECK_EQ(sizeof(struct pm_stats_page),
-		 528 + sizeof(((struct pm_stats_page *)0)->nics));
-	CHECK_EQ(PM_STATS_VERSION, 1);
+		 552 + sizeof(((struct pm_stats_page *)0)->nics));
+	CHECK_EQ(PM_STATS_VERSION, 2);
 	CHECK(memcmp(PM_STATS_MAGIC, "PMSTATS1", 8) == 0);
 	CHECK_EQ(PM_STATS_OPEN, 1);
 	CHECK_EQ(PM_STATS_QUIESCED, 2);
@@ -168,7 +179,7 @@ static void test_publish_and_map(void)
 
 	CHECK_OK(pm_stats_map(ctx->stats_path, &p));
 	CHECK(memcmp(p->magic, "PMSTATS1", 8) == 0);
-	CHECK_EQ(p->version, 1);
+	CHECK_EQ(p->version, 2);
 	CHECK_EQ(p->page_bytes, sizeof(struct pm_stats_page));
 	CHECK_EQ(p->pid, getpid());
 	CHECK_EQ(p->rank, 3);
@@ -183,7 +194,7 @@ static void test_publish_and_map(void)
 	CHECK_U64(p->start_ns, >=, ns0);
 	CHECK_U64(p->start_ns, <=, ns1);
 	CHECK_EQ(p->stats.msgs_sent, 1000);
-	CHECK_EQ(p->stats.quiesce_ns, 1000 + NCOUNTERS - 1);
+	CHECK_EQ(p->stats.refused_resends, 1000 + NCOUNTERS - 1);
 	ctx->stats->drops = 77;
 	CHECK_EQ(p->stats.drops, 77);
 
@@ -192,7 +203,7 @@ static void test_publish_and_map(void)
 
 	read_file(ctx->stats_path, raw, sizeof(raw));
 	CHECK(memcmp(raw, "PMSTATS1", 8) == 0);
-	CHECK_EQ(u32_at(raw, 8), 1);
+	CHECK_EQ(u32_at(raw, 8), 2);
 	CHECK_EQ(u32_at(raw, 12), sizeof(struct pm_stats_page));
 	CHECK_EQ((int32_t)u32_at(raw, 16), getpid());
 	CHECK_EQ((int32_t)u32_at(raw, 20), 3);
@@ -276,7 +287,7 @@ static void test_map_rejects(void)
 	write_file(path, &bad, sizeof(bad));
 	CHECK_ERR(pm_stats_map(path, &p), -EPROTO);
 	bad = good;
-	bad.version = 2;
+	bad.version = PM_STATS_VERSION + 1;
 	write_file(path, &bad, sizeof(bad));
 	CHECK_ERR(pm_stats_map(path, &p), -EPROTO);
 

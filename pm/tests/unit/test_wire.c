@@ -130,7 +130,7 @@ static void verdicts(void)
 	VERDICT(h.magic = 0x4d51, 36, WIRE_BAD_MAGIC);
 	VERDICT(h.version = 2, 36, WIRE_BAD_VERSION);
 	VERDICT(h.type = 0, 36, WIRE_BAD_TYPE);
-	VERDICT(h.type = 8, 36, WIRE_BAD_TYPE);
+	VERDICT(h.type = 9, 36, WIRE_BAD_TYPE);
 	VERDICT(h.flags = 0x8, 36, WIRE_BAD_FLAGS);
 	VERDICT((h.type = WIRE_ACK, h.flags = WIRE_F_LAST, h.len = 0), 32, WIRE_BAD_FLAGS);
 	VERDICT((h.type = WIRE_ACK, h.len = 4), 36, WIRE_BAD_LEN);

@@ -18,50 +18,90 @@ pub struct AgentCollector {
     pub node: String,
 }
 
-/// (counter index in the page, metric name without `_total`, help)
-const PM_METRICS: [(usize, &str, &str); 19] = [
-    (0, "score_pm_messages_sent", "PM messages sent"),
-    (1, "score_pm_sent_bytes", "PM payload bytes sent"),
-    (2, "score_pm_messages_received", "PM messages received"),
-    (3, "score_pm_received_bytes", "PM payload bytes received"),
+/// (PM counter in `struct pm_stats`, metric name without `_total`, help);
+/// a test checks that every counter of the generated page layout has one.
+const PM_METRICS: [(&str, &str, &str); pmstats::NCOUNTERS] = [
+    ("msgs_sent", "score_pm_messages_sent", "PM messages sent"),
+    ("bytes_sent", "score_pm_sent_bytes", "PM payload bytes sent"),
     (
-        4,
+        "msgs_recv",
+        "score_pm_messages_received",
+        "PM messages received",
+    ),
+    (
+        "bytes_recv",
+        "score_pm_received_bytes",
+        "PM payload bytes received",
+    ),
+    (
+        "send_eagain",
         "score_pm_send_eagain",
         "PM send buffer requests refused for now (flow control, quiesce)",
     ),
-    (5, "score_pm_rma_writes", "PM remote writes"),
-    (6, "score_pm_rma_reads", "PM remote reads"),
+    ("rma_writes", "score_pm_rma_writes", "PM remote writes"),
+    ("rma_reads", "score_pm_rma_reads", "PM remote reads"),
     (
-        7,
+        "rma_bytes",
         "score_pm_rma_bytes",
         "PM bytes written and read remotely",
     ),
-    (8, "score_pm_regcache_hits", "PM registration cache hits"),
     (
-        9,
+        "regcache_hits",
+        "score_pm_regcache_hits",
+        "PM registration cache hits",
+    ),
+    (
+        "regcache_misses",
         "score_pm_regcache_misses",
         "PM registration cache misses",
     ),
     (
-        10,
+        "regcache_evictions",
         "score_pm_regcache_evictions",
         "PM registrations evicted",
     ),
-    (11, "score_pm_waits_blocked", "PM waits that went to sleep"),
-    (12, "score_pm_retransmits", "PM packets sent again"),
     (
-        13,
+        "waits_blocked",
+        "score_pm_waits_blocked",
+        "PM waits that went to sleep",
+    ),
+    (
+        "retransmits",
+        "score_pm_retransmits",
+        "PM packets sent again because they were lost",
+    ),
+    (
+        "drops",
         "score_pm_drops",
         "PM packets dropped as malformed or foreign",
     ),
-    (14, "score_pm_stops", "PM STOP flow-control signals"),
-    (15, "score_pm_gos", "PM GO flow-control signals"),
-    (16, "score_pm_loses", "PM LOSE negative acknowledgements"),
-    (17, "score_pm_quiesces", "PM quiesces completed"),
+    ("stops", "score_pm_stops", "PM STOP flow-control signals"),
+    ("gos", "score_pm_gos", "PM GO flow-control signals"),
     (
-        18,
+        "loses",
+        "score_pm_loses",
+        "PM LOSE negative acknowledgements",
+    ),
+    ("quiesces", "score_pm_quiesces", "PM quiesces completed"),
+    (
+        "quiesce_ns",
         "score_pm_quiesce_seconds",
         "Time PM contexts spent quiescing",
+    ),
+    (
+        "rto_polls",
+        "score_pm_rto_polls",
+        "PM retransmission timeouts that asked the peer instead of resending",
+    ),
+    (
+        "dups",
+        "score_pm_duplicates",
+        "PM data packets received twice (spurious retransmissions)",
+    ),
+    (
+        "refused_resends",
+        "score_pm_refused_resends",
+        "PM packets sent again after the receiver refused them (STOP)",
     ),
 ];
 
@@ -115,7 +155,7 @@ impl Collector for AgentCollector {
         )?;
         g.encode(m.encode_family(&node)?)?;
 
-        for (index, name, help) in PM_METRICS {
+        for (counter, name, help) in PM_METRICS {
             let mut m = encoder.encode_descriptor(
                 name,
                 help,
@@ -129,7 +169,7 @@ impl Collector for AgentCollector {
                     ("rank", ctx.rank.to_string()),
                     ("device", ctx.device.clone()),
                 ];
-                let raw = ctx.counters[index];
+                let raw = ctx.counter(counter).unwrap_or(0);
                 if name.ends_with("_seconds") {
                     ConstCounter::new(raw as f64 / 1e9).encode(m.encode_family(&labels)?)?;
                 } else {
@@ -138,5 +178,21 @@ impl Collector for AgentCollector {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_pm_counter_has_one_metric() {
+        let layout: Vec<&str> = pmstats::layout::COUNTERS.iter().map(|(n, _)| *n).collect();
+        let ours: Vec<&str> = PM_METRICS.iter().map(|(c, _, _)| *c).collect();
+        assert_eq!(ours, layout, "PM_METRICS follows pm/src/stats.h");
+        let mut names: Vec<&str> = PM_METRICS.iter().map(|(_, n, _)| *n).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), PM_METRICS.len(), "metric names are unique");
     }
 }

@@ -6,9 +6,16 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-const MAGIC: &[u8; 8] = b"PMSTATS1";
-const PAGE_MIN: usize = 520;
-const COUNTERS_AT: usize = 368;
+/// The page's layout, generated from `pm/src/stats.h` by build.rs.
+pub mod layout {
+    include!(concat!(env!("OUT_DIR"), "/pmstats_layout.rs"));
+}
+use layout::{COUNTERS, MAGIC};
+
+/// Number of PM counters in a page.
+pub const NCOUNTERS: usize = COUNTERS.len();
+/// A page must reach past its last counter to be read.
+const PAGE_MIN: usize = layout::NNICS_AT;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PmContext {
@@ -16,7 +23,18 @@ pub struct PmContext {
     pub rank: i32,
     pub job_name: String,
     pub device: String,
-    pub counters: [u64; 19],
+    /// In the order of `layout::COUNTERS`.
+    pub counters: [u64; NCOUNTERS],
+}
+
+impl PmContext {
+    /// A counter by its name in `struct pm_stats`.
+    pub fn counter(&self, name: &str) -> Option<u64> {
+        COUNTERS
+            .iter()
+            .position(|(n, _)| *n == name)
+            .map(|i| self.counters[i])
+    }
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -29,21 +47,23 @@ fn cstr_at(b: &[u8], at: usize, len: usize) -> String {
     String::from_utf8_lossy(&field[..end]).into_owned()
 }
 
-/// Parses one page; None if it is not a valid version-1 page.
+/// Parses one page; None if it is not a page of this version.
 pub fn parse(page: &[u8]) -> Option<PmContext> {
-    if page.len() < PAGE_MIN || &page[0..8] != MAGIC || u32_at(page, 8) != 1 {
+    if page.len() < PAGE_MIN
+        || &page[0..8] != MAGIC
+        || u32_at(page, layout::VERSION_AT) != layout::VERSION
+    {
         return None;
     }
-    let mut counters = [0u64; 19];
-    for (i, c) in counters.iter_mut().enumerate() {
-        let at = COUNTERS_AT + 8 * i;
-        *c = u64::from_le_bytes(page[at..at + 8].try_into().expect("8 bytes"));
+    let mut counters = [0u64; NCOUNTERS];
+    for (c, (_, at)) in counters.iter_mut().zip(COUNTERS) {
+        *c = u64::from_le_bytes(page[*at..*at + 8].try_into().expect("8 bytes"));
     }
     Some(PmContext {
-        pid: u32_at(page, 16) as i32,
-        rank: u32_at(page, 20) as i32,
-        job_name: cstr_at(page, 32, 256),
-        device: cstr_at(page, 288, 16),
+        pid: u32_at(page, layout::PID_AT) as i32,
+        rank: u32_at(page, layout::RANK_AT) as i32,
+        job_name: cstr_at(page, layout::JOB_AT, layout::JOB_LEN),
+        device: cstr_at(page, layout::DEVICE_AT, layout::DEVICE_LEN),
         counters,
     })
 }
@@ -108,15 +128,18 @@ mod tests {
     use super::*;
 
     fn page(pid: i32, rank: i32, sent: u64) -> Vec<u8> {
-        let mut p = vec![0u8; 976];
+        let mut p = vec![0u8; layout::PAGE_BYTES];
         p[0..8].copy_from_slice(MAGIC);
-        p[8..12].copy_from_slice(&1u32.to_le_bytes());
-        p[12..16].copy_from_slice(&976u32.to_le_bytes());
+        p[8..12].copy_from_slice(&layout::VERSION.to_le_bytes());
+        p[12..16].copy_from_slice(&(layout::PAGE_BYTES as u32).to_le_bytes());
         p[16..20].copy_from_slice(&pid.to_le_bytes());
         p[20..24].copy_from_slice(&rank.to_le_bytes());
         p[32..40].copy_from_slice(b"score.42");
         p[288..291].copy_from_slice(b"udp");
-        p[COUNTERS_AT..COUNTERS_AT + 8].copy_from_slice(&sent.to_le_bytes());
+        let at = layout::COUNTERS_AT;
+        p[at..at + 8].copy_from_slice(&sent.to_le_bytes());
+        let last = COUNTERS[NCOUNTERS - 1].1;
+        p[last..last + 8].copy_from_slice(&9u64.to_le_bytes());
         p
     }
 
@@ -124,8 +147,31 @@ mod tests {
     fn parses_a_page() {
         let c = parse(&page(10, 3, 77)).unwrap();
         assert_eq!((c.pid, c.rank, c.counters[0]), (10, 3, 77));
+        assert_eq!(c.counter("msgs_sent"), Some(77));
+        assert_eq!(c.counter("refused_resends"), Some(9));
+        assert_eq!(c.counter("nonsense"), None);
         assert_eq!(c.job_name, "score.42");
         assert_eq!(c.device, "udp");
+    }
+
+    /// The generated layout is the one docs/pm/stats.md documents: a test
+    /// that fails when the header and the documentation drift apart.
+    #[test]
+    fn generated_layout_matches_the_documented_one() {
+        assert_eq!(MAGIC, b"PMSTATS1");
+        assert_eq!(layout::VERSION, 2);
+        assert_eq!(
+            (layout::PID_AT, layout::JOB_AT, layout::DEVICE_AT),
+            (16, 32, 288)
+        );
+        assert_eq!((layout::STATE_AT, layout::CONTROL_AT), (312, 316));
+        assert_eq!(layout::COUNTERS_AT, 368);
+        assert_eq!(NCOUNTERS, 22);
+        for (i, (_, at)) in COUNTERS.iter().enumerate() {
+            assert_eq!(*at, 368 + 8 * i, "counters are consecutive u64s");
+        }
+        assert_eq!(layout::NNICS_AT, 368 + 8 * NCOUNTERS);
+        assert_eq!(COUNTERS[12].0, "retransmits");
     }
 
     #[test]
@@ -135,7 +181,7 @@ mod tests {
         p[0] = b'X';
         assert!(parse(&p).is_none());
         let mut p = page(1, 0, 0);
-        p[8] = 2;
+        p[8] = layout::VERSION as u8 + 1;
         assert!(parse(&p).is_none());
     }
 

@@ -8,20 +8,16 @@
 //! their cgroups thaw and a SIGURG wakes their contexts.
 
 use super::cgroup::JobCgroup;
-use super::pmstats;
+use super::pmstats::{self, layout};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// Offsets and values of the words PM and the agent share (docs/pm/stats.md).
-const STATE_AT: usize = 312;
-const CONTROL_AT: usize = 316;
-const PAGE_MIN: usize = 320;
-const CONTROL_RUN: u32 = 0;
-const CONTROL_QUIESCE: u32 = 1;
-const STATE_QUIESCED: u32 = 2;
-const STATE_CLOSED: u32 = 3;
+/// Offsets and values of the words PM and the agent share (docs/pm/stats.md),
+/// generated from pm/src/stats.h.
+use layout::{CONTROL_AT, CONTROL_QUIESCE, CONTROL_RUN, STATE_AT, STATE_CLOSED, STATE_QUIESCED};
+const PAGE_MIN: usize = CONTROL_AT + 4;
 /// How long a freeze may take before the agent reports it and goes on.
 const FREEZE_WITHIN: Duration = Duration::from_secs(2);
 
@@ -66,7 +62,7 @@ impl Page {
         // Only pages PM finished writing (magic last) are real.
         // SAFETY: len >= PAGE_MIN > 8.
         let magic = unsafe { std::slice::from_raw_parts(base as *const u8, 8) };
-        (magic == b"PMSTATS1").then_some(page)
+        (magic == layout::MAGIC).then_some(page)
     }
 
     fn word(&self, at: usize) -> &AtomicU32 {
