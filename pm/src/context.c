@@ -204,6 +204,11 @@ int pm_open(pm_context_t **out, const struct pm_open_attr *attr)
 		pm_log(ctx, "statistics page in %s: %s", pm_stats_dir(), strerror(-err));
 		goto fail;
 	}
+	/* From the page on the agent may ask us to quiesce, while the device's
+	 * bootstrap still waits for slower ranks: answer from now on. */
+	ctx->in_call = 1;
+	ctx->opening = 1;
+	pm_control_open(ctx);
 	struct regcache_counters cnt = {
 		.hits = &ctx->stats->regcache_hits,
 		.misses = &ctx->stats->regcache_misses,
@@ -215,7 +220,7 @@ int pm_open(pm_context_t **out, const struct pm_open_attr *attr)
 	err = open_device(ctx, device);
 	if (err)
 		goto fail;
-	pm_control_open(ctx);
+	pm_control_opened(ctx);
 	*out = ctx;
 	/* A preemption asked for while we were opening is served now. */
 	pm_call_exit(ctx);

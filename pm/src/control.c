@@ -188,7 +188,12 @@ static void serve(void)
 		bool keep = false;
 
 		/* page->pid: a forked child inherits the registry, not the job. */
-		if (ctx && ctx->page->pid == pid) {
+		if (ctx && ctx->page->pid == pid && ctx->opening) {
+			/* Still opening: nothing of ours is on the wire, so the
+			 * context is quiesced as it stands; the freeze that
+			 * follows stops the bootstrap wherever it is. */
+			set_state(ctx, asked(ctx) ? PM_STATS_QUIESCED : PM_STATS_OPEN);
+		} else if (ctx && ctx->page->pid == pid) {
 			pid_t owner = ctx->owner_tid;
 
 			if (ctx->in_call && owner == me)
@@ -314,6 +319,15 @@ void pm_control_open(struct pm_context *ctx)
 		atomic_store(&registry[ctx->control_slot], ctx);
 	}
 	pthread_mutex_unlock(&registry_lock);
+}
+
+void pm_control_opened(struct pm_context *ctx)
+{
+	ctx->opening = 0;
+	atomic_signal_fence(memory_order_seq_cst);
+	/* A quiesce answered while opening is served again, properly, by the
+	 * call exit that follows (pm_open's). */
+	set_state(ctx, PM_STATS_OPEN);
 }
 
 void pm_control_close(struct pm_context *ctx)

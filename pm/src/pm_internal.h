@@ -169,6 +169,9 @@ struct pm_context {
 	volatile sig_atomic_t ctl_pending; /* the handler found this call in
 					      progress: serve at its exit */
 	volatile pid_t owner_tid;       /* thread of the latest call */
+	volatile sig_atomic_t opening;  /* in pm_open(): no device yet, nothing
+					   on the wire, so a quiesce is answered
+					   at once (control.c) */
 	int control_slot;               /* in the registry of control.c, or -1 */
 	struct regcache regcache;
 	uint64_t window_gen;
@@ -184,8 +187,11 @@ uint64_t pm_now_ns(void);
 /* ---- preemption from outside: control.c ---- */
 
 /* Watch ctx's control word from now on (PM_CONTROL), registering it with
- * the process's SIGURG handler; at the end of pm_open(). */
+ * the process's SIGURG handler; in pm_open(), as soon as the statistics page
+ * exists, so that a rank still in its bootstrap answers too. */
 void pm_control_open(struct pm_context *ctx);
+/* pm_open() is done: the context is a full one (state OPEN). */
+void pm_control_opened(struct pm_context *ctx);
 /* Forget ctx; the handler no longer sees it when this returns. */
 void pm_control_close(struct pm_context *ctx);
 /* The control word asks for a quiesce: run the preemption procedure now
