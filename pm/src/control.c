@@ -334,6 +334,11 @@ void pm_control_close(struct pm_context *ctx)
 {
 	int slot = ctx->control_slot;
 
+	/* Closing: what is left is acknowledging peers for a moment (the
+	 * device's linger), which a freeze may cut short like anything else;
+	 * the agent need not wait for a quiesce this context will not run. */
+	if (ctx->page)
+		set_state(ctx, PM_STATS_CLOSED);
 	if (slot < 0)
 		return;
 	pthread_mutex_lock(&registry_lock);

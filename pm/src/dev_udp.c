@@ -1087,7 +1087,7 @@ static int udp_drain_poll(struct pm_device *dev)
 	for (uint32_t r = 0; r < u->size; r++) {
 		struct udp_peer *p = udp_peer_of(u, (int)r);
 
-		idle &= !p || (udp_tx_idle(p) && !p->ack_pending);
+		idle &= !p || (udp_tx_drained(p) && !p->ack_pending);
 	}
 	return idle;
 }

@@ -227,7 +227,7 @@ void udp_tx_on_ack(struct udp_dev *u, struct udp_peer *p, uint32_t ack);
 void udp_tx_on_control(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr *h);
 void udp_tx_timers(struct udp_dev *u, struct udp_peer *p);
 uint64_t udp_tx_next_timer(const struct udp_peer *p);
-bool udp_tx_idle(const struct udp_peer *p);
+bool udp_tx_drained(const struct udp_peer *p);
 uint32_t udp_piggy_ack(const struct udp_peer *p);
 
 /* udp_rx.c */

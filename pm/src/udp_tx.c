@@ -75,8 +75,18 @@ int udp_tx_enqueue(struct udp_dev *u, struct udp_peer *p, const struct udp_txmsg
 	return 0;
 }
 
-bool udp_tx_idle(const struct udp_peer *p)
+/*
+ * Nothing of ours is on the wire unanswered: everything sent is
+ * acknowledged, or the receiver refused the oldest packet (STOP) and so
+ * discards what follows it until GO.  A refused sender cannot send more
+ * until its receiver's application consumes, which a held receiver never
+ * does; it is drained as it stands, and after the thaw GO (or its timeout's
+ * POLL) resumes it without a retransmission.
+ */
+bool udp_tx_drained(const struct udp_peer *p)
 {
+	if (p->stopped)
+		return seq_diff(p->stop_seq, p->acked) == 1;
 	return p->txq_head == p->txq_tail && p->acked == p->sent_hi;
 }
 
