@@ -2,6 +2,11 @@
 //! (key, socket, pid, log, seed), SIGKILLed by PID and reaped on drop, even
 //! when the test panics.  Used by the tests of score-auth, scrun and
 //! scorectl; not for production code.
+//!
+//! Those tests carry `#[ignore = "needs munged ..."]`: a plain `cargo test`
+//! reports them as ignored, and `scripts/run-tests` runs them with
+//! `--include-ignored`, where a missing munged fails them (never a silent
+//! pass).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -24,18 +29,19 @@ static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 impl TestMunged {
     /// A munged with a new key, in a fresh directory named after `prefix`.
-    /// None (and a note on stderr) if munged is not installed.
-    pub fn start(prefix: &str) -> Option<TestMunged> {
+    /// Panics if munged is not installed or does not start.
+    pub fn start(prefix: &str) -> TestMunged {
         Self::start_with_key(prefix, None)
     }
 
     /// A munged with the key of `other` (the two trust each other's
     /// credentials), or a new key.
-    pub fn start_with_key(prefix: &str, other: Option<&TestMunged>) -> Option<TestMunged> {
-        if !Path::new(MUNGED).exists() {
-            eprintln!("skipped: {MUNGED} is not installed (Debian package munge)");
-            return None;
-        }
+    pub fn start_with_key(prefix: &str, other: Option<&TestMunged>) -> TestMunged {
+        assert!(
+            Path::new(MUNGED).is_file(),
+            "{MUNGED} is not installed: this test needs the Debian package munge \
+             (scripts/install-deps.sh installs it)"
+        );
         let dir = std::env::temp_dir().join(format!(
             "{prefix}-{}-{}",
             std::process::id(),
@@ -79,7 +85,7 @@ impl TestMunged {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        Some(m)
+        m
     }
 
     pub fn munge(&self) -> Munge {

@@ -15,21 +15,38 @@ pub fn score_build() -> PathBuf {
 }
 
 /// The pmix-run example next to this test binary (cargo test builds examples).
-pub fn pmix_run() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let p = exe.parent()?.parent()?.join("examples").join("pmix-run");
-    p.is_file().then_some(p)
+pub fn pmix_run() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let p = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/pmix-run");
+    assert!(
+        p.is_file(),
+        "{} is not built: a whole `cargo test` builds the examples, \
+         `cargo test --test launch` alone does not (`cargo build --examples` does)",
+        p.display()
+    );
+    p
 }
 
-/// Prints why a test does nothing and returns None.
-pub fn skip<T>(why: &str) -> Option<T> {
-    eprintln!("SKIPPED: {why}");
-    None
+/// A program of `make build`, in $SCORE_BUILD/bin.
+pub fn built_program(name: &str) -> PathBuf {
+    let p = score_build().join("bin").join(name);
+    assert!(
+        p.is_file(),
+        "{} is missing: run `make build` first (or set SCORE_BUILD to a build directory)",
+        p.display()
+    );
+    p
 }
 
 /// Compiles tests/programs/`src` with `cc` (e.g. "cc" or "mpicc") and `extra` flags
-/// into a fresh file in `dir`; None (skipped) when the compiler is missing.
-pub fn compile(cc: &str, src: &str, extra: &[String], dir: &Path) -> Option<PathBuf> {
+/// into a fresh file in `dir`.  A missing compiler fails the test, naming the
+/// Debian package that brings it.
+pub fn compile(cc: &str, src: &str, extra: &[String], dir: &Path) -> PathBuf {
     let out = dir.join(src.trim_end_matches(".c"));
     let status = Command::new(cc)
         .arg("-O1")
@@ -38,18 +55,29 @@ pub fn compile(cc: &str, src: &str, extra: &[String], dir: &Path) -> Option<Path
         .arg(Path::new(PROGRAMS).join(src))
         .args(extra)
         .status();
+    let package = if cc == "mpicc" {
+        "libopenmpi-dev"
+    } else {
+        "gcc"
+    };
     match status {
-        Ok(s) if s.success() => Some(out),
+        Ok(s) if s.success() => out,
         Ok(s) => panic!("{cc} {src} failed: {s}"),
-        Err(e) => skip(&format!("{cc} not available ({e})")),
+        Err(e) => panic!("cannot run {cc} ({e}): install the Debian package {package}"),
     }
 }
 
+/// The compiler and linker flags of libpmix.
 pub fn pkg_config_pmix() -> Vec<String> {
     let out = Command::new("pkg-config")
         .args(["--cflags", "--libs", "pmix"])
         .output()
-        .expect("pkg-config");
+        .expect("cannot run pkg-config: install the Debian package pkgconf");
+    assert!(
+        out.status.success(),
+        "pkg-config knows no pmix: install the Debian package libpmix-dev\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout)
         .unwrap()
         .split_whitespace()

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static pmix_proc_t me, all;
 
@@ -91,8 +92,9 @@ int main(int argc, char **argv)
 		get_str(&r0, PMIX_HOSTNAME, host, sizeof(host));
 	}
 	printf("nspace=%s rank=%u size=%u univ=%u nodes=%u local_size=%u local_peers=%s "
-	       "local_rank=%u nodeid=%u host=%s rank0_host=%s\n",
-	       me.nspace, me.rank, size, univ, nnodes, lsize, peers, lrank, nodeid, myhost, host);
+	       "local_rank=%u nodeid=%u host=%s rank0_host=%s uid=%u gid=%u\n",
+	       me.nspace, me.rank, size, univ, nnodes, lsize, peers, lrank, nodeid, myhost, host,
+	       (unsigned)getuid(), (unsigned)getgid());
 	fflush(stdout);
 
 	if (argc > 2 && strcmp(argv[1], "abort") == 0 && lrank == 0) {
