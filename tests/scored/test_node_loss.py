@@ -69,6 +69,18 @@ def test_a_killed_agent_fails_its_job_and_comes_back(score):
     assert sorted(proc.stdout.split()) == ["n1", "n2", "n3", "n4"]
 
 
+def node_of(pid):
+    """SCORE_NODE of a rank (its environment, readable by root)."""
+    try:
+        env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    except OSError:
+        return None
+    for kv in env:
+        if kv.startswith(b"SCORE_NODE="):
+            return kv.split(b"=", 1)[1].decode()
+    return None
+
+
 def test_a_silent_agent_is_lost_after_the_heartbeat_timeout(score):
     vc = score.vc
     run, job_id, m = start_4x1(score)
@@ -91,3 +103,28 @@ def test_a_silent_agent_is_lost_after_the_heartbeat_timeout(score):
     proc = score.scrun("-nodes=4x1", "hostname")
     assert proc.returncode == 0, proc.stderr
     assert sorted(proc.stdout.split()) == ["n1", "n2", "n3", "n4"]
+
+
+def test_ranks_die_with_their_agent_even_when_not_root(score):
+    """kill -9 of an agent: its node's ranks go at once, also those of a
+    user other than root (the death signal is set after the change of
+    credentials, which clears it), not only when the master fails the job.
+    n4: the other tests kill or stop the agents of n3 and n2."""
+    vc = score.vc
+    m = marker()
+    run = score.start("-v", "-nodes=4x1", "sleep", m, user="nobody")
+    job_id = run.job_id()
+    score.wait_job(job_id, "running")
+    wait_for(lambda: len(processes_with(m)) == 4, 10, "the 4 ranks to start")
+    on_n4 = [p for p in processes_with(m) if node_of(p) == "n4"]
+    assert len(on_n4) == 1, {p: node_of(p) for p in processes_with(m)}
+    assert os.stat(f"/proc/{on_n4[0]}").st_uid != 0, "the rank runs as nobody"
+
+    os.kill(agent_pid(vc, "n4"), signal.SIGKILL)
+    wait_for(lambda: on_n4[0] not in processes_with(m), 5,
+             f"rank {on_n4[0]} on n4 to die with its agent")
+    assert run.wait(30) == 1, run.stderr()
+    assert "node n4 lost" in run.stderr(), run.stderr()
+    wait_for(lambda: not processes_with(m), 20, "every rank of the job to be gone")
+    start_agent(vc, "n4")
+    wait_for(lambda: score.nodes()["n4"]["state"] == "up", 20, "n4 to be up again")

@@ -55,6 +55,7 @@ pub fn spawn(r: &RankSpawn) -> std::io::Result<Child> {
     let cwd = CString::new(r.cwd)?;
     let groups = groups_of(r.user, r.gid);
     let (uid, gid) = (r.uid, r.gid);
+    let agent = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the child between fork and exec; it only
     // makes async-signal-safe system calls on data prepared before the fork.
     unsafe {
@@ -70,14 +71,22 @@ pub fn spawn(r: &RankSpawn) -> std::io::Result<Child> {
                 return Err(last_os_error());
             }
             // Own session: the terminal of whoever started the agent does
-            // not reach the job, and the agent's death takes the rank along.
+            // not reach the job.
             libc::setsid();
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             if libc::setgroups(groups.len(), groups.as_ptr()) != 0 {
                 return Err(last_os_error());
             }
             if libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
                 return Err(last_os_error());
+            }
+            // The agent's death takes the rank along.  After the change of
+            // credentials, which clears the death signal (prctl(2)); and if
+            // the agent died before this line, the signal will never come.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(last_os_error());
+            }
+            if libc::getppid() != agent {
+                libc::_exit(137);
             }
             // Only the errno crosses back to the parent: the caller names
             // the step in its message.
