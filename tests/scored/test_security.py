@@ -105,19 +105,35 @@ def _assert_master_serves(score):
 
 
 def test_a_munged_with_another_key_is_refused(score, foreign_munged):
+    """Credentials of another cluster's munged: the master's munged cannot
+    decode them (MUNGE's "Invalid credential"), so the master refuses the
+    request as unauthenticated, counts it, logs why, and starts nothing."""
     config = _write_client_config(score.workdir / "foreign.toml", _master_url(score),
                                   foreign_munged)
     env = dict(score.env, SCORE_CONFIG=str(config))
+    refusal = "MUNGE credential rejected: MUNGE decode failed: Invalid credential (munge error 14)"
+    log = score.vc.service_dir / "head" / "scored.log"
+    log_at = log.stat().st_size
+    refused_before = _rejected(score, "unauthenticated")
+
     proc = score.scorectl("nodes", env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "MUNGE credential rejected" in proc.stderr, proc.stderr
-    assert proc.stderr.startswith("scorectl: error: ")
+    assert proc.stderr.startswith("scorectl: error: "), proc.stderr
+    assert refusal in proc.stderr, proc.stderr
+    assert proc.stdout == ""
     m = marker()
     proc = score.scrun("-nodes=1", "sleep", m, env=env)
     assert proc.returncode == 255, proc.stderr
-    assert "MUNGE credential rejected" in proc.stderr, proc.stderr
+    assert refusal in proc.stderr, proc.stderr
     assert not processes_with(m)
     assert not [j for j in score.jobs(all=True) if m in j["argv"]]
+
+    # One refusal each for scorectl's and scrun's request, for that reason.
+    assert _rejected(score, "unauthenticated") - refused_before == 2
+
+    def logged():
+        return log.read_bytes()[log_at:].decode(errors="replace").count(f"refused: {refusal}")
+    wait_for(lambda: logged() == 2, 10, "the master to log both refusals")
     _assert_master_serves(score)
 
 

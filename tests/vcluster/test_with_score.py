@@ -7,7 +7,8 @@ Three groups:
     like the real programs as far as vcluster can see (configuration keys,
     registration, `scorectl nodes --json`, a populated job cgroup), so the
     orchestration is tested whatever state scored is in.
-  - score for real: build/bin/scored, scorectl, scrun; skipped until built.
+  - score for real: build/bin/scored, scorectl, scrun; skipped (with the reason,
+    which fails a full `make test`) until they are built.
 """
 
 import json
@@ -34,7 +35,7 @@ STATE_DIR = Path("/run/score/vcluster")
 _MUNGED = shutil.which("munged", path="/usr/sbin:/sbin:" + os.environ.get("PATH", ""))
 needs_munge = pytest.mark.skipif(not _MUNGED, reason="munged is not installed (apt-get install munge)")
 needs_scored = pytest.mark.skipif(not (REAL_BIN / "scored").is_file(),
-                                  reason=f"{REAL_BIN}/scored is not built yet (make)")
+                                  reason=f"{REAL_BIN}/scored is not built yet (make build)")
 
 pytestmark = needs_munge
 
@@ -128,11 +129,19 @@ def test_a_credential_made_in_one_node_decodes_in_another(vcluster):
 
 
 def test_another_clusters_key_is_refused(vcluster):
+    """Every cluster has a key of its own: a credential of cluster a is good
+    in a and refused as invalid (not replayed, not expired) in b."""
     a = vcluster(nodes=1, with_munge=True)
     b = vcluster(nodes=1, with_munge=True)
+    assert (a.service_dir / "munge.key").read_bytes() != (b.service_dir / "munge.key").read_bytes()
     cred = a.exec("n1", "munge", "-n", "-S", a.munge_socket("n1"), check=True).stdout
     proc = b.exec("n1", "unmunge", "-S", b.munge_socket("n1"), input=cred)
-    assert proc.returncode != 0
+    # unmunge's exit status is the munge error: 14, EMUNGE_CRED_INVALID.
+    assert proc.returncode == 14, proc.stdout + proc.stderr
+    assert "Invalid credential" in proc.stderr, proc.stderr
+    ok = subprocess.run(["unmunge", "-S", a.munge_socket("head")], input=cred, text=True,
+                        capture_output=True, timeout=10)
+    assert ok.returncode == 0 and "STATUS:          Success (0)" in ok.stdout, ok.stderr
 
 
 def test_up_with_munge_twice_changes_nothing(vcluster, vcluster_cli):
@@ -372,7 +381,7 @@ def test_real_score_comes_up_and_goes_down(vcluster, vcluster_cli):
     assert proc.returncode == 0, proc.stderr
     nodes = json.loads(proc.stdout)
     assert sorted(n["name"] for n in nodes) == ["n1", "n2"]
-    assert {n["state"].lower() for n in nodes} == {"up"}
+    assert {n["state"] for n in nodes} == {"up"}
     pids = set(service_processes(vc.name))
     down = vcluster_cli("down", "--name", vc.name)
     assert down.returncode == 0, down.stderr
@@ -381,7 +390,8 @@ def test_real_score_comes_up_and_goes_down(vcluster, vcluster_cli):
 
 
 @needs_scored
-@pytest.mark.skipif(not (REAL_BIN / "scrun").is_file(), reason=f"{REAL_BIN}/scrun is not built yet")
+@pytest.mark.skipif(not (REAL_BIN / "scrun").is_file(),
+                    reason=f"{REAL_BIN}/scrun is not built yet (make build)")
 def test_real_scrun_runs_on_every_node(vcluster):
     vc = vcluster(nodes=2, with_score=True, score_bin=REAL_BIN)
     proc = subprocess.run([REAL_BIN / "scrun", "-nodes=2x1", "hostname"], env=vc.score_env(),
