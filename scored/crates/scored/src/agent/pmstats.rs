@@ -70,6 +70,39 @@ pub fn parse(page: &[u8]) -> Option<PmContext> {
     })
 }
 
+/// A page the agent may trust for process `pid`: a regular file with one
+/// link, owned by the user the process runs as.  /dev/shm is writable by
+/// every user, so a name alone proves nothing: a user could plant a link
+/// or a file of someone else's under a page's name (opened with O_NOFOLLOW
+/// by the callers, so `meta` is the file itself).
+pub fn owned_by_process(meta: &std::fs::Metadata, pid: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(proc_meta) = std::fs::metadata(format!("/proc/{pid}")) else {
+        return false;
+    };
+    meta.file_type().is_file() && meta.nlink() == 1 && meta.uid() == proc_meta.uid()
+}
+
+/// Reads a page without following a link, if `pid` owns it.
+fn read_page(path: &Path, pid: i32) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .ok()?;
+    if !owned_by_process(&f.metadata().ok()?, pid) {
+        return None;
+    }
+    let mut buf = Vec::with_capacity(layout::PAGE_BYTES);
+    f.by_ref()
+        .take(2 * layout::PAGE_BYTES as u64)
+        .read_to_end(&mut buf)
+        .ok()?;
+    Some(buf)
+}
+
 /// The statistics pages in `dir` (normally /dev/shm) of processes in
 /// `pids`, with the pid each belongs to.
 pub fn pages(dir: &Path, pids: &HashSet<i32>) -> Vec<(i32, PathBuf)> {
@@ -121,7 +154,8 @@ pub fn remove_dead(dir: &Path) -> usize {
 pub fn scan(dir: &Path, pids: &HashSet<i32>) -> Vec<PmContext> {
     pages(dir, pids)
         .into_iter()
-        .filter_map(|(_, path)| std::fs::read(path).ok().as_deref().and_then(parse))
+        .filter_map(|(pid, path)| read_page(&path, pid).as_deref().and_then(parse))
+        .filter(|ctx| pids.contains(&ctx.pid))
         .collect()
 }
 
@@ -205,15 +239,20 @@ mod tests {
     }
 
     #[test]
-    fn scan_keeps_only_our_pids() {
+    fn scan_keeps_only_our_pids_and_follows_no_link() {
         let dir = std::env::temp_dir().join(format!("score-pmstats-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("pm-stats.10.0"), page(10, 0, 5)).unwrap();
-        std::fs::write(dir.join("pm-stats.11.0"), page(11, 1, 6)).unwrap();
+        let me = std::process::id() as i32;
+        std::fs::write(dir.join("pm-stats.1.0"), page(1, 0, 5)).unwrap();
+        std::fs::write(dir.join(format!("pm-stats.{me}.0")), page(me, 1, 6)).unwrap();
         std::fs::write(dir.join("unrelated"), b"x").unwrap();
-        let found = scan(&dir, &HashSet::from([11]));
-        assert_eq!(found.len(), 1);
-        assert_eq!(found[0].counters[0], 6);
+        // A link planted under a page's name, to a page-like file: not read.
+        std::fs::write(dir.join("target"), page(me, 2, 7)).unwrap();
+        std::os::unix::fs::symlink(dir.join("target"), dir.join(format!("pm-stats.{me}.1")))
+            .unwrap();
+        let found = scan(&dir, &HashSet::from([me]));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!((found[0].rank, found[0].counters[0]), (1, 6));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -33,13 +33,24 @@ unsafe impl Send for Page {}
 
 impl Page {
     fn open(pid: i32, path: &Path) -> Option<Page> {
+        use std::os::unix::fs::OpenOptionsExt;
         use std::os::unix::io::AsRawFd;
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)
             .ok()?;
-        let len = f.metadata().ok()?.len() as usize;
+        let meta = f.metadata().ok()?;
+        if !pmstats::owned_by_process(&meta, pid) {
+            tracing::warn!(
+                pid,
+                path = %path.display(),
+                "not a statistics page of that process (link, or another owner): left alone"
+            );
+            return None;
+        }
+        let len = meta.len() as usize;
         if len < PAGE_MIN {
             return None;
         }
