@@ -54,8 +54,10 @@ test: build asan
 demo: build
 	@scripts/demo.sh
 
+# scripts/bench writes build/bench/*.json, then rewrites the result tables of
+# docs/pm/bench.md, docs/pm/bench-udp.md and docs/scored/bench.md from them.
 bench: build
-	@$(PYTHON) scripts/bench --build $(BUILD)
+	@BENCH_INVOKED_AS="make bench: scripts/bench" $(PYTHON) scripts/bench --build $(BUILD)
 
 clean:
 	rm -rf $(BUILD)
