@@ -631,19 +631,47 @@ mod tests {
         assert_eq!(j.host_list(), "solo");
     }
 
+    /// Why `j` is refused (it must be, as an invalid job).
+    fn refusal(j: &JobLayout) -> String {
+        match j.validate() {
+            Err(PmixError::InvalidJob(why)) => why,
+            other => panic!("{j:?}: {other:?}"),
+        }
+    }
+
     #[test]
     fn validation() {
-        assert!(layout(&[], 1, 0).validate().is_err());
-        assert!(layout(&["a"], 0, 0).validate().is_err());
-        assert!(layout(&["a"], 70000, 0).validate().is_err());
-        assert!(layout(&["a", "b"], 1, 2).validate().is_err());
-        assert!(layout(&["a,b"], 1, 0).validate().is_err());
-        assert!(layout(&[""], 1, 0).validate().is_err());
+        assert_eq!(refusal(&layout(&[], 1, 0)), "no nodes");
+        assert_eq!(refusal(&layout(&["a"], 0, 0)), "ppn 0 not in 1..=65535");
+        assert_eq!(
+            refusal(&layout(&["a"], 70000, 0)),
+            "ppn 70000 not in 1..=65535"
+        );
+        assert_eq!(
+            refusal(&layout(&["a", "b"], 1, 2)),
+            "node_index 2 but 2 nodes"
+        );
+        assert_eq!(refusal(&layout(&["a,b"], 1, 0)), r#"bad host name "a,b""#);
+        assert_eq!(refusal(&layout(&[""], 1, 0)), r#"bad host name """#);
+        let many: Vec<String> = (0..40000).map(|i| format!("n{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(refusal(&layout(&many, 65535, 0)), "too many ranks");
         let mut j = layout(&["a"], 1, 0);
         j.nspace = "x".repeat(MAX_NSPACE_LEN + 1);
-        assert!(matches!(j.validate(), Err(PmixError::InvalidJob(_))));
+        assert!(
+            refusal(&j).starts_with(&format!("namespace must have 1 to {MAX_NSPACE_LEN} bytes")),
+            "{j:?}"
+        );
         j.nspace = String::new();
-        assert!(j.validate().is_err());
+        assert_eq!(
+            refusal(&j),
+            format!("namespace must have 1 to {MAX_NSPACE_LEN} bytes: \"\"")
+        );
+        j.nspace = "a\0b".into();
+        assert_eq!(refusal(&j), "namespace contains NUL");
+        j.nspace = "score.42".into();
+        j.tmpdir = std::ffi::OsStr::from_bytes(b"/tmp/a\0b").into();
+        assert_eq!(refusal(&j), "tmpdir contains NUL");
     }
 
     #[test]

@@ -371,9 +371,20 @@ mod tests {
 
     #[test]
     fn bad_command_lines() {
-        assert!(Cli::try_parse_from(["scorectl"]).is_err());
-        assert!(Cli::try_parse_from(["scorectl", "show", "twelve"]).is_err());
-        assert!(Cli::try_parse_from(["scorectl", "drain"]).is_err());
+        use clap::error::ErrorKind;
+        let kind = |argv: &[&str]| Cli::try_parse_from(argv).map(|_| ()).unwrap_err().kind();
+        assert_eq!(
+            kind(&["scorectl"]),
+            ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        );
+        assert_eq!(
+            kind(&["scorectl", "show", "twelve"]),
+            ErrorKind::ValueValidation
+        );
+        assert_eq!(
+            kind(&["scorectl", "drain"]),
+            ErrorKind::MissingRequiredArgument
+        );
     }
 
     #[test]

@@ -297,8 +297,10 @@ mod tests {
         assert!(e.contains("node count is missing"), "{e}");
         let e = parse_node_shape("99999999999").unwrap_err();
         assert!(e.contains("too large"), "{e}");
-        assert!(parse_node_shape("-4").is_err());
-        assert!(parse_node_shape("4x2x1").is_err());
+        for bad in ["-4", "4x2x1"] {
+            let e = parse_node_shape(bad).unwrap_err();
+            assert!(e.contains("expected N or NxP"), "{bad}: {e}");
+        }
     }
 
     #[test]
@@ -314,7 +316,10 @@ mod tests {
             e.contains("--nodes 4x2") && e.contains("--ppn asks for 3"),
             "{e}"
         );
-        assert!(parse_ppn("0").is_err());
+        assert_eq!(
+            parse_ppn("0"),
+            Err("the process count must be at least 1".into())
+        );
         assert_eq!(parse_ppn("8"), Ok(8));
     }
 
@@ -366,7 +371,8 @@ mod tests {
         );
         assert_eq!(parse_env_arg("A=").unwrap().value, Some(String::new()));
         assert_eq!(parse_env_arg("HOME").unwrap().value, None);
-        assert!(parse_env_arg("=x").is_err());
+        let e = parse_env_arg("=x").unwrap_err();
+        assert!(e.contains("the variable name is empty"), "{e}");
 
         let args = [
             parse_env_arg("X=1").unwrap(),

@@ -304,12 +304,17 @@ mod tests {
 
     #[test]
     fn bad_command_lines() {
-        assert!(parse(&["scrun"]).is_err());
+        use clap::error::ErrorKind;
+        let kind = |argv: &[&str]| parse(argv).map(|_| ()).unwrap_err().kind();
+        assert_eq!(kind(&["scrun"]), ErrorKind::MissingRequiredArgument);
         assert!(parse(&["scrun", "-nodes=0x2", "p"])
             .unwrap_err()
             .to_string()
             .contains("at least 1"));
-        assert!(parse(&["scrun", "-v", "-q", "p"]).is_err());
+        assert_eq!(
+            kind(&["scrun", "-v", "-q", "p"]),
+            ErrorKind::ArgumentConflict
+        );
         let c = parse(&["scrun", "-nodes=4x2", "--ppn", "3", "p"]).unwrap();
         assert!(job_spec(&c)
             .unwrap_err()

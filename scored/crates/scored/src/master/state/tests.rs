@@ -407,7 +407,12 @@ fn drained_nodes_take_no_new_jobs_until_resumed() {
     h.st.drain("n1", "maintenance", root).unwrap();
     let (id, _rx) = h.submit(spec(1, 1));
     assert_eq!(h.state(id), JobState::Pending);
-    assert!(h.st.drain("n1", "", USER).is_err());
+    let e = h.st.drain("n1", "", USER).unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(
+        e.message().starts_with("only root may drain a node"),
+        "{e:?}"
+    );
     h.st.resume("n1", root).unwrap();
     assert_eq!(h.state(id), JobState::Launching);
 }
