@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -429,15 +430,36 @@ static size_t gro_size(struct msghdr *mh)
 	return 0;
 }
 
-static void receive(struct udp_dev *u)
+/* Entry i of the receive batch as recvmmsg() wants it (it writes back the
+ * lengths and flags of the entries it fills). */
+static void rx_entry_reset(struct udp_dev *u, int i)
 {
-	struct mmsghdr mm[UDP_BATCH];
-	struct iovec iov[UDP_BATCH];
-	struct sockaddr_in from[UDP_BATCH];
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} cm[UDP_BATCH];
+	struct udp_rx_batch *rb = &u->rx;
+	struct msghdr *mh = &rb->mm[i].msg_hdr;
+
+	rb->iov[i] = (struct iovec){ u->rxbuf + (size_t)i * u->rx_slot, u->rx_slot };
+	*mh = (struct msghdr){ .msg_iov = &rb->iov[i], .msg_iovlen = 1,
+			       .msg_name = &rb->from[i], .msg_namelen = sizeof(rb->from[i]),
+			       .msg_control = rb->cm[i].buf,
+			       .msg_controllen = sizeof(rb->cm[i].buf) };
+	rb->mm[i].msg_len = 0;
+}
+
+static int rx_batch_init(struct udp_dev *u)
+{
+	u->rxbuf = malloc((size_t)UDP_BATCH * u->rx_slot);
+	if (!u->rxbuf)
+		return -ENOMEM;
+	for (int i = 0; i < UDP_BATCH; i++)
+		rx_entry_reset(u, i);
+	return 0;
+}
+
+/* Reads and handles what the sockets hold; whether anything came. */
+static bool receive(struct udp_dev *u)
+{
+	struct udp_rx_batch *rb = &u->rx;
+	bool got = false;
 
 	/* One batch per NIC in turn: reading one NIC dry first would make
 	 * packets striped over the others look late.  With several NICs the
@@ -453,26 +475,20 @@ static void receive(struct udp_dev *u)
 	for (int round = 0; round < UDP_RX_ROUNDS && more; round++) {
 		more = false;
 		for (int nic = 0; nic < u->nnics; nic++) {
-			for (int i = 0; i < UDP_BATCH; i++) {
-				iov[i] = (struct iovec){ u->rxbuf + (size_t)i * u->rx_slot, u->rx_slot };
-				memset(&mm[i], 0, sizeof(mm[i]));
-				mm[i].msg_hdr.msg_iov = &iov[i];
-				mm[i].msg_hdr.msg_iovlen = 1;
-				mm[i].msg_hdr.msg_name = &from[i];
-				mm[i].msg_hdr.msg_namelen = sizeof(from[i]);
-				mm[i].msg_hdr.msg_control = cm[i].buf;
-				mm[i].msg_hdr.msg_controllen = sizeof(cm[i].buf);
-			}
-			int r = recvmmsg(u->fds[nic], mm, batch, MSG_DONTWAIT, NULL);
+			/* The raw system call: libc's wrapper is a cancellation
+			 * point, which costs two calls per empty poll. */
+			int r = (int)syscall(SYS_recvmmsg, u->fds[nic], rb->mm, batch,
+					     MSG_DONTWAIT, NULL);
 
 			if (r <= 0)
 				continue;
+			got = true;
 			for (int i = 0; i < r; i++) {
-				const uint8_t *buf = iov[i].iov_base;
-				size_t len = mm[i].msg_len, seg = gro_size(&mm[i].msg_hdr);
+				const uint8_t *buf = rb->iov[i].iov_base;
+				size_t len = rb->mm[i].msg_len, seg = gro_size(&rb->mm[i].msg_hdr);
 
 				u->nic_stats[nic].rx_bytes += len;
-				if (mm[i].msg_hdr.msg_flags & MSG_TRUNC) {
+				if (rb->mm[i].msg_hdr.msg_flags & MSG_TRUNC) {
 					u->nic_stats[nic].rx_packets++;
 					drop(u, WIRE_BAD_LEN);
 					continue;
@@ -488,16 +504,19 @@ static void receive(struct udp_dev *u)
 					size_t n = len - off < seg ? len - off : seg;
 
 					u->nic_stats[nic].rx_packets++;
-					handle(u, nic, buf + off, n, &from[i]);
+					handle(u, nic, buf + off, n, &rb->from[i]);
 					off += n;
 				} while (off < len);
 			}
+			for (int i = 0; i < r; i++)
+				rx_entry_reset(u, i);
 			/* Acknowledgements and replies go out after every batch, so
 			 * a sender's window never waits for a whole receive pass. */
 			udp_flush(u);
 			more |= (unsigned)r == batch;
 		}
 	}
+	return got;
 }
 
 static void timers(struct udp_dev *u)
@@ -520,20 +539,31 @@ static void timers(struct udp_dev *u)
 	}
 }
 
-/* Nothing to do yet: let others run.  When every core busy-polls, the
- * kernel's deferred network processing (ksoftirqd), which is what brings
- * the next packet, would starve; on one machine playing a cluster that
- * costs milliseconds per message. */
-static void idle_yield(void)
+/* Nothing to do yet: now and then, let others run.  When every core
+ * busy-polls, the kernel's deferred network processing (ksoftirqd), which
+ * is what brings the next packet, would starve; on one machine playing a
+ * cluster that costs milliseconds per message.  But a yield on every empty
+ * poll gives the core away whenever anything else is runnable, and the
+ * packet that arrives meanwhile waits for a whole context switch: on a
+ * loaded node that was most of PM's latency.  Once per UDP_YIELD_NS of
+ * fruitless polling keeps ksoftirqd fed at a fraction of the cost. */
+#define UDP_YIELD_NS 20000u
+
+static void idle_yield(struct udp_dev *u)
 {
+	if (u->now_ns - u->last_yield_ns < UDP_YIELD_NS)
+		return;
 	sched_yield();
+	u->last_yield_ns = pm_now_ns();
 }
 
 static void progress(struct udp_dev *u)
 {
 	u->now_ns = pm_now_ns();
-	receive(u);
-	u->now_ns = pm_now_ns();
+	/* Handling what came may have taken a while: the timers want the time
+	 * after it.  An empty pass took next to none. */
+	if (receive(u))
+		u->now_ns = pm_now_ns();
 	timers(u);
 	udp_flush(u);
 }
@@ -661,9 +691,10 @@ static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 	}
 	/* Sized once the sockets said whether GRO is on: 2 MiB of address
 	 * space with it, touched only as far as batches are long. */
-	u->rxbuf = malloc((size_t)UDP_BATCH * u->rx_slot);
-	if (!u->rxbuf)
-		return -ENOMEM;
+	int rerr = rx_batch_init(u);
+
+	if (rerr)
+		return rerr;
 	return b->ops->put(b, UDP_KEY, &blob, sizeof(blob));
 }
 
@@ -911,7 +942,7 @@ static int udp_recv(struct pm_device *dev, struct pm_msg *msg)
 	progress(u);
 	if (rx_ready(u, msg))
 		return 0;
-	idle_yield();
+	idle_yield(u);
 	return -EAGAIN;
 }
 
@@ -959,7 +990,7 @@ static bool udp_poll(struct pm_device *dev)
 
 	u->op_done = false;
 	if (!ev)
-		idle_yield();
+		idle_yield(u);
 	return ev;
 }
 
@@ -1219,10 +1250,9 @@ struct pm_device *pm_udp_testing_create(struct pm_context *ctx, uint64_t jobkey,
 	u->wnd = ctx->udp_window;
 	u->nic_stats = ctx->page->nics;
 	u->rx_slot = UDP_PKT_MAX;
-	u->rxbuf = malloc((size_t)UDP_BATCH * u->rx_slot);
 	u->peers = calloc(size, sizeof(*u->peers));
 	u->served = calloc(size, sizeof(*u->served));
-	if (!u->rxbuf || !u->peers || !u->served)
+	if (rx_batch_init(u) || !u->peers || !u->served)
 		goto fail;
 	for (uint32_t r = 0; r < size; r++) {
 		struct udp_peer *p = &u->peers[r];

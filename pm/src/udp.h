@@ -179,6 +179,18 @@ struct udp_gso {
 	int first[UDP_BATCH + 1];       /* message m holds packets [first[m], first[m+1]) */
 };
 
+/* The receive batch: its headers are set up once and only the entries a
+ * recvmmsg() filled are reset afterwards (dev_udp.c, receive). */
+struct udp_rx_batch {
+	struct mmsghdr mm[UDP_BATCH];
+	struct iovec iov[UDP_BATCH];
+	struct sockaddr_in from[UDP_BATCH];
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} cm[UDP_BATCH];
+};
+
 struct udp_dev {
 	struct pm_device base;
 	struct udp_nic nics[UDP_MAX_NICS];
@@ -200,8 +212,10 @@ struct udp_dev {
 	bool gso[UDP_MAX_NICS];         /* the socket segments for us (UDP_SEGMENT) */
 	size_t rx_slot;                 /* bytes per receive buffer (more with GRO) */
 	uint8_t *rxbuf;                 /* UDP_BATCH datagrams */
+	struct udp_rx_batch rx;
 	uint64_t drops_by[WIRE_VERDICTS];
 	uint64_t now_ns;                /* refreshed once per progress pass */
+	uint64_t last_yield_ns;         /* idle_yield (dev_udp.c) */
 	bool remote_only;               /* under composite: peers off this node */
 	bool op_done;                   /* a remote op completed since the last poll */
 	struct pm_stats_nic *nic_stats; /* in the statistics page */
