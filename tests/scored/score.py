@@ -35,7 +35,6 @@ BUILD_BIN = BUILD / "bin"
 SCORE_BIN = Path(os.environ.get("SCORE_TEST_BIN") or BUILD_BIN)
 PMCHECK = BUILD_BIN / "pmcheck"
 PM_RING_PASS = BUILD_BIN / "pm-ring-pass"
-PMBENCH = BUILD_BIN / "pmbench"
 PROGRAMS = REPO_ROOT / "tests" / "programs"
 
 COMMAND_TIMEOUT = 60
