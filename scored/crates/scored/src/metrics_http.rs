@@ -3,7 +3,7 @@
 use anyhow::Context;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// Something that refreshes gauges right before a scrape.
 pub type Refresh = Arc<dyn Fn() + Send + Sync>;
@@ -27,7 +27,9 @@ pub async fn serve(
                     r();
                 }
                 let mut body = String::new();
-                let reg = registry.lock().expect("metrics registry lock");
+                // Only read here (metrics register before serving), so a
+                // panic elsewhere cannot have left it half-changed.
+                let reg = registry.lock().unwrap_or_else(PoisonError::into_inner);
                 let status = match encode(&mut body, &reg) {
                     Ok(()) => axum::http::StatusCode::OK,
                     Err(_) => axum::http::StatusCode::INTERNAL_SERVER_ERROR,

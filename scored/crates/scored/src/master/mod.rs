@@ -7,12 +7,13 @@ mod service;
 pub mod state;
 
 use anyhow::Context;
+use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
 use score_auth::Munge;
 use score_config::Config;
 use score_proto::v1::master_server::MasterServer;
 use state::{Limits, State, Timer};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::sync::mpsc;
 
 pub use metrics::MasterMetrics;
@@ -41,9 +42,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             let st = st.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(t.after).await;
-                st.lock()
-                    .expect("master state lock")
-                    .timer_fired(t.job, t.kind);
+                st.lock().timer_fired(t.job, t.kind);
             });
         }
     });
@@ -55,7 +54,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let mut tick = tokio::time::interval(period);
         loop {
             tick.tick().await;
-            st.lock().expect("master state lock").check_heartbeats();
+            st.lock().check_heartbeats();
         }
     });
 
@@ -67,14 +66,17 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            st.lock().expect("master state lock").quantum_tick();
+            st.lock().quantum_tick();
         }
     });
 
     if !mc.metrics_listen.is_empty() {
-        let addr =
-            crate::metrics_http::serve(&mc.metrics_listen, Arc::new(Mutex::new(registry)), None)
-                .await?;
+        let addr = crate::metrics_http::serve(
+            &mc.metrics_listen,
+            Arc::new(std::sync::Mutex::new(registry)),
+            None,
+        )
+        .await?;
         tracing::info!("metrics on http://{addr}/metrics");
     }
 

@@ -1,8 +1,10 @@
 //! The master's gRPC face: authenticates every call with MUNGE, then turns it
-//! into operations on the [`State`] behind one lock.
+//! into operations on the [`State`] behind one lock (parking_lot's, which a
+//! panic does not poison: see [`super::state`]).
 
 use super::state::{Requester, State};
 use futures::Stream;
+use parking_lot::{Mutex, MutexGuard};
 use score_auth::{verify, Munge};
 use score_proto::v1::{
     agent_message, master_message, master_server::Master, run_request, AgentMessage, CancelReply,
@@ -11,7 +13,7 @@ use score_proto::v1::{
     RunRequest, ShowJobRequest, Welcome,
 };
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -37,7 +39,7 @@ impl MasterService {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().expect("master state lock")
+        self.state.lock()
     }
 
     fn authenticate<T>(&self, req: &Request<T>) -> Result<Requester, Status> {
@@ -117,7 +119,7 @@ impl Master for MasterService {
             loop {
                 match inbound.message().await {
                     Ok(Some(RunRequest { msg: Some(m) })) => {
-                        let mut st = state.lock().expect("master state lock");
+                        let mut st = state.lock();
                         match m {
                             run_request::Msg::Stdin(chunk) => st.stdin(id, chunk),
                             run_request::Msg::Cancel(c) => {
@@ -134,7 +136,7 @@ impl Master for MasterService {
                         break;
                     }
                     Err(_) => {
-                        state.lock().expect("master state lock").client_gone(id);
+                        state.lock().client_gone(id);
                         return;
                     }
                 }
@@ -266,18 +268,12 @@ impl Master for MasterService {
         tokio::spawn(async move {
             let why = loop {
                 match inbound.message().await {
-                    Ok(Some(m)) => state
-                        .lock()
-                        .expect("master state lock")
-                        .agent_message(&name, conn, m),
+                    Ok(Some(m)) => state.lock().agent_message(&name, conn, m),
                     Ok(None) => break "agent disconnected".to_string(),
                     Err(e) => break format!("agent connection broke: {}", e.message()),
                 }
             };
-            state
-                .lock()
-                .expect("master state lock")
-                .agent_detached(&name, conn, &why);
+            state.lock().agent_detached(&name, conn, &why);
         });
         let stream = UnboundedReceiverStream::new(rx).map(Ok);
         Ok(Response::new(Box::pin(stream)))
@@ -293,8 +289,6 @@ struct ClientGuard {
 
 impl Drop for ClientGuard {
     fn drop(&mut self) {
-        if let Ok(mut st) = self.state.lock() {
-            st.client_gone(self.job);
-        }
+        self.state.lock().client_gone(self.job);
     }
 }
