@@ -1,7 +1,10 @@
 //! The master role: one per cluster.  It keeps the node table and the job
 //! queue, allocates nodes to jobs and drives the agents.
+//!
+//! [`state`] is the state machine, split by concern, behind one lock that a
+//! panic cannot poison (state.rs says why); [`service`] is its gRPC face;
+//! the tasks below drive its timers, heartbeat checks and quantum clock.
 
-mod matrix;
 mod metrics;
 mod service;
 pub mod state;

@@ -88,9 +88,12 @@ impl Matrix {
             running.iter().flat_map(|&j| self.nodes_of(j)).collect();
         for k in 0..n {
             let row = (self.current + k) % n;
+            let Some(cells) = self.rows.get(row) else {
+                continue;
+            };
             let free: Vec<&String> = usable
                 .iter()
-                .filter(|node| !self.rows[row].contains_key(*node))
+                .filter(|node| !cells.contains_key(*node))
                 .filter(|node| row != self.current || !running_nodes.contains(node))
                 .collect();
             if free.len() >= want {
@@ -109,8 +112,8 @@ impl Matrix {
                         chosen.push((*node).clone());
                     }
                 }
-                for node in &chosen {
-                    self.rows[row].insert(node.clone(), job);
+                if let Some(cells) = self.rows.get_mut(row) {
+                    cells.extend(chosen.iter().map(|node| (node.clone(), job)));
                 }
                 return Some((row, chosen));
             }
@@ -152,7 +155,7 @@ impl Matrix {
     pub fn compact(&mut self) {
         let mut i = 0;
         while i < self.rows.len() {
-            if self.rows[i].is_empty() {
+            if self.rows.get(i).is_some_and(BTreeMap::is_empty) {
                 self.rows.remove(i);
                 if self.current > i {
                     self.current -= 1;
@@ -171,7 +174,7 @@ impl Matrix {
         let n = self.rows.len();
         (1..n)
             .map(|k| (self.current + k) % n)
-            .find(|&r| !self.rows[r].is_empty())
+            .find(|&r| self.rows.get(r).is_some_and(|cells| !cells.is_empty()))
     }
 
     pub fn set_current(&mut self, row: usize) {
