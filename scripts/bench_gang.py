@@ -221,6 +221,10 @@ def switch_times(ctx, cl, score, nodes, seconds):
             "silent": m.get("silent")}
 
 
+# Longer jobs for (b) and (d): run-to-run noise shrinks against a job's
+# length, and (d) sees a few dozen switches per run.
+OVERHEAD_COUNT = 2 * COUNT
+PREEMPT_COUNT = 4 * COUNT
 OVERHEAD_TARGET_PCT = 2.0
 SPEEDUP_TARGET = 2.0
 
@@ -228,7 +232,8 @@ SPEEDUP_TARGET = 2.0
 def run(ctx):
     reps = 3 if not ctx.quick else 1
     reps_overhead = 5 if not ctx.quick else 1
-    doc = {"suite": "gang", "count": COUNT, "sizes": SIZES, "repetitions": reps,
+    doc = {"suite": "gang", "count": COUNT, "overhead_count": OVERHEAD_COUNT,
+           "preempt_count": PREEMPT_COUNT, "sizes": SIZES, "repetitions": reps,
            "repetitions_overhead": reps_overhead, "pm_env": "PM defaults (PM_SPIN_US unset)"}
     with Cluster(NAME, 4, 1, extra=["--with-score", "--score-bin", str(ctx.bin)]) as cl:
         score = Score(ctx, cl)
@@ -249,7 +254,8 @@ def run(ctx):
             for label, settings in modes:
                 score.configure(**settings)
                 before = score.matrix()["switches"]
-                times[label].append(run_jobs(score, ctx, 4, 1)["makespan_s"])
+                times[label].append(run_jobs(score, ctx, 4, 1,
+                                             count=OVERHEAD_COUNT)["makespan_s"])
                 switches[label].append(score.matrix()["switches"] - before)
         over = []
         for label, _ in modes:
@@ -287,6 +293,8 @@ def run(ctx):
                 "shape": f"{nodes}x{ppn}", "round_trips": PINGPONG_ITERS[device] * 3,
                 "gang": gang, "linux": linux,
                 "gang_makespan_s": spread(g), "linux_makespan_s": spread(li),
+                "gang_launcher_makespan_s": spread([r["launcher_makespan_s"] for r in gang]),
+                "linux_launcher_makespan_s": spread([r["launcher_makespan_s"] for r in linux]),
                 "speedup": dict(verdict(ratios(li, g), ">=", SPEEDUP_TARGET),
                                 samples=ratios(li, g))}
 
@@ -299,7 +307,7 @@ def run(ctx):
                 for n in (3, 4):
                     score.scorectl("drain", f"n{n}", "--reason", "bench: two nodes")
                 before = score.matrix()
-                run = run_jobs(score, ctx, 2, 2, {})
+                run = run_jobs(score, ctx, 2, 2, {}, count=PREEMPT_COUNT)
                 after = score.matrix()
                 run["switches"] = after["switches"] - before["switches"]
                 run["unanswered"] = after["unanswered"] - before["unanswered"]

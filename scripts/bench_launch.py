@@ -88,9 +88,9 @@ def run(ctx):
     doc = {"suite": "launch", "nodes": NODES, "repetitions": reps, "warmup": WARMUP,
            "baseline": "mpirun",
            "warm_daemon_baseline": None,
-           "warm_daemon_note": ("no warm-daemon baseline: Slurm's srun is not on the virtual "
-                                "cluster yet; Open MPI 4.1 starts an orted per node for every "
-                                "job"),
+           "warm_daemon_note": ("there is no warm-daemon baseline yet (Slurm's srun is not "
+                                "on the virtual cluster), and Open MPI 4.1 starts an orted per "
+                                "node for every job"),
            "results": []}
     with tempfile.TemporaryDirectory(prefix="bench-launch-") as tmp, \
             Cluster(NAME, NODES, 1, extra=["--with-score"]) as cl:

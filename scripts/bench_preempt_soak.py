@@ -127,21 +127,19 @@ def scenario(master):
 
 
 def one_run(master, mode, index, incidents):
-    """The run, again on a restarted scored if a node is lost on the way
-    (recorded in `incidents`); at most RETRIES times."""
+    """The run, again on a restarted scored if it fails on the way (each
+    failure recorded in `incidents`, with what the agents' threads were
+    doing); after RETRIES more failures, a run marked failed."""
     for attempt in range(RETRIES + 1):
         try:
             return attempt_run(master, mode)
-        except RuntimeError as e:
-            lost = "lost" in str(e)
+        except (RuntimeError, subprocess.SubprocessError) as e:
             incidents.append({"mode": mode, "run": index + 1, "attempt": attempt + 1,
-                              "error": str(e),
-                              "agents": master.agent_threads() if lost else None})
+                              "error": str(e), "agents": master.agent_threads()})
             print(f"  run failed: {e}", flush=True)
-            if attempt == RETRIES:
-                raise
             keep_logs(master.ctx, [master.cl], suffix=f"-{mode}{index + 1}.{attempt + 1}")
             master.restart()
+    return {"mode": mode, "failed": True, "error": incidents[-1]["error"]}
 
 
 def attempt_run(master, mode):
@@ -202,7 +200,7 @@ def run(ctx):
            "runs_per_mode": runs, "sizes": SIZES, "busy_loops": BUSY_LOOPS,
            "master": dict(HEARTBEAT, quantum_ms=QUANTUM_MS),
            "jobs": [{"pattern": p, "count": c, "nodes": "2x1"} for p, c in JOBS],
-           "runs": {mode: [] for mode, _ in MODES}, "incidents": []}
+           "retries": RETRIES, "runs": {mode: [] for mode, _ in MODES}, "incidents": []}
     clusters = []
     try:
         for mode, name in MODES:
@@ -232,8 +230,12 @@ def run(ctx):
                 finally:
                     stop_busy_loops(loops)
                 doc["runs"][mode].append(run_)
-                print(f"  {run_['switches']} switches, {run_['retransmits']} retransmissions, "
-                      f"{run_['unanswered']} unanswered, {run_['seconds']:.1f} s", flush=True)
+                if run_.get("failed"):
+                    print(f"  run given up after {RETRIES + 1} attempts", flush=True)
+                else:
+                    print(f"  {run_['switches']} switches, {run_['retransmits']} "
+                          f"retransmissions, {run_['unanswered']} unanswered, "
+                          f"{run_['seconds']:.1f} s", flush=True)
     except BaseException:
         keep_logs(ctx, [cl for _, cl in clusters])
         raise
@@ -242,12 +244,14 @@ def run(ctx):
             cl.__exit__(None, None, None)
     doc["summary"] = {}
     for mode, _ in MODES:
-        rs = doc["runs"][mode]
+        rs = [r for r in doc["runs"][mode] if not r.get("failed")]
         doc["summary"][mode] = {k: dict(spread([r.get(k) for r in rs]),
                                         total=sum(r.get(k) or 0 for r in rs))
                                 for k in ("retransmits", "switches", "unanswered", "silent",
                                           "seconds", *COUNTERS[1:]) if any(k in r for r in rs)}
         doc["summary"][mode]["runs_with_retransmits"] = sum(1 for r in rs if r["retransmits"])
+        doc["summary"][mode]["runs"] = len(rs)
+        doc["summary"][mode]["runs_failed"] = len(doc["runs"][mode]) - len(rs)
     print_table(doc)
     return doc
 
@@ -257,6 +261,9 @@ def print_table(doc):
           f">= {doc['min_switches']} switches per run, {doc['busy_loops']} busy loops")
     for mode in doc["runs"]:
         rs = doc["runs"][mode]
-        print(f"  {mode:>8}: retransmissions per run {[r['retransmits'] for r in rs]}, "
-              f"switches {[r['switches'] for r in rs]}, unanswered "
-              f"{[r['unanswered'] for r in rs]}")
+        print(f"  {mode:>8}: retransmissions per run {[r.get('retransmits') for r in rs]}, "
+              f"switches {[r.get('switches') for r in rs]}, unanswered "
+              f"{[r.get('unanswered') for r in rs]}")
+    if doc["incidents"]:
+        print(f"  {len(doc['incidents'])} failed attempt(s), run again on a restarted scored: "
+              "see the JSON's incidents and BUILD/bench/preempt-soak-logs/")

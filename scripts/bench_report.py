@@ -217,7 +217,9 @@ def render_pm_shm(doc, path):
             f"Latency is one-way (round trip / 2) in µs, bandwidth the stream test in MB/s "
             f"(10^6 B/s); each cell is the median over the {rounds} round(s) with the "
             f"[{kind}] in brackets; a ratio is taken round by round (PM and vader of the same "
-            "round). `+credit`: the stream waits for the receiver's credit per message.", ""]
+            "round). `+credit`: the stream waits for the receiver's credit per message. JSON: "
+            f"`comparison.{judged}[]` (per size, with `per_round`), `targets[]`; the raw "
+            f"records in `rounds[].{judged}.records` and `rounds[].netpipe_*.rows`.", ""]
     out.append(table(["size", "path", "PM µs", "vader µs", "PM/vader", "target",
                       "PM MB/s", "vader MB/s", "PM/vader", "target"], rows,
                      ["---:", "---", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---"]))
@@ -230,7 +232,7 @@ def render_pm_shm(doc, path):
     others = [k for k in comparison if k != judged]
     if others:
         out += ["", "Informational variants of the same rounds (PM's figure, and its ratio "
-                "to vader of the same round):", ""]
+                "to vader of the same round; JSON: `comparison.<variant>[]`):", ""]
         header = ["size"]
         for k in others:
             header += [f"{k}: µs", "÷ vader", "MB/s", "÷ vader"]
@@ -275,7 +277,9 @@ def render_pm_udp(doc, path):
     out.append(f"Each figure is the median over {n} round(s) with the [{kind}] in brackets; "
                "pmbench's figure of a round is the median of its repetitions, sockperf's its "
                "average (and median) over the run, iperf3's the received rate. PM's "
-               f"receiver copies every payload out (`--recv {doc.get('recv', 'none')}`).")
+               f"receiver copies every payload out (`--recv {doc.get('recv', 'none')}`). JSON: "
+               "`measures.<key>` and `verdicts[]`, each with its `samples`; every round's "
+               "raw records in `rounds[]`.")
     out.append("")
     rows = [[m["title"], spread_cell(m), ", ".join(num(x) for x in m["samples"])]
             for m in doc["measures"].values()]
@@ -307,7 +311,7 @@ def render_launch(doc, path):
     out.append(f"A job of `/bin/true` from the command to its exit, {doc['repetitions']} runs "
                f"of each launcher in turns after {doc['warmup']} warm-up runs each; median "
                f"[{kind}] in ms. The ratio is taken run by run (each scrun run against the "
-               "mpirun run next to it).")
+               "mpirun run next to it). JSON: `results[]` (every run in `samples_s`).")
     out.append("")
     rows = []
     for r in results:
@@ -336,10 +340,16 @@ def render_launch(doc, path):
 
 # ---------------------------------------------------------------- gang
 
+def _signed(cell):
+    """+2.5 [-1.0–+4.0] for a percentage cell."""
+    return re.sub(r"(?<![\d.])(\d)", r"+\1", cell).replace("+-", "-").replace("-+", "-")
+
+
 def render_gang(doc, path):
     if "gang_vs_linux" not in doc or "speedup" not in next(iter(doc["gang_vs_linux"].values())):
         return None
-    out = [provenance(doc, path), ""]
+    out = [provenance(doc, path), "", "JSON: `switch[]` for (a), `overhead[]` for (b), "
+           "`gang_vs_linux.<device>` for (c), `preemption.<mode>.runs[]` for (d).", ""]
     out += ["**(a) switch time**: two pmcheck jobs on the same nodes, quantum 50 ms, network "
             "preemption; the master's own statistics (`scorectl matrix --json`) over all "
             "switches of the part.", ""]
@@ -349,7 +359,8 @@ def render_gang(doc, path):
                        f"{num(s['p99_ms'])} ms", f"{num(s['quiesce_median_ms'])} ms",
                        s["unanswered"], s.get("silent", "-")] for s in doc["switch"]]))
     over = doc["overhead"]
-    out += ["", f"**(b) overhead for a job alone**: one 4x1 pmcheck job, "
+    out += ["", f"**(b) overhead for a job alone**: one 4x1 pmcheck job "
+            f"(`--count {doc.get('overhead_count', doc.get('count'))}`), "
             f"{doc.get('repetitions_overhead', doc.get('repetitions'))} runs per mode, the "
             "modes in turns; makespan median [spread] and the overhead of each run against "
             "the `off` run of the same turn.", ""]
@@ -359,7 +370,7 @@ def render_gang(doc, path):
                ", ".join(str(x) for x in o.get("switches", []))]
         v = o.get("overhead_pct")
         if v:
-            row += [f"{spread_cell(v, 1)} %", f"{target_text(v['op'], v['bound'])} % "
+            row += [f"{_signed(spread_cell(v, 1))} %", f"{target_text(v['op'], v['bound'])} % "
                                                f"{verdict_cell(v)}"]
         else:
             row += ["(reference)", ""]
@@ -376,13 +387,17 @@ def render_gang(doc, path):
         rows.append([device, g["shape"], g.get("round_trips", "-"),
                      f"{spread_cell(g['gang_makespan_s'])} s",
                      f"{spread_cell(g['linux_makespan_s'])} s", spread_cell(v, 2),
-                     f"{target_text(v['op'], v['bound'])} {verdict_cell(v)}"])
+                     f"{target_text(v['op'], v['bound'])} {verdict_cell(v)}",
+                     f"{spread_cell(g.get('gang_launcher_makespan_s'))} s / "
+                     f"{spread_cell(g.get('linux_launcher_makespan_s'))} s"])
     out.append(table(["device", "jobs", "round trips per job", "gang (scrun)",
-                      "Linux (2 × mpirun)", "speedup", "target"], rows,
-                     ["---", "---", "---:", "---:", "---:", "---:", "---"]))
+                      "Linux (2 × mpirun)", "speedup", "target",
+                      "informational: gang / Linux with the launchers' start-up"], rows,
+                     ["---", "---", "---:", "---:", "---:", "---:", "---", "---:"]))
     p = doc["preemption"]
-    out += ["", "**(d) network preemption against plain freezing**: two pmcheck jobs sharing "
-            "2 nodes, quantum 50 ms, the modes in turns; PM retransmissions over both jobs.",
+    out += ["", "**(d) network preemption against plain freezing**: two pmcheck jobs "
+            f"(`--count {doc.get('preempt_count', doc.get('count'))}`) sharing 2 nodes, "
+            "quantum 50 ms, the modes in turns; PM retransmissions over both jobs.",
             ""]
     rows = []
     for mode in ("network", "freeze"):
@@ -408,7 +423,8 @@ def render_preempt_soak(doc, path):
                f"on 2 nodes, quantum {doc['quantum_ms']} ms, started again until at least "
                f"{doc['min_switches']} switches per run; {doc['busy_loops']} busy loops on the "
                f"host during every run; {doc['runs_per_mode']} run(s) per mode, the modes in "
-               "turns.")
+               "turns. JSON: `runs.<mode>[]` (every counter pmcheck printed, summed over the "
+               "jobs of the run) and `summary.<mode>`.")
     out.append("")
     modes = list(doc["runs"])
     n = max(len(doc["runs"][m]) for m in modes)
@@ -417,8 +433,11 @@ def render_preempt_soak(doc, path):
         row = [i + 1]
         for m in modes:
             r = doc["runs"][m][i] if i < len(doc["runs"][m]) else None
-            row += ([r["retransmits"], r["switches"], r["unanswered"], f"{num(r['seconds'])} s"]
-                    if r else ["-"] * 4)
+            if r and r.get("failed"):
+                row += ["failed (see below)", "-", "-", "-"]
+            else:
+                row += ([r["retransmits"], r["switches"], r["unanswered"],
+                         f"{num(r['seconds'])} s"] if r else ["-"] * 4)
         rows.append(row)
     header = ["run"]
     for m in modes:
@@ -429,16 +448,24 @@ def render_preempt_soak(doc, path):
         s = doc["summary"][m]
         extra = [f"{k} {s[k]['total']}" for k in ("loses", "stops", "drops", "rto_polls",
                                                    "dups", "refused_resends") if k in s]
+        if not s.get("retransmits"):
+            out.append(f"- `{m}`: no run completed")
+            continue
+        failed = s.get("runs_failed", 0)
         out.append(f"- `{m}`: {s['retransmits']['total']} retransmissions in "
                    f"{s['switches']['total']} switches; runs with any: "
-                   f"{s['runs_with_retransmits']} of {len(doc['runs'][m])}; per run "
+                   f"{s['runs_with_retransmits']} of {s.get('runs', len(doc['runs'][m]))}"
+                   + (f" (and {failed} run(s) given up, see below)" if failed else "")
+                   + "; per run "
                    f"{spread_cell(s['retransmits'], 0)} ({spread_kind(s['retransmits'])})"
                    + (f"; other PM counters, totals: {', '.join(extra)}" if extra else ""))
     incidents = doc.get("incidents") or []
     if incidents:
-        out += ["", f"Runs tried again after a failure ({len(incidents)}; scored restarted "
-                "on that cluster, the agents' thread states and scored's logs kept in the "
-                "JSON and in `build/bench/preempt-soak-logs/`):", ""]
+        out += ["", f"Failed attempts ({len(incidents)}), each followed by a restart of scored "
+                "on that cluster and the run again (a run is given up after "
+                f"{doc.get('retries', 2) + 1} failed attempts); the agents' thread states are "
+                "in the JSON's `incidents`, scored's logs in `build/bench/preempt-soak-logs/`:",
+                ""]
         out += [f"- `{i['mode']}` run {i['run']}, attempt {i['attempt']}: {i['error']}"
                 for i in incidents]
     out += ["", commands_block(doc)]

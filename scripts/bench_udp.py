@@ -25,6 +25,7 @@ lossless bandwidth.  docs/pm/bench-udp.md has the method; its tables are
 written by scripts/bench_report.py from BUILD/bench/pm-udp.json.
 """
 import json
+import os
 import re
 import signal
 import subprocess
@@ -105,11 +106,32 @@ class Cluster:
                 p.kill()
                 p.wait()
 
-    def mpirun(self):
-        """Two ranks, one per node; no binding (the nodes share the cores)."""
-        return ["mpirun", "--bind-to", "none", "--host", "n1,n2", "-n", "2",
+    def mpirun(self, program, env=None):
+        """mpirun of `program` with rank 0 in n1 and rank 1 in n2, each
+        pinned like every other program of the suite (pin())."""
+        argv = ["mpirun", "--bind-to", "none",
                 "--mca", "plm_rsh_agent", f"{VCLUSTER} rsh --name {self.name}",
                 "--mca", "oob_tcp_if_include", self.subnet(0)]
+        forward = [a for k in sorted(env or {}) for a in ("-x", f"{k}={env[k]}")]
+        for i, node in enumerate(("n1", "n2")):
+            argv += ([":"] if i else []) + ["--host", node, "-n", "1", *forward,
+                                            *pin(node), *program]
+        return argv
+
+
+# The two nodes share the machine's cores, and an unpinned pair of
+# busy-polling processes is sometimes put on one core by the scheduler
+# (each waits out the other's time slice: latencies many times higher).
+# Every program of the suite runs its n1 side on CPU 0 and its n2 side on
+# CPU 1, PM and the baselines alike (mpirun's own binding would count cores
+# from 0 in each node and put both ranks on core 0).
+PIN = {"n1": 0, "n2": 1}
+
+
+def pin(node):
+    if len(os.sched_getaffinity(0)) < 2:
+        return []
+    return ["taskset", "-c", str(PIN[node])]
 
 
 def pmbench(ctx, cl, what, test, sizes, env, reps=5, iters=None):
@@ -117,12 +139,12 @@ def pmbench(ctx, cl, what, test, sizes, env, reps=5, iters=None):
     (--recv copy), as sockperf's and iperf3's receivers read into a buffer;
     {size: JSON record}."""
     sizes = [sizes] if isinstance(sizes, int) else sizes
-    forward = [a for k in sorted(env) for a in ("-x", f"{k}={env[k]}")]
-    argv = cl.mpirun() + forward + ctx.wrap + [
+    program = ctx.wrap + [
         str(ctx.bin / "pmbench"), "--test", test, "--sizes", ",".join(map(str, sizes)),
         "--reps", str(reps), "--recv", "copy", "--json"]
     if iters:
-        argv += ["--iters", str(iters)]
+        program += ["--iters", str(iters)]
+    argv = cl.mpirun(program, env)
     proc = ctx.run(what, argv)
     found = {}
     for line in proc.stdout.splitlines():
@@ -140,15 +162,15 @@ def sockperf(ctx, cl, tcp, port):
     and the client spin on non-blocking sockets, as PM spins in pm_wait())."""
     addr = cl.address("n1")
     proto = ["--tcp"] if tcp else []
-    server_argv = [*ctx.wrap, "sockperf", "server", *proto, "-i", addr, "-p", str(port),
-                   "--nonblocked"]
+    server_argv = [*pin("n1"), *ctx.wrap, "sockperf", "server", *proto, "-i", addr,
+                   "-p", str(port), "--nonblocked"]
     ctx.commands.append({"what": f"sockperf server {'TCP' if tcp else 'UDP'} (n1)",
                          "argv": cl.exec_argv("n1", *server_argv), "cwd": None})
     server = cl.background("n1", *server_argv)
     time.sleep(0.5)
     try:
         proc = ctx.run(f"sockperf ping-pong {'TCP' if tcp else 'UDP'} (n2)",
-                       cl.exec_argv("n2", *ctx.wrap, "sockperf", "ping-pong", *proto,
+                       cl.exec_argv("n2", *pin("n2"), *ctx.wrap, "sockperf", "ping-pong", *proto,
                                     "-i", addr, "-p", str(port), "-m", str(SOCKPERF_SIZE),
                                     "-t", str(SOCKPERF_SECONDS), "--nonblocked"))
     finally:
@@ -163,13 +185,14 @@ def sockperf(ctx, cl, tcp, port):
 
 def iperf3(ctx, cl, port):
     addr = cl.address("n1")
-    server_argv = [*ctx.wrap, "iperf3", "-s", "-1", "-B", addr, "-p", str(port)]
+    server_argv = [*pin("n1"), *ctx.wrap, "iperf3", "-s", "-1", "-B", addr, "-p", str(port)]
     ctx.commands.append({"what": "iperf3 server (n1)", "argv": cl.exec_argv("n1", *server_argv),
                          "cwd": None})
     server = cl.background("n1", *server_argv)
     time.sleep(0.5)
     try:
-        proc = ctx.run("iperf3 TCP (n2)", cl.exec_argv("n2", *ctx.wrap, "iperf3", "-c", addr,
+        proc = ctx.run("iperf3 TCP (n2)", cl.exec_argv("n2", *pin("n2"), *ctx.wrap, "iperf3",
+                                                       "-c", addr,
                                                        "-p", str(port), "-t", str(IPERF_SECONDS),
                                                        "-J"))
     finally:
