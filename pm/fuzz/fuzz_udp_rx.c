@@ -14,7 +14,7 @@
  * makes remote writes and reads reachable.  Any crash, sanitizer report or
  * leak is a bug; see docs/pm/fuzzing.md.
  */
-#include "pm_internal.h"
+#include "core/pm_internal.h"
 #include "stats.h"
 
 #include <stdint.h>

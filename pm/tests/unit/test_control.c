@@ -15,7 +15,7 @@
  */
 #include "check.h"
 #include "pm.h"
-#include "pm_internal.h"
+#include "core/pm_internal.h"
 #include "stats.h"
 
 #include <pthread.h>

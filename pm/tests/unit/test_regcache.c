@@ -8,7 +8,7 @@
  * plain numbers.
  */
 #include "check.h"
-#include "regcache.h"
+#include "core/regcache.h"
 
 #include <stdbool.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
  * catches any access outside them.
  */
 #include "check.h"
-#include "ring.h"
+#include "core/ring.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -9,7 +9,7 @@
  */
 #include "check.h"
 #include "pm.h"
-#include "pm_internal.h"
+#include "core/pm_internal.h"
 #include "stats.h"
 
 #include <dirent.h>

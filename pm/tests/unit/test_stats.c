@@ -9,7 +9,7 @@
  * at those offsets, as a foreign reader would.
  */
 #include "check.h"
-#include "pm_internal.h"
+#include "core/pm_internal.h"
 #include "stats.h"
 
 #include <dirent.h>

@@ -5,7 +5,7 @@
  * same lines), decoding round trips, and every reason a packet is dropped.
  */
 #include "check.h"
-#include "udp_wire.h"
+#include "udp/wire.h"
 
 #include <stdbool.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * udp_wire.h - the PM/Ethernet (udp device) packet format.
+ * wire.h - the PM/Ethernet (udp device) packet format.
  *
  * Every UDP datagram is one packet: a 32-byte header, then payload.  All
  * fields are little-endian.  Byte layout, semantics and test vectors:

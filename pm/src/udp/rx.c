@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * udp_rx.c - the receiving half of Go-Back-N for PM.
+ * rx.c - the receiving half of Go-Back-N for PM.
  *
  * Packets are consumed strictly in sequence.  Packets that arrive early
  * (striping over several NICs reorders them) wait in a small per-peer wait
@@ -25,7 +25,7 @@ int udp_rx_init(struct udp_dev *u, struct udp_peer *p)
 {
 	/* The wait queue covers the whole window where memory allows (2 MiB
 	 * per peer), and always the reordering that reading the NICs in turn
-	 * makes (dev_udp.c, receive): what does not fit must be sent again. */
+	 * makes (device.c, receive): what does not fit must be sent again. */
 	p->nooo = 128;
 	while (p->nooo < u->wnd && (p->nooo * 2) * OOO_STRIDE(p) <= (2u << 20))
 		p->nooo <<= 1;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* udp_wire.c - encoding and validating PM/Ethernet packets (udp_wire.h). */
-#include "udp_wire.h"
+/* wire.c - encoding and validating PM/Ethernet packets (wire.h). */
+#include "wire.h"
 
 #include <string.h>
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * dev_shm.c - the shm device: the processes of a job on one node.
+ * shm.c - the shm device: the processes of a job on one node.
  *
  * Every process owns one segment holding a header (its doorbell and its
  * table of exposed regions) and one receive ring per local sender,
@@ -12,9 +12,9 @@
  *
  * Layout and protocol: docs/pm/shm.md.
  */
-#include "futex.h"
-#include "pm_internal.h"
-#include "ring.h"
+#include "util/futex.h"
+#include "core/pm_internal.h"
+#include "core/ring.h"
 
 #include <errno.h>
 #include <arpa/inet.h>

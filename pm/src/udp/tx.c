@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * udp_tx.c - the sending half of Go-Back-N for PM, with the defects of the
+ * tx.c - the sending half of Go-Back-N for PM, with the defects of the
  * thesis's appendix B fixed (see docs/pm/wire.md, "Sender"):
  *   - a timeout goes back to the oldest unacknowledged packet (acked + 1),
  *     not past it;

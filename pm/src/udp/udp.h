@@ -2,24 +2,24 @@
 /*
  * udp.h - the udp device (PM/Ethernet): state shared by its parts.
  *
- *   dev_udp.c   the device: sockets, batched I/O, progress, waiting
- *   udp_tx.c    the sender: message queue, fragmentation, Go-Back-N window,
+ *   device.c    the device: sockets, batched I/O, progress, waiting
+ *   tx.c        the sender: message queue, fragmentation, Go-Back-N window,
  *               acknowledgements, STOP/GO/LOSE, retransmission timers
- *   udp_rx.c    the receiver: ordering (wait queue), reassembly, flow
+ *   rx.c        the receiver: ordering (wait queue), reassembly, flow
  *               control, acknowledgements
- *   udp_wire.c  the packet format
- *   udp_nic.c   NIC configuration
+ *   wire.c      the packet format
+ *   nic.c       NIC configuration
  *
  * Protocol: docs/pm/wire.md.  Everything is per (this process, peer) pair.
  */
 #ifndef PM_UDP_H
 #define PM_UDP_H
 
-#include "pm_internal.h"
-#include "ring.h"
+#include "core/pm_internal.h"
+#include "core/ring.h"
 #include "stats.h"
-#include "udp_nic.h"
-#include "udp_wire.h"
+#include "nic.h"
+#include "wire.h"
 
 #include <netinet/in.h>
 #include <stdbool.h>
@@ -47,7 +47,7 @@ struct udp_path {
 	uint64_t next_probe_ns;
 	uint64_t sent, rcvd;            /* packets, for pminfo */
 	/* Receiver's view: a path is FIFO, so the last data seq that came by
-	 * it tells which seqs it can still bring (loss detection, udp_rx.c). */
+	 * it tells which seqs it can still bring (loss detection, rx.c). */
 	uint32_t rx_latest;
 	uint64_t rx_mark;               /* peer's rx_count at its last data packet */
 };
@@ -168,7 +168,7 @@ struct udp_out {
 	uint8_t path;
 };
 
-/* The batch of one NIC regrouped into GSO messages (dev_udp.c, gso_build). */
+/* The batch of one NIC regrouped into GSO messages (device.c, gso_build). */
 struct udp_gso {
 	struct mmsghdr mh[UDP_BATCH];
 	struct iovec iov[2 * UDP_BATCH];
@@ -180,7 +180,7 @@ struct udp_gso {
 };
 
 /* The receive batch: its headers are set up once and only the entries a
- * recvmmsg() filled are reset afterwards (dev_udp.c, receive). */
+ * recvmmsg() filled are reset afterwards (device.c, receive). */
 struct udp_rx_batch {
 	struct mmsghdr mm[UDP_BATCH];
 	struct iovec iov[UDP_BATCH];
@@ -215,13 +215,13 @@ struct udp_dev {
 	struct udp_rx_batch rx;
 	uint64_t drops_by[WIRE_VERDICTS];
 	uint64_t now_ns;                /* refreshed once per progress pass */
-	uint64_t last_yield_ns;         /* idle_yield (dev_udp.c) */
+	uint64_t last_yield_ns;         /* idle_yield (device.c) */
 	bool remote_only;               /* under composite: peers off this node */
 	bool op_done;                   /* a remote op completed since the last poll */
 	struct pm_stats_nic *nic_stats; /* in the statistics page */
 };
 
-/* dev_udp.c */
+/* device.c */
 void udp_out_packet(struct udp_dev *u, struct udp_peer *p, int path,
 		    const struct wire_hdr *h, const struct wire_msg_hdr *m,
 		    const void *payload, size_t len);
@@ -231,7 +231,7 @@ void udp_send_control_on(struct udp_dev *u, struct udp_peer *p, int path, uint8_
 void udp_flush(struct udp_dev *u);
 struct udp_peer *udp_peer_of(struct udp_dev *u, int rank);
 
-/* udp_tx.c */
+/* tx.c */
 int udp_tx_init(struct udp_dev *u, struct udp_peer *p);
 void udp_tx_fini(struct udp_peer *p);
 int udp_tx_enqueue(struct udp_dev *u, struct udp_peer *p, const struct udp_txmsg *m);
@@ -244,7 +244,7 @@ uint64_t udp_tx_next_timer(const struct udp_peer *p);
 bool udp_tx_drained(const struct udp_peer *p);
 uint32_t udp_piggy_ack(const struct udp_peer *p);
 
-/* udp_rx.c */
+/* rx.c */
 int udp_rx_init(struct udp_dev *u, struct udp_peer *p);
 void udp_rx_fini(struct udp_peer *p);
 void udp_rx_on_data(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr *h,
@@ -254,7 +254,7 @@ uint64_t udp_rx_next_timer(const struct udp_peer *p);
 void udp_rx_released(struct udp_dev *u, struct udp_peer *p);
 void udp_rx_on_poll(struct udp_peer *p, uint32_t seq);
 
-/* remote operations (dev_udp.c) */
+/* remote operations (device.c) */
 void udp_op_complete(struct udp_dev *u, uint64_t cookie, int status);
 struct udp_op_slot *udp_op_lookup(struct udp_dev *u, uint64_t cookie);
 struct udp_window *udp_window_check(struct udp_dev *u, uint64_t key, uint64_t off,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * udp_nic.h - which NICs the udp device uses, and how two processes' NICs
+ * nic.h - which NICs the udp device uses, and how two processes' NICs
  * pair up into paths.
  *
  * Each NIC is on its own network (its own switch).  A process opens one UDP

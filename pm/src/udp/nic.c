@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* udp_nic.c - the udp device's NIC configuration (see udp_nic.h). */
-#include "udp_nic.h"
+/* nic.c - the udp device's NIC configuration (see nic.h). */
+#include "nic.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

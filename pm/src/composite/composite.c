@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * dev_composite.c - PM/Composite: one context over several devices, each
+ * composite.c - PM/Composite: one context over several devices, each
  * peer routed to the device that reaches it best (shm for the same node, a
  * network device otherwise).  Seed 000, section 7.3.
  */
-#include "pm_internal.h"
+#include "core/pm_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>

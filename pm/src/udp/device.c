@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * dev_udp.c - the udp device (PM/Ethernet): a light reliable protocol of
+ * device.c - the udp device (PM/Ethernet): a light reliable protocol of
  * our own over UDP, one socket per NIC, packets striped over every NIC that
  * reaches a peer (network trunking), batched system calls, busy-poll then
- * block.  The protocol halves are in udp_tx.c and udp_rx.c.
+ * block.  The protocol halves are in tx.c and rx.c.
  */
 #include "udp.h"
 
@@ -1168,7 +1168,7 @@ static void udp_hold(struct pm_device *dev, uint64_t deadline)
  * peer spent frozen too.  The same for a loss report's back-off and for
  * probes of paths that looked down.  Peers thaw on their nodes some
  * milliseconds apart; a timer that runs out on one not yet thawed only
- * polls it (udp_tx.c), and what was outstanding gives no RTT sample.
+ * polls it (tx.c), and what was outstanding gives no RTT sample.
  */
 static void udp_resumed(struct pm_device *dev)
 {
