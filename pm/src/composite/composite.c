@@ -5,6 +5,7 @@
  * network device otherwise).  Seed 000, section 7.3.
  */
 #include "core/pm_internal.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <stdlib.h>

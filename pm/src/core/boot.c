@@ -5,18 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-uint64_t pm_hash64(const char *s)
-{
-	/* FNV-1a: stable across builds and machines, which the job key must be. */
-	uint64_t h = 0xcbf29ce484222325ull;
-
-	for (; *s; s++) {
-		h ^= (unsigned char)*s;
-		h *= 0x100000001b3ull;
-	}
-	return h;
-}
-
 int pm_boot_open(struct pm_boot *b)
 {
 	memset(b, 0, sizeof(*b));

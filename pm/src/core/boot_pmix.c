@@ -6,6 +6,7 @@
  * PMIx_Get.
  */
 #include "pm_internal.h"
+#include "util/hash.h"
 
 #include <errno.h>
 #include <pmix.h>

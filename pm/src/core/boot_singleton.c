@@ -4,6 +4,7 @@
  * The key-value store holds only this process's own values.
  */
 #include "pm_internal.h"
+#include "util/hash.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -5,14 +5,12 @@
  */
 #include "pm_internal.h"
 #include "stats.h"
+#include "util/clock.h"
+#include "util/log.h"
 
 #include <errno.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 /* Long enough to cover a 1 MiB single-copy transfer by a peer (about
  * 100 us) without sleeping; short enough not to burn a core for nothing. */
@@ -35,36 +33,6 @@ const char *pm_strerror(int err)
 	return strerror(err < 0 ? -err : err);
 }
 
-uint64_t pm_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* One write(2) of a formatted line, no stdio: devices may log from the
- * preemption procedure, which can run in a signal handler that interrupted
- * the application inside stdio (docs/pm/control.md). */
-void pm_log(const struct pm_context *ctx, const char *fmt, ...)
-{
-	const char *v = getenv("PM_VERBOSE");
-	char line[512];
-	va_list ap;
-	int n, m;
-
-	if (v && strcmp(v, "0") == 0)
-		return;
-	n = snprintf(line, sizeof(line), "pm[%d]: ", ctx ? ctx->rank : -1);
-	va_start(ap, fmt);
-	m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
-	va_end(ap);
-	n = m < 0 ? n : n + m > (int)sizeof(line) - 2 ? (int)sizeof(line) - 2 : n + m;
-	line[n++] = '\n';
-	while (write(STDERR_FILENO, line, (size_t)n) < 0 && errno == EINTR)
-		;
-}
-
 /* An unsigned knob from attr, else the environment, else the default. */
 static int knob(uint32_t from_attr, const char *env, uint32_t dflt, uint32_t *out)
 {
@@ -83,7 +51,7 @@ static int knob(uint32_t from_attr, const char *env, uint32_t dflt, uint32_t *ou
 	unsigned long v = strtoul(s, &end, 10);
 
 	if (*end || v > UINT32_MAX) {
-		pm_log(NULL, "%s=%s: not a number", env, s);
+		pm_log(-1, "%s=%s: not a number", env, s);
 		return -EINVAL;
 	}
 	*out = (uint32_t)v;
@@ -120,7 +88,7 @@ static int open_device(struct pm_context *ctx, const char *name)
 	else if (strcmp(name, "udp") == 0)
 		ctx->dev = pm_udp_create(ctx, false);
 	else {
-		pm_log(ctx, "unknown device '%s' (known: composite, shm, udp)", name);
+		pm_log(ctx->rank, "unknown device '%s' (known: composite, shm, udp)", name);
 		return -ENODEV;
 	}
 	if (!ctx->dev)
@@ -136,7 +104,7 @@ static int open_device(struct pm_context *ctx, const char *name)
 	int ferr2 = b->ops->fence(b);
 
 	if (ferr || ferr2) {
-		pm_log(ctx, "bootstrap fence failed: %s", strerror(ferr ? -ferr : -ferr2));
+		pm_log(ctx->rank, "bootstrap fence failed: %s", strerror(ferr ? -ferr : -ferr2));
 		return -EPROTO;
 	}
 	/* A peer that failed its setup published no address: what we see is
@@ -148,7 +116,7 @@ static int open_device(struct pm_context *ctx, const char *name)
 	ctx->dev->ops->ready(ctx->dev);
 	for (int peer = 0; peer < ctx->size; peer++) {
 		if (!ctx->dev->ops->device_of(ctx->dev, peer)) {
-			pm_log(ctx, "no device of '%s' reaches rank %d (another node?)",
+			pm_log(ctx->rank, "no device of '%s' reaches rank %d (another node?)",
 			       name, peer);
 			return -ENETUNREACH;
 		}
@@ -192,7 +160,7 @@ int pm_open(pm_context_t **out, const struct pm_open_attr *attr)
 
 	err = pm_boot_open(&ctx->boot);
 	if (err) {
-		pm_log(NULL, "bootstrap failed: %s", strerror(-err));
+		pm_log(-1, "bootstrap failed: %s", strerror(-err));
 		free(ctx);
 		return err == -ENOMEM ? err : -EPROTO;
 	}
@@ -201,7 +169,7 @@ int pm_open(pm_context_t **out, const struct pm_open_attr *attr)
 
 	err = pm_stats_publish(ctx, device);
 	if (err) {
-		pm_log(ctx, "statistics page in %s: %s", pm_stats_dir(), strerror(-err));
+		pm_log(ctx->rank, "statistics page in %s: %s", pm_stats_dir(), strerror(-err));
 		goto fail;
 	}
 	/* From the page on the agent may ask us to quiesce, while the device's

@@ -22,6 +22,8 @@
  */
 #include "pm_internal.h"
 #include "stats.h"
+#include "util/clock.h"
+#include "util/log.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -264,7 +266,7 @@ static void install_handler(struct pm_context *ctx)
 	if ((old.sa_flags & SA_SIGINFO) ||
 	    (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN)) {
 		if (!warned_foreign)
-			pm_log(ctx, "SIGURG has a handler of the application: preemption "
+			pm_log(ctx->rank, "SIGURG has a handler of the application: preemption "
 			       "requests are noticed at PM calls only");
 		warned_foreign = true;
 		return;
@@ -311,7 +313,7 @@ void pm_control_open(struct pm_context *ctx)
 		}
 	}
 	if (ctx->control_slot < 0) {
-		pm_log(ctx, "more than %d contexts: this one answers preemption at PM "
+		pm_log(ctx->rank, "more than %d contexts: this one answers preemption at PM "
 		       "calls only", CONTROL_MAX);
 	} else {
 		install_handler(ctx);

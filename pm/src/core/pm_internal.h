@@ -49,7 +49,6 @@ int pm_boot_open(struct pm_boot *b);
 int pm_boot_open_pmix(struct pm_boot *b);
 int pm_boot_open_singleton(struct pm_boot *b);
 void pm_boot_close(struct pm_boot *b);
-uint64_t pm_hash64(const char *s);
 
 /* ---- devices ---- */
 
@@ -177,12 +176,6 @@ struct pm_context {
 	uint64_t window_gen;
 	struct pm_mr windows[PM_MAX_WINDOWS];
 };
-
-/* Diagnostics on stderr, prefixed "pm[rank]:", unless PM_VERBOSE=0. */
-void pm_log(const struct pm_context *ctx, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-uint64_t pm_now_ns(void);
 
 /* ---- preemption from outside: control.c ---- */
 

@@ -12,9 +12,11 @@
  *
  * Layout and protocol: docs/pm/shm.md.
  */
-#include "util/futex.h"
 #include "core/pm_internal.h"
 #include "core/ring.h"
+#include "util/clock.h"
+#include "util/futex.h"
+#include "util/log.h"
 
 #include <errno.h>
 #include <arpa/inet.h>
@@ -164,7 +166,7 @@ static int shm_setup(struct pm_device *dev, struct pm_boot *b)
 
 	s->ring_bytes = (uint64_t)ctx->shm_ring_kib * 1024u;
 	if (!ring_size_valid(s->ring_bytes)) {
-		pm_log(ctx, "shm ring of %u KiB: must be a power of two >= 4",
+		pm_log(ctx->rank, "shm ring of %u KiB: must be a power of two >= 4",
 		       ctx->shm_ring_kib);
 		return -EINVAL;
 	}
@@ -184,7 +186,7 @@ static int shm_setup(struct pm_device *dev, struct pm_boot *b)
 			s->me_local = i;
 	}
 	if (s->me_local < 0) {
-		pm_log(ctx, "the launcher's local peers do not include this rank");
+		pm_log(ctx->rank, "the launcher's local peers do not include this rank");
 		return -EPROTO;
 	}
 
@@ -195,7 +197,7 @@ static int shm_setup(struct pm_device *dev, struct pm_boot *b)
 	if (fd < 0) {
 		int err = -errno;
 
-		pm_log(ctx, "shm_open %s: %s", s->name, strerror(errno));
+		pm_log(ctx->rank, "shm_open %s: %s", s->name, strerror(errno));
 		return err;
 	}
 	s->named = true;
@@ -283,7 +285,7 @@ static int shm_connect(struct pm_device *dev, struct pm_boot *b)
 			int err = map_peer(s, b, p);
 
 			if (err) {
-				pm_log(dev->ctx, "shm: attaching to rank %d: %s", p->rank,
+				pm_log(dev->ctx->rank, "shm: attaching to rank %d: %s", p->rank,
 				       strerror(-err));
 				return err;
 			}
@@ -428,7 +430,7 @@ static int shm_recv(struct pm_device *dev, struct pm_msg *msg)
 		if (err == -EPROTO) {
 			p->broken = true;
 			dev->ctx->stats->drops++;
-			pm_log(dev->ctx, "shm: malformed record from rank %d; ignoring it",
+			pm_log(dev->ctx->rank, "shm: malformed record from rank %d; ignoring it",
 			       p->rank);
 			continue;
 		}

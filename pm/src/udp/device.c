@@ -6,6 +6,8 @@
  * block.  The protocol halves are in tx.c and rx.c.
  */
 #include "udp.h"
+#include "util/clock.h"
+#include "util/log.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -206,7 +208,7 @@ static void flush_gso(struct udp_dev *u, int nic)
 			 * xfrm policy, an old kernel): send per packet from
 			 * here on, on this socket for good. */
 			u->gso[nic] = false;
-			pm_log(u->base.ctx, "udp: %s: UDP GSO refused (%s), one datagram per packet",
+			pm_log(u->base.ctx->rank, "udp: %s: UDP GSO refused (%s), one datagram per packet",
 			       u->nics[nic].name, strerror(err));
 			flush_plain(u, nic, g->first[done]);
 			return;
@@ -647,7 +649,7 @@ static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 	for (int i = 0; i < UDP_MAX_NICS; i++)
 		u->fds[i] = -1;
 	if (n < 0) {
-		pm_log(ctx, "udp: %s", err);
+		pm_log(ctx->rank, "udp: %s", err);
 		return n;
 	}
 	u->nnics = n;
@@ -658,7 +660,7 @@ static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 	u->wnd = ctx->udp_window;
 	if (!ring_size_valid(u->ring_bytes) || u->wnd < 8 || (u->wnd & (u->wnd - 1)) ||
 	    u->wnd > (1u << 20)) {
-		pm_log(ctx, "udp: ring of %u KiB and window of %u packets: both must be powers "
+		pm_log(ctx->rank, "udp: ring of %u KiB and window of %u packets: both must be powers "
 		       "of two (ring >= 4 KiB, window 8..1M)", ctx->udp_ring_kib, ctx->udp_window);
 		return -EINVAL;
 	}
@@ -682,7 +684,7 @@ static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 			blob.rcvbuf = rcvbuf;
 
 		if (e) {
-			pm_log(ctx, "udp: socket on %s: %s", u->nics[i].name, strerror(-e));
+			pm_log(ctx->rank, "udp: socket on %s: %s", u->nics[i].name, strerror(-e));
 			return e;
 		}
 		blob.nic[i].addr = u->nics[i].addr;
@@ -751,7 +753,7 @@ static int udp_connect(struct pm_device *dev, struct pm_boot *b)
 		int err = b->ops->get(b, r, UDP_KEY, &blob, &len);
 
 		if (err || len != sizeof(blob) || blob.nnics == 0 || blob.nnics > UDP_MAX_NICS) {
-			pm_log(dev->ctx, "udp: no usable address for rank %d", r);
+			pm_log(dev->ctx->rank, "udp: no usable address for rank %d", r);
 			return err ? err : -EPROTO;
 		}
 		p->rank = r;
@@ -766,7 +768,7 @@ static int udp_connect(struct pm_device *dev, struct pm_boot *b)
 		    ring_max_message(blob.ring_bytes) < p->max_message)
 			p->max_message = ring_max_message(blob.ring_bytes);
 		if (make_paths(u, p, &blob)) {
-			pm_log(dev->ctx, "udp: rank %d shares no network with this process "
+			pm_log(dev->ctx->rank, "udp: rank %d shares no network with this process "
 			       "(check PM_UDP_NICS)", r);
 			continue;       /* pm_open() reports the unreachable peer */
 		}
@@ -1132,7 +1134,7 @@ static int udp_drain(struct pm_device *dev)
 		if (udp_drain_poll(dev))
 			return 0;
 		if (pm_now_ns() >= deadline) {
-			pm_log(dev->ctx, "udp: quiesce: packets still unacknowledged after %llu s",
+			pm_log(dev->ctx->rank, "udp: quiesce: packets still unacknowledged after %llu s",
 			       (unsigned long long)(UDP_DRAIN_TIMEOUT_NS / 1000000000ull));
 			return -ETIMEDOUT;
 		}

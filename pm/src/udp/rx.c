@@ -11,6 +11,7 @@
  * ring: STOP, then GO when pm_release() frees enough.
  */
 #include "udp.h"
+#include "util/log.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -55,7 +56,7 @@ void udp_rx_fini(struct udp_peer *p)
 static void malformed(struct udp_dev *u, struct udp_peer *p, const char *why)
 {
 	u->base.ctx->stats->drops++;
-	pm_log(u->base.ctx, "udp: malformed message from rank %d (%s); dropped", p->rank, why);
+	pm_log(u->base.ctx->rank, "udp: malformed message from rank %d (%s); dropped", p->rank, why);
 }
 
 /* A reply the receiver owes (RMA_DONE, READ_RESP): it needs queue room,
