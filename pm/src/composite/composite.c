@@ -4,8 +4,9 @@
  * peer routed to the device that reaches it best (shm for the same node, a
  * network device otherwise).  Seed 000, section 7.3.
  */
-#include "core/pm_internal.h"
+#include "composite.h"
 #include "util/clock.h"
+#include "util/log.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -36,6 +37,22 @@ static struct pm_device *route_of(const struct pm_device *dev, int peer)
 	return c->sub[c->route[peer]];
 }
 
+/* The device called name, from the device table, as the next one. */
+static int add_sub(struct composite_dev *c, const char *name, unsigned flags)
+{
+	const struct pm_device_ops *ops = pm_device_find(name);
+
+	if (!ops) {
+		pm_log(c->base.ctx->rank, "composite: no device '%s' in this libpm", name);
+		return -ENODEV;
+	}
+	c->sub[c->nsub] = ops->create(c->base.ctx, flags);
+	if (!c->sub[c->nsub])
+		return -ENOMEM;
+	c->nsub++;
+	return 0;
+}
+
 static int comp_setup(struct pm_device *dev, struct pm_boot *b)
 {
 	struct composite_dev *c = to_comp(dev);
@@ -48,22 +65,16 @@ static int comp_setup(struct pm_device *dev, struct pm_boot *b)
 	/* Devices in order of preference; each claims the peers it serves.
 	 * The network device comes only when some peer is off this node, and
 	 * last, because it is the one that can block on file descriptors. */
-	c->sub[c->nsub] = pm_shm_create(dev->ctx);
-	if (!c->sub[c->nsub])
-		return -ENOMEM;
-	c->nsub++;
-	if (b->nlocal < b->size) {
-		c->sub[c->nsub] = pm_udp_create(dev->ctx, true);
-		if (!c->sub[c->nsub])
-			return -ENOMEM;
-		c->nsub++;
-	}
-	for (int i = 0; i < c->nsub; i++) {
-		int err = c->sub[i]->ops->setup(c->sub[i], b);
+	int err = add_sub(c, "shm", 0);
 
-		if (err)
-			return err;
-	}
+	if (!err && b->nlocal < b->size)
+		err = add_sub(c, "udp", PM_DEVICE_REMOTE_ONLY);
+	if (err)
+		return err;
+	for (int i = 0; i < c->nsub && !err; i++)
+		err = c->sub[i]->ops->setup(c->sub[i], b);
+	if (err)
+		return err;
 	/* With a blocking network device beside them, the other devices wake
 	 * a sleeper through a descriptor: set that up before peers look. */
 	for (int i = 0; c->nsub > 1 && i < c->nsub - 1; i++)
@@ -287,8 +298,21 @@ static void comp_resumed(struct pm_device *dev)
 		c->sub[i]->ops->resumed(c->sub[i]);
 }
 
-static const struct pm_device_ops composite_ops = {
+static struct pm_device *comp_create(struct pm_context *ctx, unsigned flags)
+{
+	struct composite_dev *c = calloc(1, sizeof(*c));
+
+	(void)flags;
+	if (!c)
+		return NULL;
+	c->base.ops = &pm_composite_ops;
+	c->base.ctx = ctx;
+	return &c->base;
+}
+
+const struct pm_device_ops pm_composite_ops = {
 	.name = "composite",
+	.create = comp_create,
 	.setup = comp_setup,
 	.connect = comp_connect,
 	.ready = comp_ready,
@@ -310,14 +334,3 @@ static const struct pm_device_ops composite_ops = {
 	.hold = comp_hold,
 	.resumed = comp_resumed,
 };
-
-struct pm_device *pm_composite_create(struct pm_context *ctx)
-{
-	struct composite_dev *c = calloc(1, sizeof(*c));
-
-	if (!c)
-		return NULL;
-	c->base.ops = &composite_ops;
-	c->base.ctx = ctx;
-	return &c->base;
-}

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define PM_DEFAULT_DEVICE       "composite"  /* a name in the device table */
 /* Long enough to cover a 1 MiB single-copy transfer by a peer (about
  * 100 us) without sleeping; short enough not to burn a core for nothing. */
 #define PM_DEFAULT_SPIN_US      200
@@ -76,54 +77,6 @@ static void dereg_noop(void *arg, void *handle)
 
 static const struct regcache_ops regcache_noop = { .reg = reg_noop, .dereg = dereg_noop };
 
-static int open_device(struct pm_context *ctx, const char *name)
-{
-	struct pm_boot *b = &ctx->boot;
-	int err;
-
-	if (strcmp(name, "composite") == 0)
-		ctx->dev = pm_composite_create(ctx);
-	else if (strcmp(name, "shm") == 0)
-		ctx->dev = pm_shm_create(ctx);
-	else if (strcmp(name, "udp") == 0)
-		ctx->dev = pm_udp_create(ctx, false);
-	else {
-		pm_log(ctx->rank, "unknown device '%s' (known: composite, shm, udp)", name);
-		return -ENODEV;
-	}
-	if (!ctx->dev)
-		return -ENOMEM;
-
-	/* Every process runs the same steps, so the fences match up even when
-	 * one fails: a failing process still joins them before reporting. */
-	err = ctx->dev->ops->setup(ctx->dev, b);
-	int ferr = b->ops->fence(b);
-
-	if (!err && !ferr)
-		err = ctx->dev->ops->connect(ctx->dev, b);
-	int ferr2 = b->ops->fence(b);
-
-	if (ferr || ferr2) {
-		pm_log(ctx->rank, "bootstrap fence failed: %s", strerror(ferr ? -ferr : -ferr2));
-		return -EPROTO;
-	}
-	/* A peer that failed its setup published no address: what we see is
-	 * a failed lookup, which is the bootstrap's failure as far as we know. */
-	if (err == -ENOENT || err == -ETIMEDOUT)
-		return -EPROTO;
-	if (err)
-		return err;
-	ctx->dev->ops->ready(ctx->dev);
-	for (int peer = 0; peer < ctx->size; peer++) {
-		if (!ctx->dev->ops->device_of(ctx->dev, peer)) {
-			pm_log(ctx->rank, "no device of '%s' reaches rank %d (another node?)",
-			       name, peer);
-			return -ENETUNREACH;
-		}
-	}
-	return 0;
-}
-
 int pm_open(pm_context_t **out, const struct pm_open_attr *attr)
 {
 	struct pm_open_attr none = { 0 };
@@ -142,7 +95,7 @@ int pm_open(pm_context_t **out, const struct pm_open_attr *attr)
 	ctx->control_slot = -1;
 	device = attr->device ? attr->device : getenv("PM_DEVICE");
 	if (!device || !*device)
-		device = "composite";
+		device = PM_DEFAULT_DEVICE;
 	err = knob(attr->spin_us, "PM_SPIN_US", PM_DEFAULT_SPIN_US, &ctx->spin_us);
 	if (!err)
 		err = knob(attr->shm_ring_kib, "PM_SHM_RING_KIB", PM_DEFAULT_RING_KIB,
@@ -185,7 +138,7 @@ int pm_open(pm_context_t **out, const struct pm_open_attr *attr)
 	err = regcache_init(&ctx->regcache, PM_REGCACHE_ENTRIES, &regcache_noop, ctx, &cnt);
 	if (err)
 		goto fail;
-	err = open_device(ctx, device);
+	err = pm_device_open(ctx, device);
 	if (err)
 		goto fail;
 	pm_control_opened(ctx);
@@ -468,8 +421,8 @@ uint64_t pm_mr_key(const pm_mr_t *mr)
 	return mr ? mr->key : 0;
 }
 
-static int rma(pm_context_t *ctx, int peer, bool write, void *local, size_t len,
-	       uint64_t rkey, uint64_t roffset, struct pm_op *op)
+static inline int rma_call(pm_context_t *ctx, int peer, bool write, void *local, size_t len,
+			   uint64_t rkey, uint64_t roffset, struct pm_op *op)
 {
 	if (bad_peer(ctx, peer) || !op || (!local && len))
 		return -EINVAL;
@@ -507,7 +460,7 @@ int pm_write(pm_context_t *ctx, int peer, const void *src, size_t len,
 	     uint64_t rkey, uint64_t roffset, struct pm_op *op)
 {
 	pm_call_enter(ctx);
-	int ret = rma(ctx, peer, true, (void *)src, len, rkey, roffset, op);
+	int ret = rma_call(ctx, peer, true, (void *)src, len, rkey, roffset, op);
 
 	pm_call_exit(ctx);
 	return ret;
@@ -517,7 +470,7 @@ int pm_read(pm_context_t *ctx, int peer, void *dst, size_t len,
 	    uint64_t rkey, uint64_t roffset, struct pm_op *op)
 {
 	pm_call_enter(ctx);
-	int ret = rma(ctx, peer, false, dst, len, rkey, roffset, op);
+	int ret = rma_call(ctx, peer, false, dst, len, rkey, roffset, op);
 
 	pm_call_exit(ctx);
 	return ret;

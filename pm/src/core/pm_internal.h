@@ -56,6 +56,9 @@ struct pm_device;
 
 struct pm_device_ops {
 	const char *name;
+	/* A new device of this kind for ctx (flags: PM_DEVICE_*), or NULL
+	 * when memory is short.  Nothing is opened before setup. */
+	struct pm_device *(*create)(struct pm_context *ctx, unsigned flags);
 	/* Opening: setup (create, put address) - fence - connect (get
 	 * addresses, attach) - fence - ready (forget names).  destroy undoes
 	 * whatever of it was done. */
@@ -127,10 +130,24 @@ struct pm_device {
 	struct pm_context *ctx;
 };
 
-struct pm_device *pm_shm_create(struct pm_context *ctx);
-struct pm_device *pm_composite_create(struct pm_context *ctx);
-/* remote_only: serve only peers on other nodes (under composite). */
-struct pm_device *pm_udp_create(struct pm_context *ctx, bool remote_only);
+/* Flags of create: serve only the peers on other nodes (a network device
+ * under composite, beside shm). */
+#define PM_DEVICE_REMOTE_ONLY 1u
+
+/*
+ * The device table (src/devices.c): every device libpm is built with,
+ * NULL-terminated, each entry declared by its device's own header.  The
+ * core and composite find a device by its name here and never name one in
+ * code.
+ */
+extern const struct pm_device_ops *const pm_devices[];
+
+/* The device called name, or NULL. */
+const struct pm_device_ops *pm_device_find(const char *name);
+/* Create ctx's device and open it over the bootstrap (core/device.c):
+ * every process of the job runs the same steps, so the fences match. */
+int pm_device_open(struct pm_context *ctx, const char *name);
+
 /* The fuzzer's and unit tests' way in: a udp device with no sockets, one
  * path per rank (127.0.0.1+r:20000+r), fed datagrams directly. */
 struct pm_device *pm_udp_testing_create(struct pm_context *ctx, uint64_t jobkey, uint32_t me,

@@ -12,7 +12,7 @@
  *
  * Layout and protocol: docs/pm/shm.md.
  */
-#include "core/pm_internal.h"
+#include "shm.h"
 #include "core/ring.h"
 #include "util/clock.h"
 #include "util/futex.h"
@@ -690,8 +690,22 @@ static void shm_resumed(struct pm_device *dev)
 	(void)dev;              /* no timers */
 }
 
-static const struct pm_device_ops shm_ops = {
+static struct pm_device *shm_create(struct pm_context *ctx, unsigned flags)
+{
+	struct shm_dev *s = calloc(1, sizeof(*s));
+
+	(void)flags;           /* it serves only local peers anyway */
+	if (!s)
+		return NULL;
+	s->base.ops = &pm_shm_ops;
+	s->base.ctx = ctx;
+	s->wake_fd = -1;
+	return &s->base;
+}
+
+const struct pm_device_ops pm_shm_ops = {
 	.name = "shm",
+	.create = shm_create,
 	.setup = shm_setup,
 	.connect = shm_connect,
 	.ready = shm_ready,
@@ -716,15 +730,3 @@ static const struct pm_device_ops shm_ops = {
 	.hold = shm_hold,
 	.resumed = shm_resumed,
 };
-
-struct pm_device *pm_shm_create(struct pm_context *ctx)
-{
-	struct shm_dev *s = calloc(1, sizeof(*s));
-
-	if (!s)
-		return NULL;
-	s->base.ops = &shm_ops;
-	s->base.ctx = ctx;
-	s->wake_fd = -1;
-	return &s->base;
-}

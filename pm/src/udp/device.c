@@ -5,6 +5,7 @@
  * reaches a peer (network trunking), batched system calls, busy-poll then
  * block.  The protocol halves are in tx.c and rx.c.
  */
+#include "device.h"
 #include "udp.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -1197,8 +1198,21 @@ static void udp_resumed(struct pm_device *dev)
 	}
 }
 
-static const struct pm_device_ops udp_ops = {
+static struct pm_device *udp_create(struct pm_context *ctx, unsigned flags)
+{
+	struct udp_dev *u = calloc(1, sizeof(*u));
+
+	if (!u)
+		return NULL;
+	u->base.ops = &pm_udp_ops;
+	u->base.ctx = ctx;
+	u->remote_only = flags & PM_DEVICE_REMOTE_ONLY;
+	return &u->base;
+}
+
+const struct pm_device_ops pm_udp_ops = {
 	.name = "udp",
+	.create = udp_create,
 	.setup = udp_setup,
 	.connect = udp_connect,
 	.ready = udp_ready,
@@ -1235,7 +1249,7 @@ static struct sockaddr_in testing_addr(uint32_t r)
 struct pm_device *pm_udp_testing_create(struct pm_context *ctx, uint64_t jobkey, uint32_t me,
 					uint32_t size)
 {
-	struct pm_device *dev = pm_udp_create(ctx, false);
+	struct pm_device *dev = udp_create(ctx, 0);
 	struct udp_dev *u = to_udp(dev);
 
 	if (!dev)
@@ -1285,16 +1299,4 @@ void pm_udp_testing_input(struct pm_device *dev, uint32_t from, const uint8_t *b
 	handle(u, 0, buf, len, &src);
 	timers(u);
 	udp_flush(u);
-}
-
-struct pm_device *pm_udp_create(struct pm_context *ctx, bool remote_only)
-{
-	struct udp_dev *u = calloc(1, sizeof(*u));
-
-	if (!u)
-		return NULL;
-	u->base.ops = &udp_ops;
-	u->base.ctx = ctx;
-	u->remote_only = remote_only;
-	return &u->base;
 }

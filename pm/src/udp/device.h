@@ -1,0 +1,12 @@
+/* SPDX-License-Identifier: MIT */
+/* device.h - the udp device (device.c), for the device table. */
+#ifndef PM_UDP_DEVICE_H
+#define PM_UDP_DEVICE_H
+
+#include "core/pm_internal.h"
+
+/* PM/Ethernet: the processes of a job on any nodes, over UDP (with
+ * PM_DEVICE_REMOTE_ONLY, those on other nodes). */
+extern const struct pm_device_ops pm_udp_ops;
+
+#endif /* PM_UDP_DEVICE_H */
