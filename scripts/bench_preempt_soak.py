@@ -89,6 +89,29 @@ class Master:
                     continue
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             out[pid] = {"cmdline": cmd.strip(), "threads": threads}
+        return {"agents": out, "job_cgroups": self.job_cgroups()}
+
+    def job_cgroups(self):
+        """The cluster's job cgroups: frozen or not, and their processes'
+        states (the agents freeze and thaw them)."""
+        out = {}
+        for cg in Path("/sys/fs/cgroup").glob(f"**/score-vcluster-{self.cl.name}/*/job-*"):
+            try:
+                procs = []
+                for pid in (cg / "cgroup.procs").read_text().split():
+                    try:
+                        stat = Path(f"/proc/{pid}/stat").read_text()
+                        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+                        procs.append({"pid": int(pid), "comm": comm,
+                                      "state": stat.rsplit(")", 1)[1].split()[0],
+                                      "wchan": Path(f"/proc/{pid}/wchan").read_text().strip()})
+                    except OSError:
+                        continue
+                out[str(cg)] = {"freeze": (cg / "cgroup.freeze").read_text().strip(),
+                                "events": (cg / "cgroup.events").read_text().split("\n"),
+                                "procs": procs}
+            except OSError:
+                continue
         return out
 
     def matrix(self):

@@ -467,9 +467,35 @@ def render_preempt_soak(doc, path):
                 "in the JSON's `incidents`, scored's logs in `build/bench/preempt-soak-logs/`:",
                 ""]
         out += [f"- `{i['mode']}` run {i['run']}, attempt {i['attempt']}: {i['error']}"
-                for i in incidents]
+                + _agent_note(i.get("agents")) for i in incidents]
     out += ["", commands_block(doc)]
     return "\n".join(out)
+
+
+def _agent_note(agents):
+    """What the agents' processes were doing when the node was declared
+    lost, from the incident's thread states."""
+    if not agents:
+        return ""
+    procs = agents.get("agents", agents) if "agents" in agents else agents
+    frozen, waiting = 0, []
+    for pid, a in procs.items():
+        threads = a.get("threads", [])
+        if len(threads) == 1 and threads[0]["wchan"] == "get_signal":
+            frozen += 1      # a forked agent that has not exec'd yet, frozen
+            continue
+        for t in threads:
+            if t["wchan"] in ("__skb_wait_for_more_packets", "pipe_read", "do_wait"):
+                node = a.get("cmdline", "").rsplit("/", 2)[-2] if "/" in a.get(
+                    "cmdline", "") else "?"
+                waiting.append(f"{node} agent thread {t['tid']} in `{t['wchan']}`")
+    parts = []
+    if frozen:
+        parts.append(f"{frozen} child(ren) forked by an agent, not yet exec'd, frozen "
+                     "(`get_signal`)")
+    if waiting:
+        parts.append("; ".join(waiting))
+    return f" — {'; '.join(parts)}" if parts else ""
 
 
 RENDERERS = {
