@@ -19,6 +19,7 @@
 #include "stats.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -55,6 +56,7 @@ struct agent {
 	bool via_self;                  /* SIGURG to the agent's own thread */
 	bool no_signal;                 /* write the word only */
 	bool expect_answer;
+	bool in_call_first;             /* poke once ctx[0] is inside a PM call */
 	int hold_ms;
 	unsigned app_quiesced;          /* contexts that stay at 2 after resume */
 	_Atomic bool done;
@@ -100,6 +102,10 @@ static void *agent_main(void *arg)
 	sigaddset(&urg, SIGURG);
 	if (!a->via_self)
 		pthread_sigmask(SIG_BLOCK, &urg, NULL);
+	/* Asked while the thread is not yet in the call, the handler would
+	 * answer at once and the call then sleep with nothing to wake it. */
+	while (a->in_call_first && !a->ctx[0]->in_call)
+		sched_yield();
 	for (int c = 0; c < a->cycles; c++) {
 		uint64_t took;
 
@@ -221,6 +227,7 @@ int main(void)
 	/* Asleep in pm_wait() for up to 10 s: it returns, its exit answers. */
 	a.cycles = 1;
 	a.hold_ms = 20;
+	a.in_call_first = true;
 	start(&a, &t);
 
 	uint64_t t0 = check_now_ns();
@@ -231,6 +238,7 @@ int main(void)
 	CHECK_EQ(quiesces(a.ctx[0]), 26);
 	CHECK_EQ(quiesces(a.ctx[1]), 26);
 	printf("pm_wait(10 s) answered after %.3f ms\n", (double)(check_now_ns() - t0) / 1e6);
+	a.in_call_first = false;
 
 	/* Quiesced by the application: the agent's resume leaves it so. */
 	CHECK_OK(pm_quiesce(a.ctx[0]));
