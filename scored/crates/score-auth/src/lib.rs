@@ -1,14 +1,17 @@
-//! MUNGE authentication of score's gRPC calls, as Slurm does it.
+//! MUNGE authentication of score's gRPC calls, in both directions, as
+//! slurmctld and slurmd authenticate each other.
 //!
-//! Every request a client (scrun, scorectl, an agent) sends carries a fresh
-//! MUNGE credential in the metadata key [`score_proto::MUNGE_METADATA_KEY`]
-//! (`x-score-munge`), added by [`MungeInterceptor`].  The server decodes it
-//! with its own munged ([`verify`]) and learns the caller's uid and gid, which
-//! munged vouches for: a job then runs as the user who submitted it.
-//!
-//! munged remembers every credential it has decoded until it expires (its
-//! replay cache), so a credential is good for one request at one server; the
-//! interceptor therefore makes a new one for every call.
+//! Every gRPC message between score's parts (scrun, scorectl, the agents and
+//! the master), requests and replies, unary or streamed, travels sealed
+//! ([`seal`]): wrapped in an envelope whose MUNGE credential signs a SHA-256
+//! digest of the message, its call's nonce, its direction, its method and its
+//! sequence number.  The receiver decodes the credential with its own munged
+//! and checks who made it: the master learns the caller's uid and gid (a job
+//! runs as that user); a client or an agent accepts only replies signed by
+//! the master's uid (`[master] uid`), so an impostor at the master's address
+//! cannot make an agent act.  A message altered, replayed, reordered or moved
+//! to another call is refused.  [`transport`] does this under tonic:
+//! [`SealedChannel`] for clients, [`SealedServer`] for the master.
 //!
 //! libmunge is called through hand-written FFI declarations (see `ffi.rs`);
 //! the calls talk to munged over its Unix socket and block for the duration
@@ -16,18 +19,19 @@
 //! directly, without `spawn_blocking`.
 
 mod ffi;
+pub mod frames;
+pub mod seal;
 #[doc(hidden)]
 pub mod testing;
+pub mod transport;
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tonic::metadata::MetadataValue;
-use tonic::{Request, Status};
-
-pub use score_proto::MUNGE_METADATA_KEY;
+pub use seal::{Caller, Check, Refusal};
+pub use transport::{caller, RefusalHook, SealedChannel, SealedServer};
 
 /// MUNGE error numbers (`munge_err_t`) that callers may want to tell apart.
 pub mod code {
@@ -245,92 +249,40 @@ impl Munge {
     }
 }
 
-/// Client side: puts a fresh credential (empty payload) into the metadata
-/// key `x-score-munge` of every request.
-#[derive(Debug, Clone)]
-pub struct MungeInterceptor {
-    munge: Munge,
-}
+/// A client of the master whose every call is sealed, and whose every reply
+/// must be signed by the master's uid.
+pub type MasterClient = score_proto::v1::master_client::MasterClient<SealedChannel>;
 
-impl MungeInterceptor {
-    pub fn new(munge: Munge) -> Self {
-        Self { munge }
-    }
-
-    pub fn munge(&self) -> &Munge {
-        &self.munge
-    }
-}
-
-impl tonic::service::Interceptor for MungeInterceptor {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        let cred = self
-            .munge
-            .encode(&[])
-            .map_err(|e| Status::unauthenticated(e.to_string()))?;
-        let value = MetadataValue::try_from(cred).map_err(|_| {
-            Status::unauthenticated("munged returned a credential that is not valid ASCII metadata")
-        })?;
-        request.metadata_mut().insert(MUNGE_METADATA_KEY, value);
-        Ok(request)
-    }
-}
-
-/// Who made a request, as munged vouches for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Caller {
-    pub uid: u32,
-    pub gid: u32,
-}
-
-/// Server side: the caller of `req`, from its MUNGE credential.
-///
-/// Every failure is `Status::unauthenticated` with a message that says why.
-pub fn verify<T>(munge: &Munge, req: &Request<T>) -> Result<Caller, Status> {
-    let value = req.metadata().get(MUNGE_METADATA_KEY).ok_or_else(|| {
-        Status::unauthenticated(format!(
-            "request carries no MUNGE credential ({MUNGE_METADATA_KEY}); \
-             clients must send one made by munged with the cluster's key"
-        ))
-    })?;
-    let cred = value.to_str().map_err(|_| {
-        Status::unauthenticated("MUNGE credential rejected: the metadata value is not ASCII")
-    })?;
-    let cred = munge
-        .decode(cred)
-        .map_err(|e| Status::unauthenticated(format!("MUNGE credential rejected: {e}")))?;
-    Ok(Caller {
-        uid: cred.uid,
-        gid: cred.gid,
-    })
-}
-
-/// A client of the master whose every call carries a MUNGE credential.
-pub type MasterClient = score_proto::v1::master_client::MasterClient<
-    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, MungeInterceptor>,
->;
-
-/// The master could not be reached; the message names its address.
+/// Why `connect` failed.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot reach the scored master at {url}: {message}")]
-pub struct ConnectError {
-    pub url: String,
-    pub message: String,
+pub enum ConnectError {
+    /// The master could not be reached; the message names its address.
+    #[error("cannot reach the scored master at {url}: {message}")]
+    Master { url: String, message: String },
+    /// This side's munged cannot make credentials (not running, wrong socket).
+    #[error("{0}")]
+    Munge(#[from] AuthError),
 }
 
 /// How long `connect` waits for the TCP connection.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Connects to the master at `master_url` ("http://host:7100"; a bare
-/// "host:port" gets "http://").  Every call on the client authenticates
-/// through `munge`.
-pub async fn connect(master_url: &str, munge: Munge) -> Result<MasterClient, ConnectError> {
+/// A sealed channel to the master at `master_url` ("http://host:7100"; a
+/// bare "host:port" gets "http://"): every request is sealed through
+/// `munge`, every reply must be signed by `master_uid`.  Once connected,
+/// munged is asked for one credential, so that a missing munged is a clear
+/// error here rather than a broken call later.
+pub async fn connect_channel(
+    master_url: &str,
+    munge: Munge,
+    master_uid: u32,
+) -> Result<SealedChannel, ConnectError> {
     let url = if master_url.contains("://") {
         master_url.to_string()
     } else {
         format!("http://{master_url}")
     };
-    let fail = |message: String| ConnectError {
+    let fail = |message: String| ConnectError::Master {
         url: url.clone(),
         message,
     };
@@ -341,12 +293,18 @@ pub async fn connect(master_url: &str, munge: Munge) -> Result<MasterClient, Con
         .connect()
         .await
         .map_err(|e| fail(error_chain(&e)))?;
-    Ok(
-        score_proto::v1::master_client::MasterClient::with_interceptor(
-            channel,
-            MungeInterceptor::new(munge),
-        ),
-    )
+    munge.encode(&[])?;
+    Ok(SealedChannel::new(channel, munge, master_uid))
+}
+
+/// A client of the master at `master_url`, sealed as [`connect_channel`] says.
+pub async fn connect(
+    master_url: &str,
+    munge: Munge,
+    master_uid: u32,
+) -> Result<MasterClient, ConnectError> {
+    let channel = connect_channel(master_url, munge, master_uid).await?;
+    Ok(score_proto::v1::master_client::MasterClient::new(channel))
 }
 
 /// "transport error: tcp connect error: Connection refused (os error 111)":

@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::Munge;
+use crate::{Munge, SealedServer};
 use score_proto::v1::master_server::{Master, MasterServer};
 
 pub const MUNGED: &str = "/usr/sbin/munged";
@@ -100,22 +100,25 @@ impl TestMunged {
         &self.dir
     }
 
-    /// Serves `master` on a free port of 127.0.0.1 (in the current tokio
-    /// runtime) and writes, beside this munged, a client configuration that
-    /// points at both; returns its path.
+    /// Serves `master`, sealed as the real master is ([`SealedServer`]), on
+    /// a free port of 127.0.0.1 (in the current tokio runtime) and writes,
+    /// beside this munged, a client configuration that points at both and
+    /// names this process's uid as the master's; returns its path.
     pub async fn serve_master<M: Master>(&self, master: M) -> PathBuf {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(
             tonic::transport::Server::builder()
-                .add_service(MasterServer::new(master))
+                .add_service(SealedServer::new(MasterServer::new(master), self.munge()))
                 .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
         );
         let config = self.dir.join("scored.toml");
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
         std::fs::write(
             &config,
             format!(
-                "[client]\nmaster = \"http://{addr}\"\n[munge]\nsocket = \"{}\"\n",
+                "[master]\nuid = {uid}\n[client]\nmaster = \"http://{addr}\"\n[munge]\nsocket = \"{}\"\n",
                 self.socket.display()
             ),
         )

@@ -4,8 +4,14 @@
 //! `scripts/run-tests` runs them (`--include-ignored`), and without munged
 //! they fail.
 
-use score_auth::{code, verify, AuthError, Munge, MungeInterceptor, MUNGE_METADATA_KEY};
-use tonic::service::Interceptor;
+use prost::Message;
+use score_auth::seal::{Direction, Opener, Sealed, Sealer, Signer};
+use score_auth::{code, AuthError, Check, Munge, Refusal, RefusalHook};
+use score_proto::v1::master_server::Master;
+use score_proto::v1::*;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use tonic::{Request, Response, Status, Streaming};
 
 type Munged = score_auth::testing::TestMunged;
 
@@ -97,63 +103,202 @@ fn missing_munged_is_a_clear_error() {
 
 #[test]
 #[ignore = "needs munged (Debian package munge); scripts/run-tests runs it"]
-fn interceptor_and_verify() {
+fn a_sealed_message_opens_once_and_only_unaltered() {
     let d = start();
     let m = d.munge();
-    let mut icpt = MungeInterceptor::new(m.clone());
-    let req = icpt.call(tonic::Request::new(())).unwrap();
-    assert!(req.metadata().get(MUNGE_METADATA_KEY).is_some());
-    let caller = verify(&m, &req).unwrap();
-    assert_eq!((caller.uid, caller.gid), me());
-    // The same request again is a replay.
-    let st = verify(&m, &req).unwrap_err();
-    assert_eq!(st.code(), tonic::Code::Unauthenticated);
-    assert!(
-        st.message().starts_with("MUNGE credential rejected: "),
-        "{}",
-        st.message()
-    );
-    // A second call through the interceptor gets a fresh credential.
-    let req2 = icpt.call(tonic::Request::new(())).unwrap();
-    verify(&m, &req2).unwrap();
+    let call = score_auth::seal::new_call();
+    let path = "/score.v1.Master/Cancel";
+    let body = CancelRequest {
+        job: 7,
+        kill: false,
+    }
+    .encode_to_vec();
+    let frame = Sealer::new(Direction::Request, path, call)
+        .seal(&m, &body)
+        .unwrap();
 
-    let st = verify(&m, &tonic::Request::new(5u8)).unwrap_err();
-    assert_eq!(st.code(), tonic::Code::Unauthenticated);
-    assert!(
-        st.message()
-            .starts_with("request carries no MUNGE credential (x-score-munge); "),
-        "{}",
-        st.message()
-    );
+    // A man in the middle swaps the body and keeps the credential.
+    let mut forged = Sealed::decode(frame.as_slice()).unwrap();
+    forged.body = CancelRequest { job: 8, kill: true }.encode_to_vec();
+    let mut open = Opener::new(Direction::Request, path, None, Signer::Caller);
+    let r = open.open(&m, &forged.encode_to_vec()).unwrap_err();
+    assert_eq!(r.check, Check::Digest, "{r}");
+    assert!(r.reason.contains("altered in transit"), "{r}");
 
-    let mut junk = tonic::Request::new(());
-    junk.metadata_mut()
-        .insert(MUNGE_METADATA_KEY, "MUNGE:junk:".parse().unwrap());
-    let st = verify(&m, &junk).unwrap_err();
-    assert!(
-        st.message().starts_with("MUNGE credential rejected: "),
-        "{}",
-        st.message()
+    // The genuine message, on a second munged of the cluster (the first one
+    // spent the credential on the forgery).
+    let other = Munged::start_with_key("score-auth-test", Some(&d));
+    let mut open = Opener::new(Direction::Request, path, None, Signer::Caller);
+    assert_eq!(open.open(&other.munge(), &frame).unwrap(), body);
+    assert_eq!(
+        open.caller().map(|c| (c.uid, c.gid)),
+        Some(me()),
+        "the caller is who made the credential"
+    );
+    // Again: munged's replay cache.
+    let mut open = Opener::new(Direction::Request, path, None, Signer::Caller);
+    let r = open.open(&other.munge(), &frame).unwrap_err();
+    assert_eq!(r.check, Check::Credential, "{r}");
+    assert!(r.reason.contains("Replayed credential"), "{r}");
+}
+
+/// A master that answers ListNodes with one node and counts who asked.
+#[derive(Clone, Default)]
+struct Fake {
+    callers: Arc<Mutex<Vec<u32>>>,
+}
+
+type Events = Pin<Box<dyn tokio_stream::Stream<Item = Result<JobEvent, Status>> + Send>>;
+type Commands = Pin<Box<dyn tokio_stream::Stream<Item = Result<MasterMessage, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Master for Fake {
+    type RunStream = Events;
+    type AttachStream = Commands;
+    async fn run(&self, _: Request<Streaming<RunRequest>>) -> Result<Response<Events>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    async fn list_jobs(
+        &self,
+        _: Request<ListJobsRequest>,
+    ) -> Result<Response<ListJobsReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    async fn show_job(&self, _: Request<ShowJobRequest>) -> Result<Response<JobInfo>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    async fn cancel(&self, _: Request<CancelRequest>) -> Result<Response<CancelReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    async fn list_nodes(
+        &self,
+        req: Request<ListNodesRequest>,
+    ) -> Result<Response<ListNodesReply>, Status> {
+        let caller = score_auth::caller(&req)?;
+        self.callers.lock().unwrap().push(caller.uid);
+        Ok(Response::new(ListNodesReply {
+            nodes: vec![NodeInfo {
+                name: "n1".into(),
+                ..Default::default()
+            }],
+        }))
+    }
+    async fn drain(&self, _: Request<NodeRequest>) -> Result<Response<NodeReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    async fn resume(&self, _: Request<NodeRequest>) -> Result<Response<NodeReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    async fn matrix(&self, _: Request<MatrixRequest>) -> Result<Response<MatrixReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    async fn attach(
+        &self,
+        _: Request<Streaming<AgentMessage>>,
+    ) -> Result<Response<Commands>, Status> {
+        Err(Status::unimplemented(""))
+    }
+}
+
+fn master_url(config: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(config).unwrap();
+    let line = text.lines().find(|l| l.starts_with("master = ")).unwrap();
+    line.trim_start_matches("master = ")
+        .trim_matches('"')
+        .to_string()
+}
+
+fn recorder() -> (RefusalHook, Arc<Mutex<Vec<Refusal>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    (
+        Arc::new(move |r: &Refusal, _: &str, _| s.lock().unwrap().push(r.clone())),
+        seen,
+    )
+}
+
+#[tokio::test]
+#[ignore = "needs munged (Debian package munge); scripts/run-tests runs it"]
+async fn a_sealed_call_reaches_the_handler_with_its_caller() {
+    let d = start();
+    let fake = Fake::default();
+    let url = master_url(&d.serve_master(fake.clone()).await);
+    let mut client = score_auth::connect(&url, d.munge(), me().0).await.unwrap();
+    for _ in 0..3 {
+        let nodes = client.list_nodes(ListNodesRequest {}).await.unwrap();
+        assert_eq!(nodes.into_inner().nodes[0].name, "n1");
+    }
+    assert_eq!(*fake.callers.lock().unwrap(), vec![me().0; 3]);
+}
+
+#[tokio::test]
+#[ignore = "needs munged (Debian package munge); scripts/run-tests runs it"]
+async fn replies_of_another_uid_are_refused() {
+    // The server signs as this process's uid; the client expects another
+    // master uid: what an agent sees of an impostor with the cluster's key.
+    let d = start();
+    let fake = Fake::default();
+    let url = master_url(&d.serve_master(fake.clone()).await);
+    let (hook, seen) = recorder();
+    let channel = score_auth::connect_channel(&url, d.munge(), me().0 + 4242)
+        .await
+        .unwrap()
+        .on_refusal(hook);
+    let mut client = master_client::MasterClient::new(channel);
+    let st = client.list_nodes(ListNodesRequest {}).await.unwrap_err();
+    assert_eq!(st.code(), tonic::Code::Unauthenticated, "{st:?}");
+    let want = format!(
+        "the reply is signed by uid {}, not by the master's uid {} ([master] uid): an impostor",
+        me().0,
+        me().0 + 4242
+    );
+    assert_eq!(st.message(), want);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        (seen[0].check, seen[0].reason.as_str()),
+        (Check::Signer, want.as_str())
     );
 }
 
-#[test]
-fn interceptor_without_munged_fails_the_call() {
-    let mut icpt = MungeInterceptor::new(Munge::new("/nonexistent/munge.socket"));
-    let st = icpt.call(tonic::Request::new(())).unwrap_err();
-    assert_eq!(st.code(), tonic::Code::Unauthenticated);
+#[tokio::test]
+#[ignore = "needs munged (Debian package munge); scripts/run-tests runs it"]
+async fn a_client_of_another_key_is_refused_before_the_handler() {
+    let d = start();
+    let fake = Fake::default();
+    let url = master_url(&d.serve_master(fake.clone()).await);
+    let foreign = start();
+    let mut client = score_auth::connect(&url, foreign.munge(), me().0)
+        .await
+        .unwrap();
+    let st = client.list_nodes(ListNodesRequest {}).await.unwrap_err();
+    assert_eq!(st.code(), tonic::Code::Unauthenticated, "{st:?}");
+    assert_eq!(
+        st.message(),
+        "MUNGE credential rejected: MUNGE decode failed: Invalid credential (munge error 14)"
+    );
+    assert!(fake.callers.lock().unwrap().is_empty(), "the handler ran");
+}
+
+#[tokio::test]
+async fn connecting_without_munged_is_a_clear_error() {
+    // A listener that accepts the TCP connection; munged is what is missing.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let e = score_auth::connect(&url, Munge::new("/nonexistent/munge.socket"), 0)
+        .await
+        .unwrap_err();
     assert!(
-        st.message()
-            .contains("cannot reach munged at /nonexistent/munge.socket"),
-        "{}",
-        st.message()
+        e.to_string()
+            .starts_with("cannot reach munged at /nonexistent/munge.socket: "),
+        "{e}"
     );
 }
 
 #[tokio::test]
 async fn connect_error_names_the_master() {
     // Port 1 on loopback: nothing listens there.
-    let e = score_auth::connect("http://127.0.0.1:1", Munge::new("/nonexistent"))
+    let e = score_auth::connect("http://127.0.0.1:1", Munge::new("/nonexistent"), 0)
         .await
         .unwrap_err();
     let msg = e.to_string();
@@ -163,7 +308,7 @@ async fn connect_error_names_the_master() {
     );
     assert!(msg.to_lowercase().contains("refused"), "{msg}");
 
-    let e = score_auth::connect("not a url", Munge::new("/nonexistent"))
+    let e = score_auth::connect("not a url", Munge::new("/nonexistent"), 0)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("not a url"), "{e}");

@@ -1,6 +1,7 @@
 //! Finding and reaching the scored master: `--master`, else $SCORE_MASTER,
 //! else the configuration file's `client.master` (or `agent.master`), with a
-//! MUNGE-authenticated channel from score-auth.
+//! sealed channel from score-auth: every request signed through MUNGE, every
+//! reply accepted only when signed by the master's uid (`master.uid`).
 //! Shared by scrun and scorectl.
 
 use anyhow::{Context, Result};
@@ -12,6 +13,8 @@ use std::path::Path;
 pub struct Target {
     pub master: String,
     pub munge_socket: String,
+    /// The uid the master runs as: replies signed by anybody else are refused.
+    pub master_uid: u32,
 }
 
 /// `master`: `--master` or $SCORE_MASTER (clap reads the variable);
@@ -26,6 +29,7 @@ pub fn resolve(master: Option<&str>, config: Option<&Path>) -> Result<Target> {
     Ok(Target {
         master: normalize_master_url(&master),
         munge_socket: cfg.munge.socket,
+        master_uid: cfg.master.uid,
     })
 }
 
@@ -51,10 +55,10 @@ pub fn normalize_master_url(s: &str) -> String {
     }
 }
 
-/// Connects to the master with a MUNGE credential on every call.
+/// Connects to the master; every message of every call is sealed both ways.
 pub async fn connect(target: &Target) -> Result<score_auth::MasterClient> {
     let munge = score_auth::Munge::new(&target.munge_socket);
-    let client = score_auth::connect(&target.master, munge).await?;
+    let client = score_auth::connect(&target.master, munge, target.master_uid).await?;
     Ok(client)
 }
 

@@ -78,6 +78,10 @@ pub struct MasterConfig {
     /// frozen anyway (and counted).
     #[serde(with = "duration_ms")]
     pub quiesce_timeout_ms: Duration,
+    /// The uid the master runs as.  Agents, scrun and scorectl accept only
+    /// messages signed (through MUNGE) by this uid as the master's; the
+    /// master refuses to start as another uid.
+    pub uid: u32,
 }
 
 /// `network`: the PM contexts of the outgoing job quiesce (nothing in
@@ -105,6 +109,7 @@ impl Default for MasterConfig {
             quantum_ms: Duration::from_millis(500),
             preemption: Preemption::Network,
             quiesce_timeout_ms: Duration::from_millis(1000),
+            uid: 0,
         }
     }
 }
@@ -294,6 +299,16 @@ mod tests {
         assert_eq!(c.master.quantum_ms, d.master.quantum_ms);
         assert_eq!(c.master.preemption, d.master.preemption);
         assert_eq!(c.master.quiesce_timeout_ms, d.master.quiesce_timeout_ms);
+        assert_eq!(c.master.uid, d.master.uid);
+    }
+
+    #[test]
+    fn the_masters_uid_is_root_unless_set() {
+        assert_eq!(Config::parse("", Path::new("x")).unwrap().master.uid, 0);
+        let c = Config::parse("[master]\nuid = 997\n", Path::new("x")).unwrap();
+        assert_eq!(c.master.uid, 997);
+        let e = Config::parse("[master]\nuid = -1\n", Path::new("x")).unwrap_err();
+        assert!(e.to_string().contains("uid"), "{e}");
     }
 
     #[test]

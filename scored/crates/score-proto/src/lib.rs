@@ -6,9 +6,6 @@ pub mod v1 {
     tonic::include_proto!("score.v1");
 }
 
-/// The metadata key that carries a MUNGE credential on every call.
-pub const MUNGE_METADATA_KEY: &str = "x-score-munge";
-
 impl v1::JobState {
     /// The state as one lowercase word, as scorectl, scrun and the metrics
     /// print it ("unknown" for an unset state).

@@ -1,5 +1,5 @@
 //! scorectl against a fake scored master (a tonic server with canned
-//! answers), with real MUNGE authentication: a munged of the test's own,
+//! answers), with real MUNGE authentication (sealed both ways, as the real master is): a munged of the test's own,
 //! started in a temporary directory and killed by PID when the test ends.
 //! The tests are `#[ignore]`d for a plain `cargo test` because they need
 //! munged; `scripts/run-tests` runs them, and without munged they fail.
@@ -10,7 +10,6 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use score_auth::Munge;
 use score_proto::v1::master_server::Master;
 use score_proto::v1::*;
 use tonic::{Request, Response, Status, Streaming};
@@ -33,13 +32,12 @@ struct Seen {
 
 #[derive(Clone)]
 struct Fake {
-    munge: Munge,
     seen: Arc<Mutex<Seen>>,
 }
 
 impl Fake {
     fn auth<T>(&self, req: &Request<T>) -> Result<(), Status> {
-        let caller = score_auth::verify(&self.munge, req)?;
+        let caller = score_auth::caller(req)?;
         self.seen.lock().unwrap().uids.push(caller.uid);
         Ok(())
     }
@@ -201,10 +199,7 @@ struct Cluster {
 async fn cluster() -> Cluster {
     let munged = Munged::start("scorectl-test");
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let fake = Fake {
-        munge: munged.munge(),
-        seen: seen.clone(),
-    };
+    let fake = Fake { seen: seen.clone() };
     let config = munged.serve_master(fake).await;
     Cluster {
         munged,

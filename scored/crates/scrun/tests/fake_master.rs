@@ -1,5 +1,5 @@
 //! scrun against a fake scored master: a tonic server whose `Run` plays a
-//! scenario chosen by the job's argv[0], with real MUNGE authentication
+//! scenario chosen by the job's argv[0], with real MUNGE authentication (sealed both ways, as the real master is)
 //! (a munged of the test's own, started in a temporary directory and killed
 //! by PID when the test ends).  The tests are `#[ignore]`d for a plain
 //! `cargo test` because they need munged; `scripts/run-tests` runs them, and
@@ -11,7 +11,6 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use score_auth::Munge;
 use score_proto::v1::master_server::Master;
 use score_proto::v1::*;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -39,7 +38,6 @@ struct Seen {
 
 #[derive(Clone)]
 struct Fake {
-    munge: Munge,
     seen: Arc<Mutex<Seen>>,
 }
 
@@ -82,7 +80,7 @@ impl Master for Fake {
         &self,
         request: Request<Streaming<RunRequest>>,
     ) -> Result<Response<EventStream>, Status> {
-        let caller = score_auth::verify(&self.munge, &request)?;
+        let caller = score_auth::caller(&request)?;
         self.seen.lock().unwrap().uid = Some(caller.uid);
         let mut inbound = request.into_inner();
         let spec = match inbound.message().await? {
@@ -227,10 +225,7 @@ struct Cluster {
 async fn cluster() -> Cluster {
     let munged = Munged::start("scrun-test");
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let fake = Fake {
-        munge: munged.munge(),
-        seen: seen.clone(),
-    };
+    let fake = Fake { seen: seen.clone() };
     let config = munged.serve_master(fake).await;
     Cluster {
         munged,

@@ -16,8 +16,10 @@ mod spawn;
 use anyhow::{anyhow, Context};
 use cgroup::CgroupRoot;
 use job::AgentJob;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
-use score_auth::Munge;
+use score_auth::{MasterClient, Munge, RefusalHook};
 use score_config::Config;
 use score_pmix::{PmixServer, ServerEvent};
 use score_proto::v1::{
@@ -59,6 +61,11 @@ struct Agent {
     out: mpsc::UnboundedSender<AgentMessage>,
     internal_tx: mpsc::UnboundedSender<Internal>,
     killed_at_start: Vec<u64>,
+    /// The uid the master runs as (`master.uid`): the agent obeys only
+    /// messages signed by it.
+    master_uid: u32,
+    /// Logs and counts every message from "the master" that fails to open.
+    on_refusal: RefusalHook,
 }
 
 fn host_name() -> String {
@@ -110,10 +117,34 @@ pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
     let (pmix, mut pmix_events) =
         PmixServer::init(&pmix_dir).map_err(|e| anyhow!("cannot start the PMIx server: {e}"))?;
 
+    // Messages from whatever answers at the master's address that this
+    // agent refused (an impostor, an altered message), by the check failed.
+    let refused: Family<Vec<(String, String)>, Counter> = Family::default();
+    let on_refusal: RefusalHook = {
+        let (refused, master) = (refused.clone(), ac.master.clone());
+        Arc::new(move |r, path, _| {
+            refused
+                .get_or_create(&vec![("check".into(), r.check.label().into())])
+                .inc();
+            tracing::warn!(
+                %master,
+                path,
+                check = r.check.label(),
+                "refused a message from the master: {}",
+                r.reason
+            );
+        })
+    };
     let metrics_url = if ac.metrics_listen.is_empty() {
         String::new()
     } else {
         let mut registry = Registry::default();
+        registry.register(
+            "score_agent_refused_messages",
+            "Messages from the master's address refused by the agent (not sealed, bad \
+             credential, wrong signer, altered, out of sequence), by the check that failed",
+            refused,
+        );
         registry.register_collector(Box::new(metrics::AgentCollector {
             cgroups: cgroups.clone(),
             stats_dir: stats_dir.clone(),
@@ -146,6 +177,8 @@ pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
         out: dead_out,
         internal_tx,
         killed_at_start,
+        master_uid: config.master.uid,
+        on_refusal,
     };
     let munge = Munge::new(&config.munge.socket);
     tracing::info!(node = %agent.node, slots, master = %ac.master, "agent starting");
@@ -193,10 +226,13 @@ impl Agent {
         internal_rx: &mut mpsc::UnboundedReceiver<Internal>,
         stop: &mut watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
-        let mut client = tokio::select! {
-            c = score_auth::connect(master, munge.clone()) => c?,
+        // Sealed both ways: every message the agent sends carries its (root)
+        // credential; every message it receives must carry the master's.
+        let channel = tokio::select! {
+            c = score_auth::connect_channel(master, munge.clone(), self.master_uid) => c?,
             _ = stop.changed() => return Ok(()),
         };
+        let mut client = MasterClient::new(channel.on_refusal(self.on_refusal.clone()));
         let (out, out_rx) = mpsc::unbounded_channel();
         send(
             &out,

@@ -12,7 +12,7 @@ pub mod state;
 use anyhow::Context;
 use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
-use score_auth::Munge;
+use score_auth::{Munge, SealedServer};
 use score_config::Config;
 use score_proto::v1::master_server::MasterServer;
 use state::{Limits, State, Timer};
@@ -87,8 +87,37 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .listen
         .parse()
         .with_context(|| format!("master.listen = {:?} is not an address:port", mc.listen))?;
+    // Agents and clients accept only messages signed by master.uid: running
+    // as anybody else would have every one of them refuse this master.
+    let uid = nix::unistd::getuid().as_raw();
+    if uid != mc.uid {
+        anyhow::bail!(
+            "the master runs as uid {uid} but master.uid is {}: agents, scrun and scorectl \
+             would refuse every message it signs (run it as uid {} or set master.uid)",
+            mc.uid,
+            mc.uid
+        );
+    }
     let munge = Munge::new(&config.munge.socket);
-    let service = service::MasterService::new(state, munge, mc.heartbeat_interval_ms);
+    munge
+        .encode(&[])
+        .context("the master signs every message it sends with MUNGE")?;
+    // Every refused message is logged with its reason and counted as an
+    // unauthenticated request.
+    let rejected = state.lock().metrics.requests_rejected.clone();
+    let on_refusal: score_auth::RefusalHook = Arc::new(move |r, path, peer| {
+        rejected
+            .get_or_create(&vec![("reason".into(), "unauthenticated".into())])
+            .inc();
+        tracing::warn!(
+            ?peer,
+            path,
+            check = r.check.label(),
+            "refused: {}",
+            r.reason
+        );
+    });
+    let service = service::MasterService::new(state, mc.heartbeat_interval_ms);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} (master.listen)"))?;
@@ -96,7 +125,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(5)))
-        .add_service(MasterServer::new(service))
+        .add_service(SealedServer::new(MasterServer::new(service), munge).on_refusal(on_refusal))
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::TcpListenerStream::new(listener),
             crate::shutdown_signal(),

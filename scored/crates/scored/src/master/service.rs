@@ -1,11 +1,11 @@
-//! The master's gRPC face: authenticates every call with MUNGE, then turns it
-//! into operations on the [`State`] behind one lock (parking_lot's, which a
+//! The master's gRPC face, behind score-auth's `SealedServer` (which opens
+//! every request message and seals every reply, see `super::run`): it takes
+//! the caller from the opened call, then turns the call into operations on the [`State`] behind one lock (parking_lot's, which a
 //! panic does not poison: see [`super::state`]).
 
 use super::state::{Requester, State};
 use futures::Stream;
 use parking_lot::{Mutex, MutexGuard};
-use score_auth::{verify, Munge};
 use score_proto::v1::{
     agent_message, master_message, master_server::Master, run_request, AgentMessage, CancelReply,
     CancelRequest, JobEvent, JobInfo, ListJobsReply, ListJobsRequest, ListNodesReply,
@@ -22,7 +22,6 @@ use tonic::{Request, Response, Status, Streaming};
 
 pub struct MasterService {
     state: Arc<Mutex<State>>,
-    munge: Munge,
     heartbeat_interval: Duration,
 }
 
@@ -30,10 +29,9 @@ type EventStream = Pin<Box<dyn Stream<Item = Result<JobEvent, Status>> + Send>>;
 type CommandStream = Pin<Box<dyn Stream<Item = Result<MasterMessage, Status>> + Send>>;
 
 impl MasterService {
-    pub fn new(state: Arc<Mutex<State>>, munge: Munge, heartbeat_interval: Duration) -> Self {
+    pub fn new(state: Arc<Mutex<State>>, heartbeat_interval: Duration) -> Self {
         Self {
             state,
-            munge,
             heartbeat_interval,
         }
     }
@@ -42,8 +40,11 @@ impl MasterService {
         self.state.lock()
     }
 
+    /// The caller, as the sealed first message of the call proved it (a call
+    /// whose messages do not open never gets here: `SealedServer` refused,
+    /// logged and counted it).
     fn authenticate<T>(&self, req: &Request<T>) -> Result<Requester, Status> {
-        match verify(&self.munge, req) {
+        match score_auth::caller(req) {
             Ok(c) => Ok(Requester {
                 uid: c.uid,
                 gid: c.gid,
