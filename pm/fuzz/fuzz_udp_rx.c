@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz_udp_rx.c - libFuzzer target over the udp device's receive path.
+ * fuzz_udp_rx.c - libFuzzer target over the udp protocol's receive path.
  *
  * The input is a sequence of records, each one datagram as it would arrive
  * from some rank:
@@ -9,13 +9,14 @@
  *
  * `from` (mod 4) picks the source address, bit 0 of `action` makes the
  * process take and release every delivered message afterwards (so flow
- * control, STOP and GO, are reached too).  The device has no sockets: what
- * it sends back is discarded.  One exposed region (key 0x20005, 4 KiB)
+ * control, STOP and GO, are reached too).  The protocol core runs without
+ * a device (src/udp/testing.h): what it sends back is discarded, and its
+ * clock moves 1 ms per record, so that timers (POLL, delayed ACKs) fire
+ * the same way on every run.  One exposed region (key 0x20005, 4 KiB)
  * makes remote writes and reads reachable.  Any crash, sanitizer report or
  * leak is a bug; see docs/pm/fuzzing.md.
  */
-#include "core/pm_internal.h"
-#include "stats.h"
+#include "udp/testing.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -29,37 +30,43 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static uint8_t region[4096];
 
+static void discard(void *arg, int nic, struct udp_out *pkts, int n)
+{
+	(void)arg;
+	(void)nic;
+	(void)pkts;
+	(void)n;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct pm_context *ctx = calloc(1, sizeof(*ctx));
-	struct pm_stats_page *page = calloc(1, sizeof(*page));
+	static struct udp_proto pr;     /* large: not on the stack */
+	struct pm_stats stats = { 0 };
+	struct udp_proto_conf conf = {
+		.jobkey = JOBKEY, .me = 0, .size = RANKS,
+		.ring_bytes = 16 * 1024,        /* small: flow control is reachable */
+		.wnd = 64, .stats = &stats, .drain = discard,
+	};
 
-	if (!ctx || !page)
+	if (udp_testing_open(&pr, &conf))
 		abort();
-	ctx->page = page;
-	ctx->stats = &page->stats;
-	/* No agent: the control word stays RUN, as pm_open() would set it up. */
-	ctx->control = &page->control;
-	ctx->control_slot = -1;
-	ctx->rank = 0;
-	ctx->size = RANKS;
-	ctx->udp_ring_kib = 16;         /* small: flow control is reachable */
-	ctx->udp_window = 64;
-	ctx->dev = pm_udp_testing_create(ctx, JOBKEY, 0, RANKS);
-	if (!ctx->dev)
-		abort();
-	ctx->dev->ops->expose(ctx->dev, 5, REGION_KEY, region, sizeof(region));
+	udp_proto_expose(&pr, 5, REGION_KEY, region, sizeof(region));
+	pr.now_ns = 1000000000ull;
 
 	while (size >= 4) {
 		uint32_t from = data[0] % RANKS;
 		uint8_t action = data[1];
 		size_t len = (size_t)data[2] | (size_t)data[3] << 8;
+		struct sockaddr_in src = udp_testing_addr(from);
 
 		data += 4;
 		size -= 4;
 		if (len > size)
 			len = size;
-		pm_udp_testing_input(ctx->dev, from, data, len);
+		pr.now_ns += 1000000;
+		udp_proto_input(&pr, 0, data, len, &src);
+		udp_proto_timers(&pr);
+		udp_outq_flush(&pr.out);
 		data += len;
 		size -= len;
 
@@ -67,18 +74,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			struct pm_msg m;
 			volatile uint8_t sink = 0;
 
-			while (pm_recv(ctx, &m) == 0) {
-				/* Touch every byte the device claims to hand out. */
+			while (udp_proto_recv(&pr, &m) == 0) {
+				/* Touch every byte the protocol claims to hand out. */
 				for (size_t i = 0; i < m.len; i++)
 					sink ^= ((const uint8_t *)m.data)[i];
-				if (pm_release(ctx, &m) != 0)
+				if (udp_proto_release(&pr, &m) != 0)
 					abort();
 			}
+			udp_outq_flush(&pr.out);
 			(void)sink;
 		}
 	}
-	ctx->dev->ops->destroy(ctx->dev);
-	free(page);
-	free(ctx);
+	udp_proto_fini(&pr);
 	return 0;
 }

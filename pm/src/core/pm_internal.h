@@ -148,12 +148,6 @@ const struct pm_device_ops *pm_device_find(const char *name);
  * every process of the job runs the same steps, so the fences match. */
 int pm_device_open(struct pm_context *ctx, const char *name);
 
-/* The fuzzer's and unit tests' way in: a udp device with no sockets, one
- * path per rank (127.0.0.1+r:20000+r), fed datagrams directly. */
-struct pm_device *pm_udp_testing_create(struct pm_context *ctx, uint64_t jobkey, uint32_t me,
-					uint32_t size);
-void pm_udp_testing_input(struct pm_device *dev, uint32_t from, const uint8_t *buf, size_t len);
-
 /* ---- the context ---- */
 
 /* An exposed region; pm_mr_t to users.  Lives in the context's table. */

@@ -3,9 +3,13 @@
  * device.c - the udp device (PM/Ethernet): a light reliable protocol of
  * our own over UDP, one socket per NIC, packets striped over every NIC that
  * reaches a peer (network trunking), batched system calls, busy-poll then
- * block.  The protocol halves are in tx.c and rx.c.
+ * block.  This file is the I/O around the protocol core (proto.c, tx.c,
+ * rx.c), which does none: it reads the sockets and hands each datagram to
+ * the core, runs the core's timers, and sends what the core queued (outq.c)
+ * with sendmmsg, in GSO runs where the kernel can.
  */
 #include "device.h"
+#include "stats.h"
 #include "udp.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -29,6 +33,9 @@
 #define UDP_DEFAULT_WND 512
 #define UDP_RX_ROUNDS 8                 /* recvmmsg batches per NIC per pass */
 #define UDP_DRAIN_TIMEOUT_NS 30000000000ull
+#define UDP_GSO_SEGS       64       /* segments per GSO message (UDP_MAX_SEGMENTS) */
+#define UDP_GSO_BYTES      65000    /* bytes per GSO message: under 64 KiB with headers */
+#define UDP_RX_SLOT        65536    /* receive buffer per message with GRO on */
 
 struct udp_blob {
 	uint32_t nnics;
@@ -38,40 +45,52 @@ struct udp_blob {
 	struct udp_nic_addr nic[UDP_MAX_NICS];
 };
 
+/* A NIC's batch regrouped into GSO messages (gso_build). */
+struct udp_gso {
+	struct mmsghdr mh[UDP_BATCH];
+	struct iovec iov[2 * UDP_BATCH];
+	union {
+		char buf[CMSG_SPACE(sizeof(uint16_t))];
+		struct cmsghdr align;
+	} cm[UDP_BATCH];
+	int first[UDP_BATCH + 1];       /* message m holds packets [first[m], first[m+1]) */
+};
+
+/* The receive batch: its headers are set up once and only the entries a
+ * recvmmsg() filled are reset afterwards (receive). */
+struct udp_rx_batch {
+	struct mmsghdr mm[UDP_BATCH];
+	struct iovec iov[UDP_BATCH];
+	struct sockaddr_in from[UDP_BATCH];
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} cm[UDP_BATCH];
+};
+
+struct udp_dev {
+	struct pm_device base;
+	struct udp_proto pr;            /* the protocol, without I/O */
+	struct udp_nic nics[UDP_MAX_NICS];
+	int nnics;
+	int fds[UDP_MAX_NICS];
+	struct mmsghdr plain[UDP_BATCH]; /* a NIC's batch, one datagram a packet */
+	struct udp_gso gso_out;
+	bool gso[UDP_MAX_NICS];         /* the socket segments for us (UDP_SEGMENT) */
+	size_t rx_slot;                 /* bytes per receive buffer (more with GRO) */
+	uint8_t *rxbuf;                 /* UDP_BATCH datagrams */
+	struct udp_rx_batch rx;
+	uint64_t last_yield_ns;         /* idle_yield */
+	bool remote_only;               /* under composite: peers off this node */
+	struct pm_stats_nic *nic_stats; /* in the statistics page */
+};
+
 static inline struct udp_dev *to_udp(struct pm_device *dev)
 {
 	return (struct udp_dev *)dev;
 }
 
-struct udp_peer *udp_peer_of(struct udp_dev *u, int rank)
-{
-	if (rank < 0 || (uint32_t)rank >= u->size || !u->served[rank])
-		return NULL;
-	return &u->peers[rank];
-}
-
-/* ---- output batching ---- */
-
-/* The packet could not go: Go-Back-N resends it.  Mark its path down when
- * the network said the link is gone (err: the errno of the send). */
-static void out_lost(struct udp_dev *u, const struct udp_out *o, int err)
-{
-	if (err != ENETDOWN && err != ENETUNREACH && err != EHOSTUNREACH && err != EPERM)
-		return;
-
-	struct udp_peer *p = udp_peer_of(u, o->peer);
-
-	if (p && p->paths[o->path].up) {
-		int up = 0;
-
-		for (int i = 0; i < p->npaths; i++)
-			up += p->paths[i].up;
-		if (up > 1) {
-			p->paths[o->path].up = false;
-			p->paths[o->path].next_probe_ns = u->now_ns + UDP_PROBE_NS;
-		}
-	}
-}
+/* ---- output: the core's queue, sent ---- */
 
 /*
  * sendmmsg() of n messages: how many went (> 0), or the negative errno why
@@ -102,14 +121,18 @@ static int send_messages(int fd, struct mmsghdr *mh, unsigned n, bool *waited)
 }
 
 /* One datagram per packet, from packet `from` of the batch on. */
-static void flush_plain(struct udp_dev *u, int nic, int from)
+static void flush_plain(struct udp_dev *u, int nic, struct udp_out *out, int n, int from)
 {
-	int n = u->nout[nic], done = from;
+	int done = from;
 	bool waited = false;
 
+	for (int i = from; i < n; i++)
+		u->plain[i].msg_hdr = (struct msghdr){ .msg_name = out[i].to,
+						       .msg_namelen = sizeof(*out[i].to),
+						       .msg_iov = out[i].iov,
+						       .msg_iovlen = (size_t)out[i].niov };
 	while (done < n) {
-		int r = send_messages(u->fds[nic], &u->out[nic][done].mh, (unsigned)(n - done),
-				      &waited);
+		int r = send_messages(u->fds[nic], &u->plain[done], (unsigned)(n - done), &waited);
 
 		if (r > 0) {
 			done += r;
@@ -117,7 +140,7 @@ static void flush_plain(struct udp_dev *u, int nic, int from)
 		}
 		/* The packet at done could not go: a full socket buffer or a link
 		 * that is down.  Count it as lost (Go-Back-N resends it). */
-		out_lost(u, &u->out[nic][done], -r);
+		udp_proto_send_failed(&u->pr, &out[done], -r);
 		done++;
 	}
 }
@@ -126,14 +149,14 @@ static size_t out_bytes(const struct udp_out *o)
 {
 	size_t b = 0;
 
-	for (size_t i = 0; i < o->mh.msg_hdr.msg_iovlen; i++)
+	for (int i = 0; i < o->niov; i++)
 		b += o->iov[i].iov_len;
 	return b;
 }
 
 static bool same_to(const struct udp_out *a, const struct udp_out *b)
 {
-	const struct sockaddr_in *x = a->mh.msg_hdr.msg_name, *y = b->mh.msg_hdr.msg_name;
+	const struct sockaddr_in *x = a->to, *y = b->to;
 
 	return x->sin_addr.s_addr == y->sin_addr.s_addr && x->sin_port == y->sin_port;
 }
@@ -143,28 +166,26 @@ static bool same_to(const struct udp_out *a, const struct udp_out *b)
  * limits on segments and bytes.  The kernel cuts the run's bytes every
  * gso_size bytes, so each segment is exactly one of our packets, headers
  * included; nothing is copied.  Returns the number of messages. */
-static int gso_build(struct udp_dev *u, int nic)
+static int gso_build(struct udp_dev *u, const struct udp_out *out, int n)
 {
 	struct udp_gso *g = &u->gso_out;
-	const struct udp_out *out = u->out[nic];
-	int n = u->nout[nic], m = 0, k = 0;
+	int m = 0, k = 0;
 
 	for (int i = 0; i < n; m++) {
 		size_t seg = out_bytes(&out[i]), total = 0;
 		struct msghdr *mh = &g->mh[m].msg_hdr;
 		int j = i;
 
-		*mh = (struct msghdr){ .msg_name = out[i].mh.msg_hdr.msg_name,
-				       .msg_namelen = out[i].mh.msg_hdr.msg_namelen,
+		*mh = (struct msghdr){ .msg_name = out[i].to, .msg_namelen = sizeof(*out[i].to),
 				       .msg_iov = &g->iov[k] };
 		while (j < n && j - i < UDP_GSO_SEGS) {
 			size_t b = out_bytes(&out[j]);
 
 			if (j > i && (!same_to(&out[i], &out[j]) || b > seg || total + b > UDP_GSO_BYTES))
 				break;
-			for (size_t v = 0; v < out[j].mh.msg_hdr.msg_iovlen; v++)
+			for (int v = 0; v < out[j].niov; v++)
 				g->iov[k++] = out[j].iov[v];
-			mh->msg_iovlen += out[j].mh.msg_hdr.msg_iovlen;
+			mh->msg_iovlen += (size_t)out[j].niov;
 			total += b;
 			j++;
 			if (b < seg)
@@ -187,10 +208,10 @@ static int gso_build(struct udp_dev *u, int nic)
 	return m;
 }
 
-static void flush_gso(struct udp_dev *u, int nic)
+static void flush_gso(struct udp_dev *u, int nic, struct udp_out *out, int n)
 {
 	struct udp_gso *g = &u->gso_out;
-	int m = gso_build(u, nic), done = 0;
+	int m = gso_build(u, out, n), done = 0;
 	bool waited = false;
 
 	while (done < m) {
@@ -211,212 +232,37 @@ static void flush_gso(struct udp_dev *u, int nic)
 			u->gso[nic] = false;
 			pm_log(u->base.ctx->rank, "udp: %s: UDP GSO refused (%s), one datagram per packet",
 			       u->nics[nic].name, strerror(err));
-			flush_plain(u, nic, g->first[done]);
+			flush_plain(u, nic, out, n, g->first[done]);
 			return;
 		}
 		/* The whole message is lost: its packets share one path. */
 		for (int i = g->first[done]; i < g->first[done + 1]; i++)
-			out_lost(u, &u->out[nic][i], err);
+			udp_proto_send_failed(&u->pr, &out[i], err);
 		done++;
 	}
 }
 
-static void flush_nic(struct udp_dev *u, int nic)
+/* The core's drain: a NIC's batch goes out (outq.c). */
+static void send_batch(void *arg, int nic, struct udp_out *out, int n)
 {
-	if (u->gso[nic] && u->nout[nic] > 1)
-		flush_gso(u, nic);
+	struct udp_dev *u = arg;
+
+	for (int i = 0; i < n; i++) {
+		u->nic_stats[nic].tx_packets++;
+		u->nic_stats[nic].tx_bytes += out_bytes(&out[i]);
+	}
+	if (u->gso[nic] && n > 1)
+		flush_gso(u, nic, out, n);
 	else
-		flush_plain(u, nic, 0);
-	u->nout[nic] = 0;
+		flush_plain(u, nic, out, n, 0);
 }
 
-void udp_flush(struct udp_dev *u)
+static void udp_flush(struct udp_dev *u)
 {
-	for (int i = 0; i < u->nnics; i++)
-		if (u->nout[i])
-			flush_nic(u, i);
+	udp_outq_flush(&u->pr.out);
 }
 
-void udp_out_packet(struct udp_dev *u, struct udp_peer *p, int path,
-		    const struct wire_hdr *h, const struct wire_msg_hdr *m,
-		    const void *payload, size_t len)
-{
-	struct udp_path *pa = &p->paths[path];
-	int nic = pa->nic;
-
-	if (u->nout[nic] == UDP_BATCH)
-		flush_nic(u, nic);
-
-	struct udp_out *o = &u->out[nic][u->nout[nic]++];
-	struct wire_hdr hh = *h;
-	size_t hlen = WIRE_HDR_BYTES + (m ? WIRE_MSG_HDR_BYTES : 0);
-
-	hh.len = (uint16_t)(hlen - WIRE_HDR_BYTES + len);
-	wire_encode(&hh, o->hdr);
-	if (m)
-		wire_encode_msg(m, o->hdr + WIRE_HDR_BYTES);
-	o->iov[0] = (struct iovec){ o->hdr, hlen };
-	o->iov[1] = (struct iovec){ (void *)payload, len };
-	memset(&o->mh, 0, sizeof(o->mh));
-	o->mh.msg_hdr.msg_name = &pa->to;
-	o->mh.msg_hdr.msg_namelen = sizeof(pa->to);
-	o->mh.msg_hdr.msg_iov = o->iov;
-	o->mh.msg_hdr.msg_iovlen = len ? 2 : 1;
-	o->peer = p->rank;
-	o->path = (uint8_t)path;
-	pa->sent++;
-	u->nic_stats[nic].tx_packets++;
-	u->nic_stats[nic].tx_bytes += hlen + len;
-}
-
-/* Control packets go on the path the peer last reached us by. */
-void udp_send_control_on(struct udp_dev *u, struct udp_peer *p, int path, uint8_t type,
-			 uint32_t seq)
-{
-	struct wire_hdr h = {
-		.magic = WIRE_MAGIC, .version = WIRE_VERSION, .type = type,
-		.flags = WIRE_F_ACK, .jobkey = u->jobkey, .src = u->me,
-		.dst = (uint32_t)p->rank, .seq = seq, .ack = udp_piggy_ack(p),
-	};
-
-	udp_out_packet(u, p, path, &h, NULL, NULL, 0);
-	p->ack_pending = 0;
-	p->ack_deadline = 0;
-	p->ack_now = false;
-}
-
-/* Control packets go back by the path the peer last used, while it is up. */
-void udp_send_control(struct udp_dev *u, struct udp_peer *p, uint8_t type, uint32_t seq)
-{
-	int path = p->last_rx_path;
-
-	if (!p->paths[path].up)
-		for (int i = 0; i < p->npaths; i++)
-			if (p->paths[i].up)
-				path = i;
-	udp_send_control_on(u, p, path, type, seq);
-}
-
-static void send_probe(struct udp_dev *u, struct udp_peer *p, int path, uint8_t type,
-		       uint32_t id)
-{
-	struct wire_hdr h = {
-		.magic = WIRE_MAGIC, .version = WIRE_VERSION, .type = type,
-		.jobkey = u->jobkey, .src = u->me, .dst = (uint32_t)p->rank, .seq = id,
-	};
-
-	udp_out_packet(u, p, path, &h, NULL, NULL, 0);
-}
-
-/* ---- remote operations ---- */
-
-struct udp_op_slot *udp_op_lookup(struct udp_dev *u, uint64_t cookie)
-{
-	uint32_t i = (uint32_t)(cookie & 0xffff);
-	uint16_t gen = (uint16_t)(cookie >> 16);
-
-	if (i >= UDP_OPS || !u->ops[i].busy || u->ops[i].gen != gen || cookie >> 32)
-		return NULL;
-	return &u->ops[i];
-}
-
-void udp_op_complete(struct udp_dev *u, uint64_t cookie, int status)
-{
-	struct udp_op_slot *s = udp_op_lookup(u, cookie);
-
-	if (!s) {
-		u->base.ctx->stats->drops++;
-		return;
-	}
-	s->op->status = status;
-	s->busy = false;
-	u->op_done = true;
-}
-
-struct udp_window *udp_window_check(struct udp_dev *u, uint64_t key, uint64_t off,
-				    uint64_t len, int *err)
-{
-	uint32_t idx = PM_WINDOW_IDX(key);
-	struct udp_window *w = idx < PM_MAX_WINDOWS ? &u->win[idx] : NULL;
-
-	if (!w || key == 0 || w->key != key) {
-		*err = -ENOENT;
-		return NULL;
-	}
-	if (off > w->len || len > w->len - off) {
-		*err = -ERANGE;
-		return NULL;
-	}
-	return w;
-}
-
-/* ---- progress ---- */
-
-static int path_of_source(const struct udp_peer *p, int nic, const struct sockaddr_in *from)
-{
-	for (int i = 0; i < p->npaths; i++)
-		if (p->paths[i].nic == nic && p->paths[i].to.sin_addr.s_addr == from->sin_addr.s_addr &&
-		    p->paths[i].to.sin_port == from->sin_port)
-			return i;
-	return -1;
-}
-
-static void drop(struct udp_dev *u, enum wire_verdict v)
-{
-	u->base.ctx->stats->drops++;
-	u->drops_by[v]++;
-}
-
-static void handle(struct udp_dev *u, int nic, const uint8_t *buf, size_t n,
-		   const struct sockaddr_in *from)
-{
-	struct wire_hdr h;
-	enum wire_verdict v = wire_decode(buf, n, u->jobkey, u->size, u->me, &h);
-
-	if (v != WIRE_OK) {
-		drop(u, v);
-		return;
-	}
-
-	struct udp_peer *p = udp_peer_of(u, (int)h.src);
-	int path = p ? path_of_source(p, nic, from) : -1;
-
-	/* A packet must come from the address its claimed sender has on
-	 * this network: anything else is dropped, never believed. */
-	if (path < 0) {
-		drop(u, WIRE_UNKNOWN_PEER);
-		return;
-	}
-	p->paths[path].rcvd++;
-	p->last_rx_path = path;
-	p->last_heard_ns = u->now_ns;
-	if (h.flags & WIRE_F_ACK)
-		udp_tx_on_ack(u, p, h.ack);
-
-	switch (h.type) {
-	case WIRE_DATA:
-		p->paths[path].rx_latest = h.seq;
-		p->paths[path].rx_mark = ++p->rx_count;
-		udp_rx_on_data(u, p, &h, buf + WIRE_HDR_BYTES);
-		break;
-	case WIRE_ACK:
-		break;
-	case WIRE_STOP:
-	case WIRE_GO:
-	case WIRE_LOSE:
-		udp_tx_on_control(u, p, &h);
-		break;
-	case WIRE_POLL:
-		udp_rx_on_poll(p, h.seq);
-		break;
-	case WIRE_PROBE:
-		send_probe(u, p, path, WIRE_PROBE_ACK, h.seq);
-		break;
-	case WIRE_PROBE_ACK:
-		p->paths[path].up = true;
-		break;
-	}
-}
+/* ---- input: the sockets, read ---- */
 
 /* The segment size of a GRO batch, or 0 when the message is one datagram. */
 static size_t gro_size(struct msghdr *mh)
@@ -493,7 +339,7 @@ static bool receive(struct udp_dev *u)
 				u->nic_stats[nic].rx_bytes += len;
 				if (rb->mm[i].msg_hdr.msg_flags & MSG_TRUNC) {
 					u->nic_stats[nic].rx_packets++;
-					drop(u, WIRE_BAD_LEN);
+					udp_proto_drop(&u->pr, WIRE_BAD_LEN);
 					continue;
 				}
 				/* With GRO one message is several datagrams of
@@ -507,7 +353,7 @@ static bool receive(struct udp_dev *u)
 					size_t n = len - off < seg ? len - off : seg;
 
 					u->nic_stats[nic].rx_packets++;
-					handle(u, nic, buf + off, n, &rb->from[i]);
+					udp_proto_input(&u->pr, nic, buf + off, n, &rb->from[i]);
 					off += n;
 				} while (off < len);
 			}
@@ -522,26 +368,6 @@ static bool receive(struct udp_dev *u)
 	return got;
 }
 
-static void timers(struct udp_dev *u)
-{
-	for (uint32_t r = 0; r < u->size; r++) {
-		struct udp_peer *p = udp_peer_of(u, (int)r);
-
-		if (!p)
-			continue;
-		udp_tx_timers(u, p);
-		udp_rx_timers(u, p);
-		for (int i = 0; i < p->npaths; i++) {
-			struct udp_path *pa = &p->paths[i];
-
-			if (!pa->up && u->now_ns >= pa->next_probe_ns) {
-				send_probe(u, p, i, WIRE_PROBE, (uint32_t)i);
-				pa->next_probe_ns = u->now_ns + UDP_PROBE_NS;
-			}
-		}
-	}
-}
-
 /* Nothing to do yet: now and then, let others run.  When every core
  * busy-polls, the kernel's deferred network processing (ksoftirqd), which
  * is what brings the next packet, would starve; on one machine playing a
@@ -554,7 +380,7 @@ static void timers(struct udp_dev *u)
 
 static void idle_yield(struct udp_dev *u)
 {
-	if (u->now_ns - u->last_yield_ns < UDP_YIELD_NS)
+	if (u->pr.now_ns - u->last_yield_ns < UDP_YIELD_NS)
 		return;
 	sched_yield();
 	u->last_yield_ns = pm_now_ns();
@@ -562,32 +388,13 @@ static void idle_yield(struct udp_dev *u)
 
 static void progress(struct udp_dev *u)
 {
-	u->now_ns = pm_now_ns();
+	u->pr.now_ns = pm_now_ns();
 	/* Handling what came may have taken a while: the timers want the time
 	 * after it.  An empty pass took next to none. */
 	if (receive(u))
-		u->now_ns = pm_now_ns();
-	timers(u);
+		u->pr.now_ns = pm_now_ns();
+	udp_proto_timers(&u->pr);
 	udp_flush(u);
-}
-
-static uint64_t next_timer(const struct udp_dev *u)
-{
-	uint64_t t = UINT64_MAX;
-
-	for (uint32_t r = 0; r < u->size; r++) {
-		if (!u->served[r])
-			continue;
-		const struct udp_peer *p = &u->peers[r];
-		uint64_t a = udp_tx_next_timer(p), b = udp_rx_next_timer(p);
-
-		t = a < t ? a : t;
-		t = b < t ? b : t;
-		for (int i = 0; i < p->npaths; i++)
-			if (!p->paths[i].up && p->paths[i].next_probe_ns < t)
-				t = p->paths[i].next_probe_ns;
-	}
-	return t;
 }
 
 /* ---- opening ---- */
@@ -654,25 +461,26 @@ static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 		return n;
 	}
 	u->nnics = n;
-	u->jobkey = b->jobkey;
-	u->me = (uint32_t)b->rank;
-	u->size = (uint32_t)b->size;
-	u->ring_bytes = ctx->udp_ring_kib * 1024u;
-	u->wnd = ctx->udp_window;
-	if (!ring_size_valid(u->ring_bytes) || u->wnd < 8 || (u->wnd & (u->wnd - 1)) ||
-	    u->wnd > (1u << 20)) {
+
+	struct udp_proto_conf conf = {
+		.jobkey = b->jobkey, .me = (uint32_t)b->rank, .size = (uint32_t)b->size,
+		.ring_bytes = ctx->udp_ring_kib * 1024u, .wnd = ctx->udp_window,
+		.stats = ctx->stats, .drain = send_batch, .drain_arg = u,
+	};
+
+	if (!ring_size_valid(conf.ring_bytes) || conf.wnd < 8 || (conf.wnd & (conf.wnd - 1)) ||
+	    conf.wnd > (1u << 20)) {
 		pm_log(ctx->rank, "udp: ring of %u KiB and window of %u packets: both must be powers "
 		       "of two (ring >= 4 KiB, window 8..1M)", ctx->udp_ring_kib, ctx->udp_window);
 		return -EINVAL;
 	}
-	u->peers = calloc(u->size, sizeof(*u->peers));
-	u->served = calloc(u->size, sizeof(*u->served));
-	if (!u->peers || !u->served)
-		return -ENOMEM;
+	int perr = udp_proto_init(&u->pr, &conf);
 
+	if (perr)
+		return perr;
 	u->rx_slot = UDP_PKT_MAX;
 	blob.nnics = (uint32_t)n;
-	blob.ring_bytes = u->ring_bytes;
+	blob.ring_bytes = conf.ring_bytes;
 	u->nic_stats = ctx->page->nics;
 	ctx->page->nnics = (uint32_t)n;
 	for (int i = 0; i < n; i++) {
@@ -745,7 +553,7 @@ static int udp_connect(struct pm_device *dev, struct pm_boot *b)
 	struct udp_dev *u = to_udp(dev);
 
 	for (int r = 0; r < b->size; r++) {
-		struct udp_peer *p = &u->peers[r];
+		struct udp_peer *p = &u->pr.peers[r];
 		struct udp_blob blob;
 		size_t len = sizeof(blob);
 
@@ -764,7 +572,7 @@ static int udp_connect(struct pm_device *dev, struct pm_boot *b)
 			p->max_inflight = UDP_INFLIGHT_MAX;
 		/* Ranks may be given different rings: a message must fit ours
 		 * and the peer's. */
-		p->max_message = ring_max_message(u->ring_bytes);
+		p->max_message = ring_max_message(u->pr.ring_bytes);
 		if (ring_size_valid(blob.ring_bytes) &&
 		    ring_max_message(blob.ring_bytes) < p->max_message)
 			p->max_message = ring_max_message(blob.ring_bytes);
@@ -773,12 +581,9 @@ static int udp_connect(struct pm_device *dev, struct pm_boot *b)
 			       "(check PM_UDP_NICS)", r);
 			continue;       /* pm_open() reports the unreachable peer */
 		}
-		err = udp_tx_init(u, p);
-		if (!err)
-			err = udp_rx_init(u, p);
+		err = udp_peer_open(&u->pr, p);
 		if (err)
 			return err;
-		u->served[r] = true;
 	}
 	return 0;
 }
@@ -814,10 +619,8 @@ static void linger(struct udp_dev *u)
 	uint64_t quiet_until = start + UDP_LINGER_QUIET_NS;
 	uint64_t seen = packets_in(u);
 
-	u->now_ns = start;
-	for (uint32_t r = 0; r < u->size; r++)
-		if (u->served[r] && u->peers[r].ack_pending)
-			udp_send_control(u, &u->peers[r], WIRE_ACK, 0);
+	u->pr.now_ns = start;
+	udp_proto_ack_now(&u->pr);
 	udp_flush(u);
 	while (u->nnics > 0 && u->fds[0] >= 0) {
 		uint64_t now = pm_now_ns();
@@ -837,19 +640,12 @@ static void udp_destroy(struct pm_device *dev)
 {
 	struct udp_dev *u = to_udp(dev);
 
-	if (u->peers && u->served)
+	if (u->pr.peers && u->pr.served)
 		linger(u);
-	for (uint32_t r = 0; u->peers && r < u->size; r++) {
-		if (u->served && u->served[r]) {
-			udp_tx_fini(&u->peers[r]);
-			udp_rx_fini(&u->peers[r]);
-		}
-	}
+	udp_proto_fini(&u->pr);
 	for (int i = 0; i < u->nnics; i++)
 		if (u->fds[i] >= 0)
 			close(u->fds[i]);
-	free(u->peers);
-	free(u->served);
 	free(u->rxbuf);
 	free(u);
 }
@@ -858,14 +654,14 @@ static void udp_destroy(struct pm_device *dev)
 
 static const char *udp_device_of(const struct pm_device *dev, int peer)
 {
-	return udp_peer_of((struct udp_dev *)dev, peer) ? dev->ops->name : NULL;
+	return udp_peer_of(&((struct udp_dev *)dev)->pr, peer) ? dev->ops->name : NULL;
 }
 
 static size_t udp_max_message(const struct pm_device *dev, int peer)
 {
 	struct udp_dev *u = (struct udp_dev *)dev;
 
-	const struct udp_peer *p = udp_peer_of(u, peer);
+	const struct udp_peer *p = udp_peer_of(&u->pr, peer);
 
 	return p ? p->max_message : 0;
 }
@@ -873,14 +669,14 @@ static size_t udp_max_message(const struct pm_device *dev, int peer)
 static int udp_send_buffer(struct pm_device *dev, int peer, size_t len, void **buf)
 {
 	struct udp_dev *u = to_udp(dev);
-	struct udp_peer *p = udp_peer_of(u, peer);
+	struct udp_peer *p = udp_peer_of(&u->pr, peer);
 
 	if (!p)
 		return -EINVAL;
 	if (len > p->max_message)
 		return -EMSGSIZE;
 	for (int attempt = 0; attempt < 2; attempt++) {
-		int err = udp_txq_free(p) ? ring_reserve(&p->tx_user, len, buf) : -EAGAIN;
+		int err = udp_tx_buffer(p, len, buf);
 
 		if (err != -EAGAIN)
 			return err;
@@ -894,56 +690,25 @@ static int udp_send_buffer(struct pm_device *dev, int peer, size_t len, void **b
 static int udp_send(struct pm_device *dev, int peer, size_t len)
 {
 	struct udp_dev *u = to_udp(dev);
-	struct udp_peer *p = udp_peer_of(u, peer);
-	struct udp_txmsg m = { .kind = WIRE_KIND_MSG, .in_ring = true };
-	const void *data;
-	size_t dlen;
-	int err;
+	struct udp_peer *p = udp_peer_of(&u->pr, peer);
 
 	if (!p)
 		return -EINVAL;
-	err = ring_publish(&p->tx_user, len);
-	if (err)
-		return err;
-	/* The device's view of the send ring yields the message just sent. */
-	err = ring_peek(&p->tx_dev, &data, &dlen, &m.ring_cookie);
-	if (err)
-		return err;
-	m.data = data;
-	m.len = (uint32_t)dlen;
-	u->now_ns = pm_now_ns();
-	err = udp_tx_enqueue(u, p, &m);
+	u->pr.now_ns = pm_now_ns();
+	int err = udp_tx_send(&u->pr, p, len);
+
 	udp_flush(u);
 	return err;
-}
-
-static bool rx_ready(struct udp_dev *u, struct pm_msg *msg)
-{
-	for (uint32_t k = 0; k < u->size; k++) {
-		uint32_t r = (uint32_t)(u->next_rx_peer + (int)k) % u->size;
-		struct udp_peer *p = udp_peer_of(u, (int)r);
-
-		if (!p || !ring_readable(&p->rx_user))
-			continue;
-		if (!msg)
-			return true;
-		if (ring_peek(&p->rx_user, &msg->data, &msg->len, &msg->_cookie) == 0) {
-			msg->peer = (int)r;
-			u->next_rx_peer = (int)((r + 1) % u->size);
-			return true;
-		}
-	}
-	return false;
 }
 
 static int udp_recv(struct pm_device *dev, struct pm_msg *msg)
 {
 	struct udp_dev *u = to_udp(dev);
 
-	if (rx_ready(u, msg))
+	if (udp_proto_recv(&u->pr, msg) == 0)
 		return 0;
 	progress(u);
-	if (rx_ready(u, msg))
+	if (udp_proto_recv(&u->pr, msg) == 0)
 		return 0;
 	idle_yield(u);
 	return -EAGAIN;
@@ -952,46 +717,26 @@ static int udp_recv(struct pm_device *dev, struct pm_msg *msg)
 static int udp_release(struct pm_device *dev, const struct pm_msg *msg)
 {
 	struct udp_dev *u = to_udp(dev);
-	struct udp_peer *p = udp_peer_of(u, msg->peer);
+	struct udp_peer *p = udp_peer_of(&u->pr, msg->peer);
 
-	if (!p)
-		return -EINVAL;
-	int err = ring_release(&p->rx_user, msg->_cookie);
+	/* A receiver that refused (STOP) may send GO now. */
+	if (p && p->stop_sent)
+		u->pr.now_ns = pm_now_ns();
+	int err = udp_proto_release(&u->pr, msg);
 
-	if (!err && p->stop_sent) {
-		u->now_ns = pm_now_ns();
-		udp_rx_released(u, p);
-		udp_flush(u);
-	}
+	udp_flush(u);
 	return err;
 }
 
 /* ---- progress and waiting ---- */
-
-static bool udp_event(struct udp_dev *u)
-{
-	if (rx_ready(u, NULL))
-		return true;
-	for (uint32_t r = 0; r < u->size; r++) {
-		struct udp_peer *p = udp_peer_of(u, (int)r);
-
-		if (p && p->want_space && udp_txq_free(p) &&
-		    ring_free_bytes(&p->tx_user) > RING_ALIGN) {
-			p->want_space = false;
-			return true;
-		}
-	}
-	return u->op_done;
-}
 
 static bool udp_poll(struct pm_device *dev)
 {
 	struct udp_dev *u = to_udp(dev);
 
 	progress(u);
-	bool ev = udp_event(u);
+	bool ev = udp_proto_event(&u->pr);
 
-	u->op_done = false;
 	if (!ev)
 		idle_yield(u);
 	return ev;
@@ -1006,17 +751,12 @@ static int udp_block(struct udp_dev *u, uint64_t deadline, const int *extra, int
 
 	/* Going to sleep: no reply will carry our acks soon, so send them
 	 * now instead of letting senders wait out the delay. */
-	u->now_ns = pm_now_ns();
-	for (uint32_t r = 0; r < u->size; r++) {
-		struct udp_peer *p = udp_peer_of(u, (int)r);
-
-		if (p && p->ack_pending)
-			udp_send_control(u, p, WIRE_ACK, 0);
-	}
+	u->pr.now_ns = pm_now_ns();
+	udp_proto_ack_now(&u->pr);
 	udp_flush(u);
 
 	uint64_t now = pm_now_ns();
-	uint64_t until = next_timer(u);
+	uint64_t until = udp_proto_next_timer(&u->pr);
 
 	if (deadline < until)
 		until = deadline;
@@ -1049,18 +789,14 @@ static int udp_peer_alive(struct pm_device *dev, int peer)
 
 	/* A remote process's death is seen by the resource manager (scored,
 	 * the launcher); here a peer is alive while it is reachable at all. */
-	return udp_peer_of(u, peer) ? 1 : -EINVAL;
+	return udp_peer_of(&u->pr, peer) ? 1 : -EINVAL;
 }
 
 /* ---- remote memory ---- */
 
 static int udp_expose(struct pm_device *dev, uint32_t idx, uint64_t key, void *addr, size_t len)
 {
-	struct udp_window *w = &to_udp(dev)->win[idx];
-
-	w->key = key;
-	w->addr = addr;
-	w->len = key ? len : 0;
+	udp_proto_expose(&to_udp(dev)->pr, idx, key, addr, len);
 	return 0;
 }
 
@@ -1068,41 +804,17 @@ static int udp_rma(struct pm_device *dev, int peer, bool write, void *local,
 		   size_t len, uint64_t rkey, uint64_t roffset, struct pm_op *op)
 {
 	struct udp_dev *u = to_udp(dev);
-	struct udp_peer *p = udp_peer_of(u, peer);
-	struct udp_op_slot *s = NULL;
-	uint32_t i;
+	struct udp_peer *p = udp_peer_of(&u->pr, peer);
 
 	if (!p)
 		return -EINVAL;
-	if (len > UINT32_MAX)
-		return -EMSGSIZE;
-	for (i = 0; i < UDP_OPS && u->ops[i].busy; i++)
-		;
-	if (i == UDP_OPS || udp_txq_free(p) == 0) {
-		progress(u);
-		return -EAGAIN;
-	}
-	s = &u->ops[i];
-	*s = (struct udp_op_slot){ .op = op, .dst = write ? NULL : local, .len = (uint32_t)len,
-				   .gen = ++u->op_gen, .busy = true };
-	for (int b = 0; b < 8; b++)
-		s->body[b] = (uint8_t)((uint64_t)len >> (8 * b));
+	u->pr.now_ns = pm_now_ns();
+	int err = udp_proto_rma(&u->pr, p, write, local, len, rkey, roffset, op);
 
-	uint64_t cookie = (uint64_t)s->gen << 16 | i;
-	struct udp_txmsg m = {
-		.data = write ? local : s->body, .len = write ? (uint32_t)len : 8,
-		.kind = write ? WIRE_KIND_WRITE : WIRE_KIND_READ_REQ,
-		.key = rkey, .offset = roffset, .cookie = cookie,
-	};
-
-	op->status = 1;
-	op->_device[0] = cookie;
-	u->now_ns = pm_now_ns();
-	int err = udp_tx_enqueue(u, p, &m);
-
-	udp_flush(u);
-	if (err)
-		s->busy = false;
+	if (err == -EAGAIN)
+		progress(u);    /* completions may be waiting to free a slot */
+	else
+		udp_flush(u);
 	return err;
 }
 
@@ -1115,15 +827,9 @@ static int udp_test(struct pm_device *dev, struct pm_op *op)
 static int udp_drain_poll(struct pm_device *dev)
 {
 	struct udp_dev *u = to_udp(dev);
-	bool idle = true;
 
 	progress(u);
-	for (uint32_t r = 0; r < u->size; r++) {
-		struct udp_peer *p = udp_peer_of(u, (int)r);
-
-		idle &= !p || (udp_tx_drained(p) && !p->ack_pending);
-	}
-	return idle;
+	return udp_proto_idle(&u->pr);
 }
 
 static int udp_drain(struct pm_device *dev)
@@ -1150,52 +856,18 @@ static void udp_hold(struct pm_device *dev, uint64_t deadline)
 	struct udp_dev *u = to_udp(dev);
 
 	progress(u);
-	if (u->nnics > 0 && u->fds[0] >= 0) {
-		udp_block(u, deadline, NULL, 0);
-	} else {
-		/* The socketless testing device: just do not spin. */
-		uint64_t now = pm_now_ns(), left = deadline > now ? deadline - now : 0;
-		struct timespec ts = { .tv_sec = (time_t)(left / 1000000000u),
-				       .tv_nsec = (long)(left % 1000000000u) };
-
-		nanosleep(&ts, NULL);
-	}
+	udp_block(u, deadline, NULL, 0);
 	progress(u);
 }
 
-/*
- * After a hold the clock has jumped by however long the job was frozen.
- * Nothing of ours is in flight (we drained), so no retransmission timer
- * should be armed; if one is (the request was withdrawn before we
- * drained), it restarts from now rather than firing at once on time the
- * peer spent frozen too.  The same for a loss report's back-off and for
- * probes of paths that looked down.  Peers thaw on their nodes some
- * milliseconds apart; a timer that runs out on one not yet thawed only
- * polls it (tx.c), and what was outstanding gives no RTT sample.
- */
+/* After a hold of any length: protocol timers restart from now
+ * (udp_proto_resumed says why). */
 static void udp_resumed(struct pm_device *dev)
 {
 	struct udp_dev *u = to_udp(dev);
-	uint64_t now = pm_now_ns();
 
-	u->now_ns = now;
-	for (uint32_t r = 0; r < u->size; r++) {
-		struct udp_peer *p = udp_peer_of(u, (int)r);
-
-		if (!p)
-			continue;
-		p->no_sample_hi = p->sent_hi;
-		p->strikes = 0;
-		if (p->rto_deadline)
-			p->rto_deadline = now + p->rto_ns;
-		if (p->ack_deadline)
-			p->ack_deadline = now;  /* owed: send it at the next pass */
-		p->lose_ns = now;
-		p->last_heard_ns = now;
-		for (int i = 0; i < p->npaths; i++)
-			if (!p->paths[i].up)
-				p->paths[i].next_probe_ns = now;
-	}
+	u->pr.now_ns = pm_now_ns();
+	udp_proto_resumed(&u->pr);
 }
 
 static struct pm_device *udp_create(struct pm_context *ctx, unsigned flags)
@@ -1235,68 +907,3 @@ const struct pm_device_ops pm_udp_ops = {
 	.hold = udp_hold,
 	.resumed = udp_resumed,
 };
-
-/* ---- for the fuzzer and unit tests: a device without sockets ---- */
-
-/* The address rank r "has" in a socketless device. */
-static struct sockaddr_in testing_addr(uint32_t r)
-{
-	return (struct sockaddr_in){ .sin_family = AF_INET,
-				     .sin_addr.s_addr = htonl(0x7f000001u + r),
-				     .sin_port = htons((uint16_t)(20000 + r)) };
-}
-
-struct pm_device *pm_udp_testing_create(struct pm_context *ctx, uint64_t jobkey, uint32_t me,
-					uint32_t size)
-{
-	struct pm_device *dev = udp_create(ctx, 0);
-	struct udp_dev *u = to_udp(dev);
-
-	if (!dev)
-		return NULL;
-	u->nnics = 1;
-	for (int i = 0; i < UDP_MAX_NICS; i++)
-		u->fds[i] = -1;         /* sends fail and count as lost */
-	u->nics[0] = (struct udp_nic){ .name = "test0", .mtu = 1500, .prefix = 8,
-				       .addr = htonl(0x7f000001u + me) };
-	u->jobkey = jobkey;
-	u->me = me;
-	u->size = size;
-	u->ring_bytes = ctx->udp_ring_kib * 1024u;
-	u->wnd = ctx->udp_window;
-	u->nic_stats = ctx->page->nics;
-	u->rx_slot = UDP_PKT_MAX;
-	u->peers = calloc(size, sizeof(*u->peers));
-	u->served = calloc(size, sizeof(*u->served));
-	if (rx_batch_init(u) || !u->peers || !u->served)
-		goto fail;
-	for (uint32_t r = 0; r < size; r++) {
-		struct udp_peer *p = &u->peers[r];
-
-		p->rank = (int)r;
-		p->npaths = 1;
-		p->paths[0] = (struct udp_path){ .nic = 0, .to = testing_addr(r), .up = true };
-		p->frag = 1500 - 20 - 8 - WIRE_HDR_BYTES;
-		p->max_inflight = UDP_INFLIGHT_MAX;
-		p->max_message = ring_max_message(u->ring_bytes);
-		if (udp_tx_init(u, p) || udp_rx_init(u, p))
-			goto fail;
-		u->served[r] = true;
-	}
-	return dev;
-fail:
-	udp_destroy(dev);
-	return NULL;
-}
-
-/* Feed one datagram as if it arrived from rank `from` on NIC 0. */
-void pm_udp_testing_input(struct pm_device *dev, uint32_t from, const uint8_t *buf, size_t len)
-{
-	struct udp_dev *u = to_udp(dev);
-	struct sockaddr_in src = testing_addr(from);
-
-	u->now_ns = pm_now_ns();
-	handle(u, 0, buf, len, &src);
-	timers(u);
-	udp_flush(u);
-}

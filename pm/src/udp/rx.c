@@ -22,7 +22,7 @@ enum consume { CONSUMED, REFUSED };
 /* A wait-queue slot: the decoded header, then the payload. */
 #define OOO_STRIDE(p) ((size_t)(p)->frag + sizeof(struct wire_hdr))
 
-int udp_rx_init(struct udp_dev *u, struct udp_peer *p)
+int udp_rx_init(struct udp_proto *u, struct udp_peer *p)
 {
 	/* The wait queue covers the whole window where memory allows (2 MiB
 	 * per peer), and always the reordering that reading the NICs in turn
@@ -53,15 +53,15 @@ void udp_rx_fini(struct udp_peer *p)
 	free(p->ooo_valid);
 }
 
-static void malformed(struct udp_dev *u, struct udp_peer *p, const char *why)
+static void malformed(struct udp_proto *u, struct udp_peer *p, const char *why)
 {
-	u->base.ctx->stats->drops++;
-	pm_log(u->base.ctx->rank, "udp: malformed message from rank %d (%s); dropped", p->rank, why);
+	u->stats->drops++;
+	pm_log((int)u->me, "udp: malformed message from rank %d (%s); dropped", p->rank, why);
 }
 
 /* A reply the receiver owes (RMA_DONE, READ_RESP): it needs queue room,
  * which the first fragment reserved. */
-static void reply(struct udp_dev *u, struct udp_peer *p, uint8_t kind, uint64_t cookie,
+static void reply(struct udp_proto *u, struct udp_peer *p, uint8_t kind, uint64_t cookie,
 		  int status, const uint8_t *data, uint32_t len)
 {
 	struct udp_txmsg m = {
@@ -73,7 +73,7 @@ static void reply(struct udp_dev *u, struct udp_peer *p, uint8_t kind, uint64_t 
 }
 
 /* The first fragment: decide where the message goes, or refuse it. */
-static enum consume begin_message(struct udp_dev *u, struct udp_peer *p,
+static enum consume begin_message(struct udp_proto *u, struct udp_peer *p,
 				  const struct wire_msg_hdr *mh)
 {
 	struct udp_rxmsg *rx = &p->rx;
@@ -150,7 +150,7 @@ static enum consume begin_message(struct udp_dev *u, struct udp_peer *p,
 	return CONSUMED;
 }
 
-static void end_message(struct udp_dev *u, struct udp_peer *p)
+static void end_message(struct udp_proto *u, struct udp_peer *p)
 {
 	struct udp_rxmsg *rx = &p->rx;
 
@@ -177,7 +177,7 @@ static void end_message(struct udp_dev *u, struct udp_peer *p)
 }
 
 /* A read request's body is its length; answer it from the region. */
-static void answer_read(struct udp_dev *u, struct udp_peer *p, const struct wire_msg_hdr *mh,
+static void answer_read(struct udp_proto *u, struct udp_peer *p, const struct wire_msg_hdr *mh,
 			const uint8_t *body)
 {
 	uint64_t len = 0;
@@ -194,7 +194,7 @@ static void answer_read(struct udp_dev *u, struct udp_peer *p, const struct wire
 		reply(u, p, WIRE_KIND_READ_RESP, mh->cookie, 0, w->addr + mh->offset, (uint32_t)len);
 }
 
-static enum consume consume(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr *h,
+static enum consume consume(struct udp_proto *u, struct udp_peer *p, const struct wire_hdr *h,
 			    const uint8_t *payload)
 {
 	struct udp_rxmsg *rx = &p->rx;
@@ -254,7 +254,7 @@ static enum consume consume(struct udp_dev *u, struct udp_peer *p, const struct 
 	return CONSUMED;
 }
 
-static void ack_later(struct udp_dev *u, struct udp_peer *p)
+static void ack_later(struct udp_proto *u, struct udp_peer *p)
 {
 	p->ack_pending++;
 	/* Enough to matter to the sender's window: acknowledge right away,
@@ -266,7 +266,7 @@ static void ack_later(struct udp_dev *u, struct udp_peer *p)
 }
 
 /* Consume in-order packets from the wait queue. */
-static void drain_ooo(struct udp_dev *u, struct udp_peer *p)
+static void drain_ooo(struct udp_proto *u, struct udp_peer *p)
 {
 	for (;;) {
 		uint32_t slot = p->expected & (p->nooo - 1);
@@ -282,7 +282,7 @@ static void drain_ooo(struct udp_dev *u, struct udp_peer *p)
 		if (consume(u, p, &h, pkt + sizeof(h)) == REFUSED) {
 			p->stop_sent = true;
 			udp_send_control(u, p, WIRE_STOP, p->expected);
-			u->base.ctx->stats->stops++;
+			u->stats->stops++;
 			return;
 		}
 		p->ooo_valid[slot] = 0;
@@ -299,7 +299,7 @@ static void drain_ooo(struct udp_dev *u, struct udp_peer *p)
  * packets, not time, keeps a descheduled receiver from taking its own
  * absence for a silent path.
  */
-static bool gap_is_loss(const struct udp_dev *u, const struct udp_peer *p)
+static bool gap_is_loss(const struct udp_proto *u, const struct udp_peer *p)
 {
 	int live = 0;
 
@@ -316,7 +316,7 @@ static bool gap_is_loss(const struct udp_dev *u, const struct udp_peer *p)
 	return live > 0;
 }
 
-void udp_rx_on_data(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr *h,
+void udp_rx_on_data(struct udp_proto *u, struct udp_peer *p, const struct wire_hdr *h,
 		    const uint8_t *payload)
 {
 	int32_t d = seq_diff(h->seq, p->expected);
@@ -325,14 +325,14 @@ void udp_rx_on_data(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr
 	if (d < 0) {
 		/* Already had it: our ack was lost or late.  Say so again, and
 		 * count it: the sender resent what had arrived. */
-		u->base.ctx->stats->dups++;
+		u->stats->dups++;
 		p->ack_now = true;
 		return;
 	}
 	if (d == 0) {
 		if (consume(u, p, h, payload) == REFUSED) {
 			if (!p->stop_sent) {
-				u->base.ctx->stats->stops++;
+				u->stats->stops++;
 				p->stop_sent = true;
 			}
 			/* Repeat the STOP each time: the first may have been lost. */
@@ -353,7 +353,7 @@ void udp_rx_on_data(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr
 		uint32_t slot = h->seq & (p->nooo - 1);
 
 		if (p->ooo_valid[slot] && p->ooo_seq[slot] == h->seq) {
-			u->base.ctx->stats->dups++;
+			u->stats->dups++;
 		} else {
 			uint8_t *pkt = p->ooo + (size_t)slot * OOO_STRIDE(p);
 
@@ -373,7 +373,7 @@ void udp_rx_on_data(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr
 			p->lose_for = p->expected;
 			p->lose_ns = u->now_ns;
 			udp_send_control(u, p, WIRE_LOSE, p->expected - 1);
-			u->base.ctx->stats->loses++;
+			u->stats->loses++;
 		}
 	}
 }
@@ -382,18 +382,18 @@ void udp_rx_on_data(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr
 #define GO_SENT (UINT32_MAX / 2)
 
 /* Room again for what was refused: GO (once per refusal). */
-static bool send_go(struct udp_dev *u, struct udp_peer *p)
+static bool send_go(struct udp_proto *u, struct udp_peer *p)
 {
 	if (ring_free_bytes(&p->rx_dev) < p->stop_need + 2 * RING_ALIGN + RING_REC_HDR ||
 	    udp_txq_free(p) == 0)
 		return false;
 	udp_send_control(u, p, WIRE_GO, p->expected);
-	u->base.ctx->stats->gos++;
+	u->stats->gos++;
 	p->stop_need = GO_SENT;
 	return true;
 }
 
-void udp_rx_released(struct udp_dev *u, struct udp_peer *p)
+void udp_rx_released(struct udp_proto *u, struct udp_peer *p)
 {
 	if (p->stop_sent && p->stop_need != GO_SENT)
 		send_go(u, p);
@@ -408,7 +408,7 @@ void udp_rx_on_poll(struct udp_peer *p, uint32_t seq)
 }
 
 /* The sender's timer ran out on packet poll_seq: tell it where we are. */
-static void answer_poll(struct udp_dev *u, struct udp_peer *p)
+static void answer_poll(struct udp_proto *u, struct udp_peer *p)
 {
 	p->poll_pending = false;
 	if (p->stop_sent) {
@@ -421,13 +421,13 @@ static void answer_poll(struct udp_dev *u, struct udp_peer *p)
 		p->lose_for = p->expected;
 		p->lose_ns = u->now_ns;
 		udp_send_control(u, p, WIRE_LOSE, p->expected - 1);
-		u->base.ctx->stats->loses++;
+		u->stats->loses++;
 	} else {
 		udp_send_control(u, p, WIRE_ACK, 0);
 	}
 }
 
-void udp_rx_timers(struct udp_dev *u, struct udp_peer *p)
+void udp_rx_timers(struct udp_proto *u, struct udp_peer *p)
 {
 	if (p->poll_pending)
 		answer_poll(u, p);

@@ -31,7 +31,7 @@ static inline struct udp_txmsg *msg_of(struct udp_peer *p, uint32_t idx)
 	return &p->txq[idx & (p->txq_cap - 1)];
 }
 
-int udp_tx_init(struct udp_dev *u, struct udp_peer *p)
+int udp_tx_init(struct udp_proto *u, struct udp_peer *p)
 {
 	/* Every message is at least one 64-byte ring record, so the queue can
 	 * never fill before the ring does; remote operations get room beside. */
@@ -66,13 +66,36 @@ uint32_t udp_txq_free(const struct udp_peer *p)
 	return p->txq_cap - (p->txq_head - p->txq_tail);
 }
 
-int udp_tx_enqueue(struct udp_dev *u, struct udp_peer *p, const struct udp_txmsg *m)
+int udp_tx_enqueue(struct udp_proto *u, struct udp_peer *p, const struct udp_txmsg *m)
 {
 	if (udp_txq_free(p) == 0)
 		return -EAGAIN;
 	*msg_of(p, p->txq_head++) = *m;
 	udp_tx_pump(u, p);
 	return 0;
+}
+
+int udp_tx_buffer(struct udp_peer *p, size_t len, void **buf)
+{
+	return udp_txq_free(p) ? ring_reserve(&p->tx_user, len, buf) : -EAGAIN;
+}
+
+int udp_tx_send(struct udp_proto *u, struct udp_peer *p, size_t len)
+{
+	struct udp_txmsg m = { .kind = WIRE_KIND_MSG, .in_ring = true };
+	const void *data;
+	size_t dlen;
+	int err = ring_publish(&p->tx_user, len);
+
+	if (err)
+		return err;
+	/* The device's view of the send ring yields the message just sent. */
+	err = ring_peek(&p->tx_dev, &data, &dlen, &m.ring_cookie);
+	if (err)
+		return err;
+	m.data = data;
+	m.len = (uint32_t)dlen;
+	return udp_tx_enqueue(u, p, &m);
 }
 
 /*
@@ -115,12 +138,12 @@ static int choose_path(struct udp_peer *p)
 	return best;
 }
 
-static void arm_timer(struct udp_dev *u, struct udp_peer *p)
+static void arm_timer(struct udp_proto *u, struct udp_peer *p)
 {
 	p->rto_deadline = p->acked == p->sent_hi && !p->stopped ? 0 : u->now_ns + p->rto_ns;
 }
 
-static void emit(struct udp_dev *u, struct udp_peer *p, uint32_t seq, struct udp_txpkt *t)
+static void emit(struct udp_proto *u, struct udp_peer *p, uint32_t seq, struct udp_txpkt *t)
 {
 	struct udp_txmsg *m = msg_of(p, t->msg);
 	struct wire_hdr h = {
@@ -186,7 +209,7 @@ static uint64_t inflight(const struct udp_peer *p)
 	return sum;
 }
 
-void udp_tx_pump(struct udp_dev *u, struct udp_peer *p)
+void udp_tx_pump(struct udp_proto *u, struct udp_peer *p)
 {
 	bool sent = false;
 
@@ -197,9 +220,9 @@ void udp_tx_pump(struct udp_dev *u, struct udp_peer *p)
 		if (seq_diff(p->next_seq, p->sent_hi) <= 0) {
 			t->resent = true;
 			if (p->refusing && seq_diff(p->next_seq, p->refused_hi) <= 0)
-				u->base.ctx->stats->refused_resends++;
+				u->stats->refused_resends++;
 			else
-				u->base.ctx->stats->retransmits++;
+				u->stats->retransmits++;
 		} else if (next_fragment(p, t)) {
 			p->sent_hi = p->next_seq;
 		} else {
@@ -244,7 +267,7 @@ static void rtt_sample(struct udp_peer *p, uint64_t rtt)
 	p->rto_ns = rto < UDP_RTO_MIN_NS ? UDP_RTO_MIN_NS : rto > UDP_RTO_MAX_NS ? UDP_RTO_MAX_NS : rto;
 }
 
-void udp_tx_on_ack(struct udp_dev *u, struct udp_peer *p, uint32_t ack)
+void udp_tx_on_ack(struct udp_proto *u, struct udp_peer *p, uint32_t ack)
 {
 	/* Acks outside (acked, sent_hi] are old or forged: ignore them. */
 	if (seq_diff(ack, p->acked) <= 0 || seq_diff(ack, p->sent_hi) > 0)
@@ -282,7 +305,7 @@ void udp_tx_on_ack(struct udp_dev *u, struct udp_peer *p, uint32_t ack)
 	udp_tx_pump(u, p);
 }
 
-void udp_tx_on_control(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr *h)
+void udp_tx_on_control(struct udp_proto *u, struct udp_peer *p, const struct wire_hdr *h)
 {
 	switch (h->type) {
 	case WIRE_STOP:
@@ -318,7 +341,7 @@ void udp_tx_on_control(struct udp_dev *u, struct udp_peer *p, const struct wire_
 	}
 }
 
-void udp_tx_timers(struct udp_dev *u, struct udp_peer *p)
+void udp_tx_timers(struct udp_proto *u, struct udp_peer *p)
 {
 	if (!p->rto_deadline || u->now_ns < p->rto_deadline)
 		return;
@@ -357,7 +380,7 @@ void udp_tx_timers(struct udp_dev *u, struct udp_peer *p)
 	p->no_sample_hi = p->sent_hi;
 	p->rto_ns = p->rto_ns * 2 > UDP_RTO_MAX_NS ? UDP_RTO_MAX_NS : p->rto_ns * 2;
 	p->rto_deadline = u->now_ns + p->rto_ns;
-	u->base.ctx->stats->rto_polls++;
+	u->stats->rto_polls++;
 	udp_send_control_on(u, p, path, WIRE_POLL, k);
 }
 

@@ -1,14 +1,28 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * udp.h - the udp device (PM/Ethernet): state shared by its parts.
+ * udp.h - the udp protocol (PM/Ethernet): state shared by its parts.
  *
- *   device.c    the device: sockets, batched I/O, progress, waiting
+ * The protocol core does no I/O and reads no clock, so that a unit test can
+ * drive it without sockets (pm/tests/unit/test_udp_proto.c):
+ *
+ *   proto.c     one process's protocol with its peers: taking a datagram in,
+ *               timers, control packets, remote operations, delivery
  *   tx.c        the sender: message queue, fragmentation, Go-Back-N window,
  *               acknowledgements, STOP/GO/LOSE, retransmission timers
  *   rx.c        the receiver: ordering (wait queue), reassembly, flow
  *               control, acknowledgements
+ *   outq.c      the output queue: packets made, waiting to be sent
  *   wire.c      the packet format
+ *
+ * and the device around it (device.h):
+ *
+ *   device.c    sockets, batched I/O (sendmmsg/GSO, recvmmsg/GRO), progress,
+ *               waiting, opening over the bootstrap
  *   nic.c       NIC configuration
+ *
+ * Its driver sets now_ns before each call into the core, hands it every
+ * datagram that arrives (udp_proto_input), runs its timers, and sends what
+ * the core put into its output queue.
  *
  * Protocol: docs/pm/wire.md.  Everything is per (this process, peer) pair.
  */
@@ -17,16 +31,15 @@
 
 #include "core/pm_internal.h"
 #include "core/ring.h"
-#include "stats.h"
 #include "nic.h"
 #include "wire.h"
 
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <sys/socket.h>
+#include <sys/uio.h>
 
-#define UDP_BATCH          32       /* packets per sendmmsg/recvmmsg */
+#define UDP_BATCH          32       /* packets per NIC and sendmmsg/recvmmsg */
 #define UDP_ACK_EVERY      32       /* in-order packets per pure ACK at most */
 #define UDP_ACK_DELAY_NS   50000u   /* a pending ACK waits this long for a ride */
 #define UDP_RTO_MIN_NS     10000000u /* 10 ms: below it, scheduling noise fires timers */
@@ -35,9 +48,6 @@
 #define UDP_PKT_MAX        9216     /* largest datagram we build or accept */
 #define UDP_INFLIGHT_MAX   (1u << 20) /* bytes in flight per peer at most */
 #define UDP_OPS            256      /* outstanding remote ops per process */
-#define UDP_GSO_SEGS       64       /* segments per GSO message (UDP_MAX_SEGMENTS) */
-#define UDP_GSO_BYTES      65000    /* bytes per GSO message: under 64 KiB with headers */
-#define UDP_RX_SLOT        65536    /* receive buffer per message with GRO on */
 
 struct udp_path {
 	int nic;                        /* index of our NIC and socket */
@@ -159,46 +169,51 @@ struct udp_window {
 	uint64_t len;
 };
 
-/* A packet being built for the next sendmmsg. */
+/* ---- the output queue (outq.c) ---- */
+
+/* One packet made by the protocol: its headers, encoded here, and its
+ * payload where it lies (the send ring, a registered region, a reader's
+ * body), so nothing is copied before the device sends it. */
 struct udp_out {
 	uint8_t hdr[WIRE_HDR_BYTES + WIRE_MSG_HDR_BYTES];
-	struct iovec iov[2];
-	struct mmsghdr mh;
+	struct iovec iov[2];            /* the headers, then the payload */
+	int niov;                       /* 1: no payload */
+	struct sockaddr_in *to;         /* the peer's address on the path */
 	int peer;
 	uint8_t path;
 };
 
-/* The batch of one NIC regrouped into GSO messages (device.c, gso_build). */
-struct udp_gso {
-	struct mmsghdr mh[UDP_BATCH];
-	struct iovec iov[2 * UDP_BATCH];
-	union {
-		char buf[CMSG_SPACE(sizeof(uint16_t))];
-		struct cmsghdr align;
-	} cm[UDP_BATCH];
-	int first[UDP_BATCH + 1];       /* message m holds packets [first[m], first[m+1]) */
+/* Takes the n packets of a NIC's batch (sends them, for the device). */
+typedef void udp_drain_fn(void *arg, int nic, struct udp_out *pkts, int n);
+
+/* A fixed batch per NIC, as one sendmmsg() takes it: no allocation.  A
+ * packet for a full batch first hands the batch to drain; so does
+ * udp_outq_flush, for every batch that holds something. */
+struct udp_outq {
+	struct udp_out out[UDP_MAX_NICS][UDP_BATCH];
+	int n[UDP_MAX_NICS];
+	uint32_t pending;               /* bit i: NIC i's batch holds packets */
+	udp_drain_fn *drain;
+	void *drain_arg;
 };
 
-/* The receive batch: its headers are set up once and only the entries a
- * recvmmsg() filled are reset afterwards (device.c, receive). */
-struct udp_rx_batch {
-	struct mmsghdr mm[UDP_BATCH];
-	struct iovec iov[UDP_BATCH];
-	struct sockaddr_in from[UDP_BATCH];
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} cm[UDP_BATCH];
+/* ---- the protocol core ---- */
+
+struct udp_proto_conf {
+	uint64_t jobkey;
+	uint32_t me, size;              /* our rank, the job's size */
+	uint32_t ring_bytes;            /* send and receive ring per peer (valid) */
+	uint32_t wnd;                   /* packets in flight per peer (valid) */
+	struct pm_stats *stats;         /* where the counters go */
+	udp_drain_fn *drain;            /* where the packets go */
+	void *drain_arg;
 };
 
-struct udp_dev {
-	struct pm_device base;
-	struct udp_nic nics[UDP_MAX_NICS];
-	int nnics;
-	int fds[UDP_MAX_NICS];
+/* One process's protocol with all its peers. */
+struct udp_proto {
 	uint64_t jobkey;
 	uint32_t me, size;
-	struct udp_peer *peers;         /* by rank; NULL slots for peers we do not serve */
+	struct udp_peer *peers;         /* by rank; unused slots for peers not served */
 	bool *served;
 	uint32_t ring_bytes;
 	uint32_t wnd;
@@ -206,58 +221,92 @@ struct udp_dev {
 	struct udp_window win[PM_MAX_WINDOWS];
 	struct udp_op_slot ops[UDP_OPS];
 	uint16_t op_gen;
-	struct udp_out out[UDP_MAX_NICS][UDP_BATCH];   /* per NIC: one sendmmsg each */
-	int nout[UDP_MAX_NICS];
-	struct udp_gso gso_out;
-	bool gso[UDP_MAX_NICS];         /* the socket segments for us (UDP_SEGMENT) */
-	size_t rx_slot;                 /* bytes per receive buffer (more with GRO) */
-	uint8_t *rxbuf;                 /* UDP_BATCH datagrams */
-	struct udp_rx_batch rx;
 	uint64_t drops_by[WIRE_VERDICTS];
-	uint64_t now_ns;                /* refreshed once per progress pass */
-	uint64_t last_yield_ns;         /* idle_yield (device.c) */
-	bool remote_only;               /* under composite: peers off this node */
-	bool op_done;                   /* a remote op completed since the last poll */
-	struct pm_stats_nic *nic_stats; /* in the statistics page */
+	uint64_t now_ns;                /* the driver's clock, set before each call */
+	bool op_done;                   /* a remote op completed since the last event */
+	struct pm_stats *stats;
+	struct udp_outq out;
 };
 
-/* device.c */
-void udp_out_packet(struct udp_dev *u, struct udp_peer *p, int path,
+/* proto.c: the driver's side */
+int udp_proto_init(struct udp_proto *u, const struct udp_proto_conf *conf);
+/* p's rank, paths, frag, max_inflight and max_message are set: make its
+ * queues and serve it. */
+int udp_peer_open(struct udp_proto *u, struct udp_peer *p);
+void udp_proto_fini(struct udp_proto *u);
+struct udp_peer *udp_peer_of(struct udp_proto *u, int rank);
+/* One datagram that came on NIC nic from the address from. */
+void udp_proto_input(struct udp_proto *u, int nic, const uint8_t *buf, size_t n,
+		     const struct sockaddr_in *from);
+/* A datagram the driver could not even read (truncated): counted. */
+void udp_proto_drop(struct udp_proto *u, enum wire_verdict v);
+/* Timers due at now_ns: POLLs, answers to POLLs, delayed ACKs, probes. */
+void udp_proto_timers(struct udp_proto *u);
+/* When udp_proto_timers next has something to do (UINT64_MAX: never). */
+uint64_t udp_proto_next_timer(const struct udp_proto *u);
+/* The driver could not send o (err: the errno why). */
+void udp_proto_send_failed(struct udp_proto *u, const struct udp_out *o, int err);
+/* Every ACK owed now, not after its delay (about to sleep, closing). */
+void udp_proto_ack_now(struct udp_proto *u);
+/* Something a waiter cares about: a message, send space, a completion. */
+bool udp_proto_event(struct udp_proto *u);
+/* Nothing sent is unacknowledged, no ACK is owed. */
+bool udp_proto_idle(const struct udp_proto *u);
+/* After a hold: timers restart from now_ns (see device.c, udp_resumed). */
+void udp_proto_resumed(struct udp_proto *u);
+
+/* proto.c: the application's side */
+int udp_proto_recv(struct udp_proto *u, struct pm_msg *msg);
+int udp_proto_release(struct udp_proto *u, const struct pm_msg *msg);
+void udp_proto_expose(struct udp_proto *u, uint32_t idx, uint64_t key, void *addr, size_t len);
+/* -EAGAIN: no free operation or queue slot (progress may free one). */
+int udp_proto_rma(struct udp_proto *u, struct udp_peer *p, bool write, void *local,
+		  size_t len, uint64_t rkey, uint64_t roffset, struct pm_op *op);
+
+/* proto.c: for tx.c and rx.c */
+void udp_send_control(struct udp_proto *u, struct udp_peer *p, uint8_t type, uint32_t seq);
+void udp_send_control_on(struct udp_proto *u, struct udp_peer *p, int path, uint8_t type,
+			 uint32_t seq);
+void udp_op_complete(struct udp_proto *u, uint64_t cookie, int status);
+struct udp_op_slot *udp_op_lookup(struct udp_proto *u, uint64_t cookie);
+struct udp_window *udp_window_check(struct udp_proto *u, uint64_t key, uint64_t off,
+				    uint64_t len, int *err);
+
+/* outq.c */
+void udp_outq_init(struct udp_outq *q, udp_drain_fn *drain, void *arg);
+/* Queue a packet to p on path: h (its len is set here), m for a FIRST
+ * fragment, and len bytes of payload, referenced, not copied. */
+void udp_out_packet(struct udp_proto *u, struct udp_peer *p, int path,
 		    const struct wire_hdr *h, const struct wire_msg_hdr *m,
 		    const void *payload, size_t len);
-void udp_send_control(struct udp_dev *u, struct udp_peer *p, uint8_t type, uint32_t seq);
-void udp_send_control_on(struct udp_dev *u, struct udp_peer *p, int path, uint8_t type,
-			 uint32_t seq);
-void udp_flush(struct udp_dev *u);
-struct udp_peer *udp_peer_of(struct udp_dev *u, int rank);
+/* Hand every batch that holds packets to drain. */
+void udp_outq_flush(struct udp_outq *q);
 
 /* tx.c */
-int udp_tx_init(struct udp_dev *u, struct udp_peer *p);
+int udp_tx_init(struct udp_proto *u, struct udp_peer *p);
 void udp_tx_fini(struct udp_peer *p);
-int udp_tx_enqueue(struct udp_dev *u, struct udp_peer *p, const struct udp_txmsg *m);
+/* Room for a message of len bytes in p's send ring (pm_send_buffer). */
+int udp_tx_buffer(struct udp_peer *p, size_t len, void **buf);
+/* The message built there is complete: queue and send it (pm_send). */
+int udp_tx_send(struct udp_proto *u, struct udp_peer *p, size_t len);
+int udp_tx_enqueue(struct udp_proto *u, struct udp_peer *p, const struct udp_txmsg *m);
 uint32_t udp_txq_free(const struct udp_peer *p);
-void udp_tx_pump(struct udp_dev *u, struct udp_peer *p);
-void udp_tx_on_ack(struct udp_dev *u, struct udp_peer *p, uint32_t ack);
-void udp_tx_on_control(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr *h);
-void udp_tx_timers(struct udp_dev *u, struct udp_peer *p);
+void udp_tx_pump(struct udp_proto *u, struct udp_peer *p);
+void udp_tx_on_ack(struct udp_proto *u, struct udp_peer *p, uint32_t ack);
+void udp_tx_on_control(struct udp_proto *u, struct udp_peer *p, const struct wire_hdr *h);
+void udp_tx_timers(struct udp_proto *u, struct udp_peer *p);
 uint64_t udp_tx_next_timer(const struct udp_peer *p);
 bool udp_tx_drained(const struct udp_peer *p);
 uint32_t udp_piggy_ack(const struct udp_peer *p);
 
 /* rx.c */
-int udp_rx_init(struct udp_dev *u, struct udp_peer *p);
+int udp_rx_init(struct udp_proto *u, struct udp_peer *p);
 void udp_rx_fini(struct udp_peer *p);
-void udp_rx_on_data(struct udp_dev *u, struct udp_peer *p, const struct wire_hdr *h,
+void udp_rx_on_data(struct udp_proto *u, struct udp_peer *p, const struct wire_hdr *h,
 		    const uint8_t *payload);
-void udp_rx_timers(struct udp_dev *u, struct udp_peer *p);
+void udp_rx_timers(struct udp_proto *u, struct udp_peer *p);
 uint64_t udp_rx_next_timer(const struct udp_peer *p);
-void udp_rx_released(struct udp_dev *u, struct udp_peer *p);
+void udp_rx_released(struct udp_proto *u, struct udp_peer *p);
 void udp_rx_on_poll(struct udp_peer *p, uint32_t seq);
-
-/* remote operations (device.c) */
-void udp_op_complete(struct udp_dev *u, uint64_t cookie, int status);
-struct udp_op_slot *udp_op_lookup(struct udp_dev *u, uint64_t cookie);
-struct udp_window *udp_window_check(struct udp_dev *u, uint64_t key, uint64_t off,
-				    uint64_t len, int *err);
 
 #endif /* PM_UDP_H */
