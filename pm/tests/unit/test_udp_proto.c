@@ -398,6 +398,31 @@ static void until_sent_by(struct sim *s, uint32_t src, uint64_t max_ns)
 	}
 }
 
+/* What src sends next (within 10 ms). */
+static const struct sent *next_packet(struct sim *s, uint32_t src)
+{
+	int at = s->nlog;
+
+	until_sent_by(s, src, 10000000);
+	return next_sent(s, &at, src);
+}
+
+/* Rank 0's retransmission timeout for packet 1: a POLL for it on its
+ * path, and nothing else (nothing resent). */
+static void expect_poll(struct sim *s)
+{
+	int at = s->nlog;
+
+	until_sent_by(s, 0, 100000000);
+	const struct sent *poll = next_sent(s, &at, 0);
+
+	CHECK_EQ(poll->h.type, WIRE_POLL);
+	CHECK_EQ(poll->h.seq, 1);
+	CHECK(!next_sent(s, &at, 0));
+	CHECK_EQ(s->e[0].st.rto_polls, 1);
+	CHECK_EQ(s->e[0].st.retransmits, 0);
+}
+
 static void test_poll_ack(void)
 {
 	struct sim *s = &sim;
@@ -416,23 +441,11 @@ static void test_poll_ack(void)
 	CHECK_EQ(s->e[1].received, 1);
 	CHECK_U64(count_sent(s, 0, 1, WIRE_ACK), >=, 1);
 
-	/* The timeout: a POLL for packet 1 on its path, and nothing else. */
-	int at = s->nlog;
-
-	until_sent_by(s, 0, 100000000);
-	const struct sent *poll = next_sent(s, &at, 0);
-
-	CHECK_EQ(poll->h.type, WIRE_POLL);
-	CHECK_EQ(poll->h.seq, 1);
-	CHECK(!next_sent(s, &at, 0));
-	CHECK_EQ(s->e[0].st.rto_polls, 1);
-	CHECK_EQ(s->e[0].st.retransmits, 0);
+	expect_poll(s);
 
 	/* The answer: packet 1 came, so an ACK of it, and no resend. */
 	s->block_from = 2;
-	at = s->nlog;
-	until_sent_by(s, 1, 10000000);
-	const struct sent *ans = next_sent(s, &at, 1);
+	const struct sent *ans = next_packet(s, 1);
 
 	CHECK_EQ(ans->h.type, WIRE_ACK);
 	CHECK(ans->h.flags & WIRE_F_ACK);
@@ -458,28 +471,15 @@ static void test_poll_lose(void)
 	s->drop_data_seq = 1;           /* the only DATA packet is lost */
 	s->e[0].to_send = 1;
 	app_send(s, 0, max);
-
-	/* The timeout: a POLL, not the packet again. */
-	int at = s->nlog;
-
-	until_sent_by(s, 0, 100000000);
-	const struct sent *poll = next_sent(s, &at, 0);
-
-	CHECK_EQ(poll->h.type, WIRE_POLL);
-	CHECK_EQ(poll->h.seq, 1);
-	CHECK(!next_sent(s, &at, 0));
-	CHECK_EQ(s->e[0].st.retransmits, 0);
+	expect_poll(s);
 
 	/* The answer: LOSE(0), "I have everything up to 0", then the resend. */
-	at = s->nlog;
-	until_sent_by(s, 1, 10000000);
-	const struct sent *ans = next_sent(s, &at, 1);
+	const struct sent *ans = next_packet(s, 1);
 
 	CHECK_EQ(ans->h.type, WIRE_LOSE);
 	CHECK_EQ(ans->h.seq, 0);
 	CHECK_EQ(s->e[1].st.loses, 1);
-	until_sent_by(s, 0, 10000000);
-	const struct sent *again = next_sent(s, &at, 0);
+	const struct sent *again = next_packet(s, 0);
 
 	CHECK_EQ(again->h.type, WIRE_DATA);
 	CHECK_EQ(again->h.seq, 1);
