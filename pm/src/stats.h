@@ -74,7 +74,9 @@ struct pm_stats_page {
 	struct pm_stats_nic nics[8];    /* 552 */
 };
 
-/* Create and map the page of ctx; sets ctx->page and ctx->stats. */
+/* Create and map the page of ctx, a new file of mode 0600 (O_EXCL,
+ * O_NOFOLLOW: a name already taken is skipped); sets ctx->page and
+ * ctx->stats. */
 int pm_stats_publish(struct pm_context *ctx, const char *device);
 /* Mark closed, unmap and remove it. */
 void pm_stats_unpublish(struct pm_context *ctx);
@@ -84,8 +86,8 @@ const char *pm_stats_dir(void);
 
 /*
  * Map a page read-only for inspection; 0 and *page on success, -EPROTO if
- * the file is not a stats page of this version.  Unmap with
- * pm_stats_unmap().
+ * the file is not a stats page of this version (or not a regular file of
+ * one link: a link is never followed).  Unmap with pm_stats_unmap().
  */
 int pm_stats_map(const char *path, const struct pm_stats_page **page);
 void pm_stats_unmap(const struct pm_stats_page *page);

@@ -41,18 +41,40 @@ static int page_path(char *buf, size_t len, pid_t pid, unsigned seq)
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
+/* Names tried before giving up: each taken name (a dead process's page
+ * under a reused pid, or a file somebody planted) costs one. */
+#define PUBLISH_ATTEMPTS 64
+
+/*
+ * The page's file, created anew and ours alone: the directory is shared
+ * (/dev/shm is writable by every user), so an existing name is never opened
+ * -- not a file left there, not a link planted to make us write elsewhere --
+ * only skipped.  Mode 0600: scored's agent (root) and our own user read it.
+ */
+static int create_page_file(char *path, size_t len)
+{
+	for (int attempt = 0; attempt < PUBLISH_ATTEMPTS; attempt++) {
+		unsigned seq = atomic_fetch_add(&stats_seq, 1);
+		int err = page_path(path, len, getpid(), seq);
+
+		if (err)
+			return err;
+		int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+		if (fd >= 0 || errno != EEXIST)
+			return fd >= 0 ? fd : -errno;
+	}
+	return -EEXIST;
+}
+
 int pm_stats_publish(struct pm_context *ctx, const char *device)
 {
 	char *path = ctx->stats_path;
-	unsigned seq = atomic_fetch_add(&stats_seq, 1);
-	int err = page_path(path, sizeof(ctx->stats_path), getpid(), seq);
-
-	if (err)
-		return err;
-	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int err;
+	int fd = create_page_file(path, sizeof(ctx->stats_path));
 
 	if (fd < 0)
-		return -errno;
+		return fd;
 	if (ftruncate(fd, sizeof(struct pm_stats_page)) < 0) {
 		err = -errno;
 		close(fd);
@@ -101,14 +123,16 @@ void pm_stats_unpublish(struct pm_context *ctx)
 
 int pm_stats_map(const char *path, const struct pm_stats_page **page)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 
 	if (fd < 0)
-		return -errno;
+		return errno == ELOOP ? -EPROTO : -errno;
 
 	struct stat st;
 
-	if (fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof(struct pm_stats_page)) {
+	/* A page is a regular file of one link, as pm_stats_publish makes it. */
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+	    (size_t)st.st_size < sizeof(struct pm_stats_page)) {
 		close(fd);
 		return -EPROTO;
 	}

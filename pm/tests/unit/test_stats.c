@@ -297,6 +297,59 @@ static void test_map_rejects(void)
 	CHECK_EQ(files_in_dir(), 0);
 }
 
+/*
+ * /dev/shm is everybody's: a name taken by a link (planted to make a
+ * process write where its user may, or root's agent where root may) or by
+ * any file is skipped, never followed or reused; pages are 0600; a link is
+ * not mapped as a page.
+ */
+static void test_planted_names(void)
+{
+	char target[128], link[128];
+	uint8_t before[64], after[64];
+
+	snprintf(target, sizeof(target), "%s/victim", dir);
+	memset(before, 'v', sizeof(before));
+	write_file(target, before, sizeof(before));
+	/* The names this process is about to use (it has used a few before). */
+	for (int seq = 0; seq < 16; seq++) {
+		snprintf(link, sizeof(link), "%s/pm-stats.%d.%d", dir, (int)getpid(), seq);
+		unlink(link);
+		CHECK_OK(symlink(target, link));
+	}
+
+	struct pm_context *ctx = calloc(1, sizeof(*ctx));
+
+	CHECK(ctx);
+	snprintf(ctx->boot.job, sizeof(ctx->boot.job), "%s", "planted");
+	CHECK_OK(pm_stats_publish(ctx, "udp"));
+	ctx->stats->msgs_sent = 5;
+
+	struct stat st;
+
+	CHECK_OK(lstat(ctx->stats_path, &st));
+	CHECK_MSG(S_ISREG(st.st_mode), "%s is not a regular file", ctx->stats_path);
+	CHECK_EQ(st.st_mode & 0777, 0600);
+	read_file(target, after, sizeof(after));
+	CHECK_MSG(memcmp(before, after, sizeof(after)) == 0, "the planted link was followed");
+
+	const struct pm_stats_page *p;
+
+	snprintf(link, sizeof(link), "%s/pm-stats.%d.0", dir, (int)getpid());
+	CHECK_ERR(pm_stats_map(link, &p), -EPROTO);
+	CHECK_OK(pm_stats_map(ctx->stats_path, &p));
+	CHECK_EQ(p->stats.msgs_sent, 5);
+	pm_stats_unmap(p);
+
+	pm_stats_unpublish(ctx);
+	free(ctx);
+	for (int seq = 0; seq < 16; seq++) {
+		snprintf(link, sizeof(link), "%s/pm-stats.%d.%d", dir, (int)getpid(), seq);
+		unlink(link);
+	}
+	CHECK_OK(unlink(target));
+}
+
 static void test_dir(void)
 {
 	CHECK(strcmp(pm_stats_dir(), dir) == 0);
@@ -326,6 +379,7 @@ int main(void)
 	test_layout();
 	test_publish_and_map();
 	test_map_rejects();
+	test_planted_names();
 	test_dir();
 
 	CHECK_EQ(files_in_dir(), 0);
