@@ -12,7 +12,7 @@ PYTHON     ?= /usr/bin/python3
 # The Rust workspace (scored, scrun, scorectl) builds into build/cargo.
 CARGO      ?= $(shell command -v cargo 2>/dev/null || echo $(HOME)/.cargo/bin/cargo)
 CARGO_DIR  := $(BUILD)/cargo
-RUST_BINS  := scored scrun scorectl
+RUST_BINS  := scored scrun scorectl score-impostor
 MESON_OPTS := --prefix=$(BUILD) --bindir=bin --libdir=lib --buildtype=debugoptimized
 
 .PHONY: all deps build asan test demo bench clean help

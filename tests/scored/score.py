@@ -12,6 +12,7 @@ started, kills every job that is still active and waits (bounded) until the
 master has none, so that the next test finds the cluster idle.
 """
 
+import hashlib
 import json
 import os
 import random
@@ -289,6 +290,64 @@ def build_mpi_program(dest_dir, name="mpi_ring"):
 def grpc_frame(message):
     """A gRPC length-prefixed message (uncompressed)."""
     return b"\x00" + struct.pack(">I", len(message)) + message
+
+
+# --- sealed messages (docs/scored/protocol.md) -----------------------------------------
+
+SEAL_TAG = b"score.v1.sealed\0"
+REQUEST, REPLY = 1, 2
+
+
+def pb_varint(n):
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def pb_field(number, value):
+    """One protobuf field: an int as a varint, bytes/str length-delimited."""
+    if isinstance(value, int):
+        return pb_varint(number << 3) + pb_varint(value)
+    if isinstance(value, str):
+        value = value.encode()
+    return pb_varint(number << 3 | 2) + pb_varint(len(value)) + value
+
+
+def seal_digest(direction, method, call, seq, body):
+    """SHA-256 of the digest input: tag, direction, method path, call, seq, body."""
+    path = f"/score.v1.Master/{method}".encode()
+    return hashlib.sha256(SEAL_TAG + bytes([direction]) + struct.pack(">H", len(path)) + path
+                          + call + struct.pack(">Q", seq) + struct.pack(">I", len(body))
+                          + body).digest()
+
+
+def munge_credential(socket, payload=b"", user=None):
+    """A credential from the munged at `socket` carrying `payload`, made as
+    `user` (setpriv) or as root."""
+    argv = ["munge", "-S", str(socket)]
+    if user:
+        argv = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups"] + argv
+    proc = subprocess.run(argv, input=payload, capture_output=True, timeout=10)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    return proc.stdout.decode().strip()
+
+
+def sealed(method, body, socket, user=None, call=None, seq=0, direction=REQUEST,
+           credential=None):
+    """The envelope (a score.v1.Sealed) of `body` as message `seq` of a call
+    of `method`, its credential made by the munged at `socket` (or the one
+    given); returns (envelope bytes, call nonce)."""
+    call = call or os.urandom(16)
+    if credential is None:
+        credential = munge_credential(socket, seal_digest(direction, method, call, seq, body),
+                                      user)
+    envelope = (pb_field(1, call) + (pb_field(2, seq) if seq else b"")
+                + pb_field(3, credential) + (pb_field(4, body) if body else b""))
+    return envelope, call
 
 
 def grpc_call(hostport, method, body, headers=()):

@@ -1,9 +1,15 @@
-"""Security of the scored master on a virtual cluster: MUNGE authentication
-of every request (another cluster's key, no credential, a forged or replayed
-one, no munged at all), malformed requests that must not hurt the master,
-jobs running as the user who submitted them, and the refusal of root's jobs
-(docs/scored/admin.md, "Security")."""
+"""Security of scored on a virtual cluster (docs/scored/admin.md, "Security";
+docs/scored/protocol.md): every message sealed with MUNGE both ways.  The
+master refuses another cluster's key, an unsealed message, a forged or
+replayed credential, and a request whose body a man in the middle swapped;
+an agent refuses an impostor at the master's address (the cluster's key but
+not the master's uid, another key, no credential) and a launch whose body a
+man in the middle swapped: nothing runs, and every refusal is logged with
+its reason and counted.  Also: no munged at all, malformed requests that must
+not hurt the master, jobs running as the user who submitted them, who may
+cancel and drain."""
 
+import json
 import os
 import random
 import shutil
@@ -19,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from .score import (grpc_call, grpc_frame, marker, metric_values, processes_with,
-                    wait_for)
+from .score import (SCORE_BIN, Score, grpc_call, grpc_frame, marker, metric_values,
+                    munge_credential, pb_field, processes_with, sealed, wait_for)
 
 MUNGED_PATHS = "/usr/sbin:/sbin:/usr/local/sbin:" + os.environ.get("PATH", "")
 
@@ -81,14 +87,11 @@ def _grpc_call(score, method, body, headers=()):
     return grpc_call(_master_hostport(score), method, body, headers)
 
 
-def _credential(score, user=None):
-    """A fresh MUNGE credential from the cluster's head munged."""
-    argv = ["munge", "-n", "-S", score.vc.munge_socket("head")]
-    if user:
-        argv = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups"] + argv
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=10)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip()
+def _sealed(score, method, body=b"", user=None, **kw):
+    """`body` sealed as the first request of a `method` call, with the
+    cluster's head munged (as `user`, or root); the gRPC frame of it."""
+    envelope, _ = sealed(method, body, score.vc.munge_socket("head"), user=user, **kw)
+    return grpc_frame(envelope)
 
 
 def _master_pid(score):
@@ -149,27 +152,72 @@ def test_no_munged_is_a_clear_local_error(score):
     assert "cannot reach munged at /nonexistent/munge.socket" in proc.stderr, proc.stderr
 
 
-def test_a_request_without_credential_is_unauthenticated(score):
+def test_an_unsealed_request_is_unauthenticated(score):
+    # A plain ListNodesRequest, as a client without score-auth would send it.
     fields, curl = _grpc_call(score, "ListNodes", grpc_frame(b""))
     assert fields.get("grpc-status") == "16", (fields, curl.stderr)
-    assert "no MUNGE credential" in fields.get("grpc-message", ""), fields
+    assert "carries no MUNGE credential" in fields.get("grpc-message", ""), fields
 
 
 def test_a_forged_credential_is_unauthenticated(score):
-    fields, curl = _grpc_call(score, "ListNodes", grpc_frame(b""),
-                              ["x-score-munge: MUNGE:AwQFAAB" + "x" * 100 + ":"])
+    body = _sealed(score, "ListNodes", credential="MUNGE:AwQFAAB" + "x" * 100 + ":")
+    fields, curl = _grpc_call(score, "ListNodes", body)
     assert fields.get("grpc-status") == "16", (fields, curl.stderr)
     assert "MUNGE credential rejected" in fields.get("grpc-message", ""), fields
 
 
-def test_a_credential_is_good_for_one_request_only(score):
-    cred = _credential(score)
-    fields, curl = _grpc_call(score, "ListNodes", grpc_frame(b""), [f"x-score-munge: {cred}"])
+def test_a_sealed_request_is_good_once(score):
+    body = _sealed(score, "ListNodes")
+    fields, curl = _grpc_call(score, "ListNodes", body)
     assert fields.get("grpc-status") == "0", (fields, curl.stderr)
-    fields, curl = _grpc_call(score, "ListNodes", grpc_frame(b""), [f"x-score-munge: {cred}"])
+    fields, curl = _grpc_call(score, "ListNodes", body)
     assert fields.get("grpc-status") == "16", (fields, curl.stderr)
     assert "MUNGE credential rejected" in fields.get("grpc-message", ""), fields
     assert "replayed" in fields.get("grpc-message", "").lower(), fields
+
+
+def test_a_credential_binds_its_method_and_body(score):
+    """A good credential over another body, or sealed for another method:
+    what a man in the middle who swaps a body gets (see also the proxy
+    tests below, with real clients)."""
+    # Sealed for ListJobs, presented to ListNodes.
+    fields, curl = _grpc_call(score, "ListNodes", _sealed(score, "ListJobs"))
+    assert fields.get("grpc-status") == "16", (fields, curl.stderr)
+    assert "altered in transit" in fields.get("grpc-message", ""), fields
+    # The credential of Drain{n4} around Drain{n3}.
+    socket = score.vc.munge_socket("head")
+    good, call = sealed("Drain", pb_field(1, "n4"), socket)
+    envelope, _ = sealed("Drain", pb_field(1, "n3"), socket, call=call,
+                         credential=_credential_of(good))
+    fields, curl = _grpc_call(score, "Drain", grpc_frame(envelope))
+    assert fields.get("grpc-status") == "16", (fields, curl.stderr)
+    assert "altered in transit" in fields.get("grpc-message", ""), fields
+    assert {n: v["state"] for n, v in score.nodes().items()}["n3"] == "up"
+
+
+def _credential_of(envelope):
+    """The credential (field 3) of a Sealed envelope made by `sealed`."""
+    i = 0
+    while i < len(envelope):
+        key = envelope[i]
+        i += 1
+        if key & 7 == 0:
+            while envelope[i] & 0x80:
+                i += 1
+            i += 1
+            continue
+        n, shift = 0, 0
+        while True:
+            b = envelope[i]
+            i += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        if key >> 3 == 3:
+            return envelope[i:i + n].decode()
+        i += n
+    raise AssertionError("no credential in the envelope")
 
 
 def _rejected(score, reason):
@@ -185,8 +233,8 @@ def test_an_ordinary_user_cannot_attach_an_agent(score):
     register = b"\x0a\x04\x0a\x02n9"
     refused_before = _rejected(score, "permission")
     for attempt in range(1, 31):
-        fields, curl = _grpc_call(score, "Attach", grpc_frame(register),
-                                  [f"x-score-munge: {_credential(score, user='nobody')}"])
+        fields, curl = _grpc_call(score, "Attach",
+                                  _sealed(score, "Attach", register, user="nobody"))
         # The master answers at once, before the end of the request stream,
         # and then resets the stream (RST_STREAM NO_ERROR, as RFC 9113 8.1
         # allows); curl 7.88 then often drops the answer and exits 92.
@@ -213,16 +261,17 @@ def test_malformed_requests_are_refused_and_the_master_keeps_running(score):
         "a compressed frame without grpc-encoding": b"\x01" + struct.pack(">I", 10) + garbage[:10],
     }
     for method in ("ListNodes", "Cancel", "Run", "Attach"):
-        for what, body in bodies.items():
-            for cred in (None, _credential(score)):
-                headers = [f"x-score-munge: {cred}"] if cred else []
-                fields, curl = _grpc_call(score, method, body, headers)
-                status = fields.get("grpc-status")
-                # Refused: a gRPC error status, or the stream reset by the
-                # master (curl: "(92) Stream error in the HTTP/2 framing layer").
-                assert status not in (None, "0") or (status is None and curl.returncode == 92), \
-                    f"{method} with {what} (credential: {bool(cred)}): {fields}, {curl.stderr}"
-                assert _process_alive(_master_pid(score)), f"the master died of {method} {what}"
+        # Garbage as it is, and garbage well sealed (the envelope opens, the
+        # message inside does not decode).
+        cases = dict(bodies, **{"sealed garbage": _sealed(score, method, garbage)})
+        for what, body in cases.items():
+            fields, curl = _grpc_call(score, method, body)
+            status = fields.get("grpc-status")
+            # Refused: a gRPC error status, or the stream reset by the
+            # master (curl: "(92) Stream error in the HTTP/2 framing layer").
+            assert status not in (None, "0") or (status is None and curl.returncode == 92), \
+                f"{method} with {what}: {fields}, {curl.stderr}"
+            assert _process_alive(_master_pid(score)), f"the master died of {method} {what}"
     # Not HTTP/2 at all, and a connection that stops half-way.
     host, port = _master_hostport(score).rsplit(":", 1)
     preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -282,3 +331,249 @@ def test_only_the_owner_or_root_may_cancel_a_job(score):
     assert proc.returncode == 0, proc.stderr
     assert mine.wait(30) == 130, mine.stderr()
     score.assert_job_gone(mine_id, m2)
+
+
+# --- an impostor at the master's address, a man in the middle -------------------------------
+#
+# These tests stop their cluster's master, so they run on a cluster of their
+# own (`masterless`).  The impostor and the proxy are score-impostor
+# (scored/crates/score-impostor, built by `make build`).
+
+IMPOSTOR = SCORE_BIN / "score-impostor"
+
+
+class _Daemon:
+    """A process started for a test, output in a file, ended by its PID."""
+
+    def __init__(self, argv, log, env=None):
+        self.argv, self.log = argv, log
+        with open(log, "wb") as f:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f,
+                                         stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+
+    def text(self):
+        return self.log.read_text(errors="replace")
+
+    def wait_listening(self):
+        wait_for(lambda: "listening on" in self.text() or self.proc.poll() is not None, 10,
+                 f"{self.argv[0]} to listen")
+        assert self.proc.poll() is None, f"{self.argv} exited: {self.text()}"
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def masterless(own_cluster_factory):
+    """A cluster of its own whose master is stopped: its agents keep trying
+    to attach to the master's address every second.  Yields (cluster, the
+    master's host and port)."""
+    if not IMPOSTOR.is_file():
+        pytest.fail(f"{IMPOSTOR} is not built (make build)")
+    vc = own_cluster_factory()
+    s = Score(vc)
+    host, port = urllib.parse.urlsplit(s.master_url).netloc.rsplit(":", 1)
+    pid = vc.services["scored"]["master"]
+    # SIGKILL: a SIGTERMed master waits for its agents' streams to end.
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not _process_alive(pid), 20, "the master to stop")
+    yield vc, host, int(port)
+
+
+def _agent_log_at(vc):
+    return {n: (vc.service_dir / n / "scored.log").stat().st_size for n in vc.nodes}
+
+
+def _agent_logs_since(vc, at):
+    return {n: (vc.service_dir / n / "scored.log").read_bytes()[at[n]:].decode(errors="replace")
+            for n in vc.nodes}
+
+
+def _agent_refused(vc, node, check):
+    conf = tomllib.loads((vc.service_dir / node / "scored.toml").read_text())
+    url = f"http://{conf['agent']['metrics_listen']}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    return metric_values(text, "score_agent_refused_messages_total").get(f'{{check="{check}"}}', 0)
+
+
+def _impostor_refused(vc, host, port, workdir, munge_socket, user, expect, check, extra=()):
+    """Run an impostor master at the master's address until every agent has
+    attached to it, been sent a launch and refused it; returns its log."""
+    m = marker()
+    argv = [str(IMPOSTOR), "master", "--listen", f"{host}:{port}",
+            "--munge-socket", str(munge_socket), *extra, "--", "sh", "-c", f"sleep 60; : {m}"]
+    if user:
+        argv = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups"] + argv
+    at = _agent_log_at(vc)
+    before = {n: _agent_refused(vc, n, check) for n in vc.nodes}
+    impostor = _Daemon(argv, workdir / f"impostor-{m}.log")
+    try:
+        impostor.wait_listening()
+
+        def refused_everywhere():
+            logs = _agent_logs_since(vc, at)
+            return all(f"refused a message from the master: {expect}" in logs[n]
+                       for n in vc.nodes)
+        wait_for(refused_everywhere, 20, "every agent to refuse the impostor")
+        wait_for(lambda: all(f"agent {n} hung up" in impostor.text() for n in vc.nodes), 10,
+                 "every agent to hang up on the impostor")
+    finally:
+        impostor.stop()
+    log = impostor.text()
+    # The impostor did send its launch, to every agent ...
+    for n in vc.nodes:
+        assert f"agent {n} attached" in log and "sent Welcome and LaunchJob" in log, log
+    # ... and nothing ran; every agent counted the refusal by its check.
+    assert not processes_with(m), processes_with(m)
+    for n in vc.nodes:
+        assert _agent_refused(vc, n, check) > before[n], (n, check)
+    return log
+
+
+def test_an_impostor_with_the_cluster_key_but_not_the_masters_uid_launches_nothing(masterless):
+    vc, host, port = masterless
+    with tempfile.TemporaryDirectory(prefix="score-impostor-") as d:
+        _impostor_refused(vc, host, port, Path(d), vc.munge_socket("head"), "nobody",
+                          "the reply is signed by uid 65534, not by the master's uid 0 "
+                          "([master] uid): an impostor", "signer")
+
+
+def test_an_impostor_with_another_key_launches_nothing(masterless, foreign_munged):
+    vc, host, port = masterless
+    with tempfile.TemporaryDirectory(prefix="score-impostor-") as d:
+        _impostor_refused(vc, host, port, Path(d), foreign_munged, None,
+                          "MUNGE credential rejected: MUNGE decode failed: Invalid credential "
+                          "(munge error 14)", "credential")
+
+
+def test_an_impostor_without_credentials_launches_nothing(masterless):
+    vc, host, port = masterless
+    with tempfile.TemporaryDirectory(prefix="score-impostor-") as d:
+        _impostor_refused(vc, host, port, Path(d), vc.munge_socket("head"), None,
+                          "the reply carries no MUNGE credential", "unsealed",
+                          extra=["--unsealed"])
+
+
+@pytest.fixture(scope="module")
+def behind_a_proxy(masterless):
+    """The real master again, moved to port+10, and a man in the middle at
+    the master's address that forwards the agents' calls to it and swaps
+    the argument SWAP-<id> of any launch for another.  Yields (the moved
+    master's URL, the master, the proxy, the swapped argument, the one
+    swapped in)."""
+    vc, host, port = masterless
+    workdir = Path(tempfile.mkdtemp(prefix="score-mitm-", dir="/tmp"))
+    conf = (vc.service_dir / "scored.toml").read_text()
+    moved_conf = workdir / "scored.toml"
+    conf = conf.replace(f'listen = "{host}:{port}"', f'listen = "{host}:{port + 10}"')
+    conf = conf.replace(f':{port + 1}"', f':{port + 11}"')  # metrics_listen
+    assert f"{host}:{port + 10}" in conf, conf
+    moved_conf.write_text(conf)
+    master = _Daemon([str(SCORE_BIN / "scored"), "master", "--config", str(moved_conf)],
+                     workdir / "master.log")
+    swapped, swapped_in = f"SWAP-{marker()}", f"PWNED-{marker()}"
+    proxy = _Daemon([str(IMPOSTOR), "proxy", "--listen", f"{host}:{port}",
+                     "--upstream", f"http://{host}:{port + 10}",
+                     "--swap-argv", f"{swapped}={swapped_in}"], workdir / "proxy.log")
+    try:
+        proxy.wait_listening()
+        s = _moved(vc, f"http://{host}:{port + 10}")
+        try:
+            wait_for(lambda: _all_up(s), 30, "the agents to attach through the proxy")
+        finally:
+            s.cleanup()
+        yield f"http://{host}:{port + 10}", master, proxy, swapped, swapped_in
+    finally:
+        proxy.stop()
+        master.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _moved(vc, url):
+    """Clients of cluster `vc` talking to its master at `url`."""
+    s = Score(vc)
+    s.env = dict(s.env, SCORE_MASTER=url)
+    return s
+
+
+def _all_up(s):
+    proc = s.scorectl("nodes", "--json")
+    if proc.returncode != 0:
+        return False
+    nodes = json.loads(proc.stdout)
+    return len(nodes) == len(s.vc.nodes) and all(n["state"] == "up" for n in nodes)
+
+
+def test_a_man_in_the_middle_cannot_swap_a_launch(masterless, behind_a_proxy):
+    vc = masterless[0]
+    url, master, proxy, swapped, swapped_in = behind_a_proxy
+    s = _moved(vc, url)
+    try:
+        # Through the proxy, a job whose launch it leaves alone runs.
+        proc = s.scrun("-nodes=4x1", "true")
+        assert proc.returncode == 0, proc.stderr
+        # One whose launch it alters does not: the agent refuses the altered
+        # launch, drops the connection (and with it the job), and reattaches.
+        at = _agent_log_at(vc)
+        before = sum(_agent_refused(vc, n, "digest") for n in vc.nodes)
+        proc = s.scrun("-v", "-nodes=1", "sh", "-c", "sleep 60", swapped, timeout=60)
+        assert proc.returncode == 1, proc.stderr
+        assert "lost" in proc.stderr, proc.stderr
+        assert f"-> {swapped_in!r}".replace("'", '"') in proxy.text(), proxy.text()
+        logs = _agent_logs_since(vc, at)
+        refused = [n for n in vc.nodes if "refused a message from the master: reply" in logs[n]
+                   and "of /score.v1.Master/Attach does not match its credential: it was "
+                   "altered in transit" in logs[n]]
+        assert len(refused) == 1, logs
+        assert sum(_agent_refused(vc, n, "digest") for n in vc.nodes) == before + 1
+        # Neither the command sent nor the one swapped in ran (the proxy's
+        # own command line names both).
+        ran = {**processes_with(swapped), **processes_with(swapped_in)}
+        assert set(ran) <= {proxy.proc.pid}, ran
+        wait_for(lambda: _all_up(s), 30, "the agent to attach again")
+        s.assert_job_gone(int(proc.stderr.split("scrun: job ", 1)[1].split()[0]))
+    finally:
+        s.cleanup()
+
+
+def test_a_man_in_the_middle_cannot_swap_a_cancel(masterless, behind_a_proxy):
+    """scorectl cancel A through a second proxy that makes it cancel B: the
+    master refuses it, logs and counts why, and neither job is cancelled."""
+    url, master, _, _, _ = behind_a_proxy
+    s = _moved(masterless[0], url)
+    host, port = urllib.parse.urlsplit(s.env["SCORE_MASTER"]).netloc.rsplit(":", 1)
+    try:
+        a, b = marker(), marker()
+        run_a = s.start("-v", "-nodes=1", "sleep", a)
+        run_b = s.start("-v", "-nodes=1", "sleep", b)
+        job_a, job_b = run_a.job_id(), run_b.job_id()
+        s.wait_job(job_a, "running")
+        s.wait_job(job_b, "running")
+        proxy = _Daemon([str(IMPOSTOR), "proxy", "--listen", f"{host}:{int(port) + 20}",
+                         "--upstream", f"http://{host}:{port}",
+                         "--swap-cancel", f"{job_a}={job_b}"], s.workdir / "cancel-proxy.log")
+        try:
+            proxy.wait_listening()
+            at = len(master.text())
+            env = dict(s.env, SCORE_MASTER=f"http://{host}:{int(port) + 20}")
+            proc = s.scorectl("cancel", job_a, env=env)
+        finally:
+            proxy.stop()
+        assert f"swapped Cancel of job {job_a} for job {job_b}" in proxy.text(), proxy.text()
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        reason = "request 0 of /score.v1.Master/Cancel does not match its credential: " \
+                 "it was altered in transit"
+        assert reason in proc.stderr, proc.stderr
+        wait_for(lambda: f"refused: {reason}" in master.text()[at:], 10,
+                 "the master to log the refusal")
+        assert s.job(job_a)["state"] == "running" and s.job(job_b)["state"] == "running"
+    finally:
+        s.cleanup()
