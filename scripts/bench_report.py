@@ -498,10 +498,40 @@ def _agent_note(agents):
     return f" — {'; '.join(parts)}" if parts else ""
 
 
+# ---------------------------------------------------------------- auth
+
+def render_auth(doc, path):
+    results = doc.get("results") or []
+    if not results or "samples_s" not in results[0]:
+        return None
+    out = [provenance(doc, path), ""]
+    kind = spread_kind(results[0]["sealed"])
+    out.append(f"`scrun -nodes={doc['nodes']}x{doc['ppn']} /bin/true` from the command to its "
+               f"exit, {doc['repetitions']} runs of each in turns after {doc['warmup']} warm-up "
+               f"runs each, on two virtual clusters up side by side: one running this build "
+               f"(every message sealed), one running commit `{doc['baseline_commit'][:12]}` "
+               f"(the last before sealing: one unbound credential per call); median [{kind}] "
+               "in ms. Difference and ratio are taken run by run. JSON: `results[]` (every "
+               "run in `samples_s`).")
+    out.append("")
+    rows = []
+    for r in results:
+        v = r["ratio"]
+        rows.append([r["shape"], spread_cell(r["unsealed"], 1, 1e3),
+                     spread_cell(r["sealed"], 1, 1e3), spread_cell(r["difference_s"], 1, 1e3),
+                     spread_cell(v, 3), f"{target_text(v['op'], v['bound'])} {verdict_cell(v)}"])
+    out.append(table(["shape", "unsealed ms", "sealed ms", "sealed - unsealed ms",
+                      "sealed / unsealed", "target"], rows,
+                     ["---", "---:", "---:", "---:", "---:", "---"]))
+    out += ["", commands_block(doc)]
+    return "\n".join(out)
+
+
 RENDERERS = {
     "pm-shm": ("pm-shm", render_pm_shm),
     "pm-udp": ("pm-udp", render_pm_udp),
     "launch": ("launch", render_launch),
+    "auth": ("auth", render_auth),
     "gang": ("gang", render_gang),
     "preempt-soak": ("preempt-soak", render_preempt_soak),
 }
