@@ -253,14 +253,41 @@ def wire_header(type_, flags, length, jobkey, src, dst, seq, ack,
                        src, dst, seq, ack)
 
 
-def garbage_datagrams(seed, count, dst_rank=0, src_rank=1):
+def fnv1a64(text):
+    """FNV-1a 64 of a string: how PM once derived a job's key from its
+    name, which anybody can know (tests check it no longer works)."""
+    h = 0xcbf29ce484222325
+    for b in text.encode():
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def namespace_of(program):
+    """PMIX_NAMESPACE of a running `program` (any of its processes)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv0 = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0]
+            if not argv0.endswith(program.encode()):
+                continue
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        for kv in env:
+            if kv.startswith(b"PMIX_NAMESPACE="):
+                return kv.split(b"=", 1)[1].decode()
+    return None
+
+
+def garbage_datagrams(seed, count, dst_rank=0, src_rank=1, name_key=None):
     """`count` datagrams no PM receiver may accept: random bytes, truncated
-    headers, and well-formed DATA packets with a wrong job key (each kind in
-    turn).  Deterministic for a seed."""
+    headers, well-formed DATA packets with a wrong job key, and (with
+    `name_key`) well-formed ones with the key derived from the job's name
+    (each kind in turn).  Deterministic for a seed."""
     rnd = random.Random(seed)
     out = []
+    kinds = 4 if name_key is not None else 3
     for i in range(count):
-        kind = i % 3
+        kind = i % kinds
         if kind == 0:
             out.append(rnd.randbytes(rnd.randrange(0, 1400)))
         elif kind == 1:
@@ -269,9 +296,9 @@ def garbage_datagrams(seed, count, dst_rank=0, src_rank=1):
             out.append(hdr[:rnd.randrange(0, 32)])
         else:
             body = struct.pack("<IB3xQQQ", 32, 0, 0, 0, 0) + rnd.randbytes(32)
+            key = name_key if kind == 3 else rnd.getrandbits(64) | 1
             hdr = wire_header(WIRE_DATA, F_FIRST | F_LAST | F_ACK, len(body),
-                              rnd.getrandbits(64) | 1, src_rank, dst_rank,
-                              rnd.randrange(1, 1000), 0)
+                              key, src_rank, dst_rank, rnd.randrange(1, 1000), 0)
             out.append(hdr + body)
     return out
 

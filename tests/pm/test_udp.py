@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from .pmjob import (App, add_udp_loss, garbage_datagrams, grown, nic_counters, pm_sockets,
-                    send_datagrams, udp_loss_dropped, wait_for)
+from .pmjob import (App, add_udp_loss, fnv1a64, garbage_datagrams, grown, namespace_of,
+                    nic_counters, pm_sockets, send_datagrams, udp_loss_dropped, wait_for)
 
 PAIR = ["n1", "n2"]
 
@@ -131,8 +131,10 @@ def test_a_million_messages(pair_cluster, jobs):
 
 def test_foreign_and_malformed_datagrams_are_dropped(pair_cluster, jobs):
     """While n1 and n2 run a job, n3 sends n1's PM sockets random bytes,
-    truncated headers and well-formed packets of another job (wrong job
-    key): rank 0 drops and counts every one, and the job is untouched."""
+    truncated headers, well-formed packets of another job (wrong job key)
+    and well-formed packets with the key one could derive from the job's
+    name (which is public; the key is a secret drawn for the job): rank 0
+    drops and counts every one, and the job is untouched."""
     vc = pair_cluster
     job = jobs(vc, PAIR, [App(2, ["--count", 100000, "--sizes", "1-9000", "--timeout", 45])])
     nics = {vc.address("n1", net) for net in (0, 1)}
@@ -142,7 +144,10 @@ def test_foreign_and_malformed_datagrams_are_dropped(pair_cluster, jobs):
         return found if len(found) == len(nics) else None
 
     targets = wait_for("pmcheck's socket on each NIC of n1", pm_ports, timeout=30)
-    sent = send_datagrams(vc, "n3", sorted(targets), garbage_datagrams(seed=7, count=3000))
+    namespace = namespace_of("pmcheck")
+    assert namespace, "no pmcheck process with a PMIX_NAMESPACE"
+    sent = send_datagrams(vc, "n3", sorted(targets),
+                          garbage_datagrams(seed=7, count=3000, name_key=fnv1a64(namespace)))
     time.sleep(0.5)
     after = pm_ports()
     assert after and job.running(), "the job ended before the datagrams were read: raise --count"

@@ -3,10 +3,11 @@
  * boot_pmix.c - bootstrap through a PMIx server (scored's agent, slurmd with
  * --mpi=pmix, Open MPI's mpirun/prted).  Rank, size and the local peers come
  * from the job's data; addresses go through PMIx_Put, a collecting fence and
- * PMIx_Get.
+ * PMIx_Get.  The job key is a secret of the job (docs/pm/wire.md): the
+ * launcher's, if it gives one, else drawn by rank 0 and shared the same way.
  */
 #include "pm_internal.h"
-#include "util/hash.h"
+#include "util/random.h"
 
 #include <errno.h>
 #include <pmix.h>
@@ -99,6 +100,59 @@ static const struct pm_boot_ops pmix_ops = {
 	.fini = pmix_fini,
 };
 
+/* The key a launcher may give every rank of a job (job-level, a uint64). */
+#define PM_JOBKEY_INFO "pm.jobkey"
+/* Where rank 0 publishes the key it drew when the launcher gave none. */
+#define PM_JOBKEY_PUT "pm.jobkey.rank0"
+
+/*
+ * The job's secret key: it tags every packet and names the job's shared
+ * segments, so it must not be derivable from anything public (the job's
+ * name is not secret).  Every rank takes the same path (the launcher's key
+ * is job-level data), so the fence below matches up.
+ */
+static int job_key(struct pm_boot *b)
+{
+	struct pmix_boot *p = b->priv;
+	pmix_value_t *v = NULL;
+	pmix_info_t info;
+	bool optional = true;
+
+	PMIX_INFO_CONSTRUCT(&info);
+	PMIX_INFO_LOAD(&info, PMIX_OPTIONAL, &optional, PMIX_BOOL);
+	pmix_status_t rc = PMIx_Get(&p->all, PM_JOBKEY_INFO, &info, 1, &v);
+
+	PMIX_INFO_DESTRUCT(&info);
+	if (rc == PMIX_SUCCESS) {
+		int err = v->type == PMIX_UINT64 && v->data.uint64 ? 0 : -EPROTO;
+
+		if (!err)
+			b->jobkey = v->data.uint64;
+		PMIX_VALUE_RELEASE(v);
+		return err;
+	}
+
+	uint64_t key = 0;
+	size_t len = sizeof(key);
+	int err = 0;
+
+	if (b->rank == 0) {
+		err = pm_random_u64(&key);
+		if (!err)
+			err = pmix_put(b, PM_JOBKEY_PUT, &key, sizeof(key));
+	}
+	/* Fence even when the draw failed: the others wait for us here. */
+	int ferr = pmix_fence(b);
+
+	if (err || ferr)
+		return err ? err : ferr;
+	err = pmix_get(b, 0, PM_JOBKEY_PUT, &key, &len);
+	if (!err && (len != sizeof(key) || key == 0))
+		err = -EPROTO;
+	b->jobkey = key;
+	return err;
+}
+
 static int cmp_int(const void *a, const void *b)
 {
 	return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
@@ -148,7 +202,6 @@ int pm_boot_open_pmix(struct pm_boot *b)
 	PMIX_LOAD_PROCID(&p->all, p->me.nspace, PMIX_RANK_WILDCARD);
 	b->rank = (int)p->me.rank;
 	snprintf(b->job, sizeof(b->job), "%s", p->me.nspace);
-	b->jobkey = pm_hash64(b->job);
 
 	err = pmix_err(PMIx_Get(&p->all, PMIX_JOB_SIZE, NULL, 0, &v));
 	if (err)
@@ -165,6 +218,9 @@ int pm_boot_open_pmix(struct pm_boot *b)
 		goto fail;
 	err = v->type == PMIX_STRING ? parse_local_peers(b, v->data.string) : -EPROTO;
 	PMIX_VALUE_RELEASE(v);
+	if (err)
+		goto fail;
+	err = job_key(b);
 	if (err)
 		goto fail;
 	return 0;

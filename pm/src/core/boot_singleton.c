@@ -4,7 +4,7 @@
  * The key-value store holds only this process's own values.
  */
 #include "pm_internal.h"
-#include "util/hash.h"
+#include "util/random.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -99,7 +99,15 @@ int pm_boot_open_singleton(struct pm_boot *b)
 	/* Unique per process and start, so shared objects never collide. */
 	snprintf(b->job, sizeof(b->job), "singleton.%d.%lld", (int)getpid(),
 		 (long long)now.tv_sec * 1000000000ll + now.tv_nsec);
-	b->jobkey = pm_hash64(b->job);
+	int err = pm_random_u64(&b->jobkey);
+
+	if (err) {
+		free(b->priv);
+		free(b->local_ranks);
+		b->priv = NULL;
+		b->local_ranks = NULL;
+		return err;
+	}
 	b->rank = 0;
 	b->size = 1;
 	b->nlocal = 1;

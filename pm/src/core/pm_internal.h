@@ -37,7 +37,7 @@ struct pm_boot_ops {
 struct pm_boot {
 	int rank, size;
 	char job[PM_JOB_MAX];   /* the launcher's name for the job */
-	uint64_t jobkey;        /* hash of job: names shared objects, tags packets */
+	uint64_t jobkey;        /* the job's secret: names shared objects, tags packets */
 	int nlocal;             /* processes of the job on this node */
 	int *local_ranks;       /* sorted, nlocal entries, owned */
 	const struct pm_boot_ops *ops;

@@ -3,6 +3,7 @@
 #include "mp.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -299,7 +300,30 @@ const char *mp_stats_dir(void)
 	return dir && *dir ? dir : "/dev/shm";
 }
 
-void mp_segment_prefix(char *buf, size_t len)
+bool mp_segment_prefix(char *buf, size_t len)
+{
+	/* The key is the job's secret: read it off our own segment's mapping
+	 * (its name stays in /proc/self/maps after the unlink). */
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	uint64_t key;
+	int rank;
+	bool found = false;
+
+	CHECK_MSG(f, "/proc/self/maps: %s", strerror(errno));
+	while (!found && fgets(line, sizeof(line), f)) {
+		const char *at = strstr(line, "/dev/shm/pm-");
+
+		found = at && !strstr(at, "pm-stats.") &&
+			sscanf(at, "/dev/shm/pm-%16" SCNx64 "-%d", &key, &rank) == 2;
+	}
+	fclose(f);
+	if (found)
+		snprintf(buf, len, "pm-%016" PRIx64 "-", key);
+	return found;
+}
+
+void mp_hashed_segment_prefix(char *buf, size_t len)
 {
 	const char *ns = getenv("PMIX_NAMESPACE");
 	uint64_t h = 0xcbf29ce484222325ull;
@@ -326,10 +350,11 @@ void mp_close(struct mp *m)
 		  extra.peer);
 
 	/* Every rank passed pm_open() before the barrier, so every segment
-	 * name of the job has been removed. */
-	mp_segment_prefix(seg, sizeof(seg));
-	CHECK_MSG(mp_count_files("/dev/shm", seg) == 0,
-		  "/dev/shm/%s* left after every rank opened", seg);
+	 * name of the job has been removed (a job with no local peer has no
+	 * segment at all). */
+	if (mp_segment_prefix(seg, sizeof(seg)))
+		CHECK_MSG(mp_count_files("/dev/shm", seg) == 0,
+			  "/dev/shm/%s* left after every rank opened", seg);
 
 	snprintf(mine, sizeof(mine), "pm-stats.%d.", (int)getpid());
 	CHECK_MSG(mp_count_files(mp_stats_dir(), mine) == 1,

@@ -85,8 +85,13 @@ int mp_remove_files(const char *dir, const char *prefix);
 /* The directory statistics pages go to (PM_STATS_DIR or /dev/shm). */
 const char *mp_stats_dir(void);
 
-/* The name prefix "pm-<jobkey>-" of this job's shm segments (docs/pm/shm.md:
- * the job key is the FNV-1a hash of the PMIx namespace). */
-void mp_segment_prefix(char *buf, size_t len);
+/* The name prefix "pm-<jobkey>-" of this job's shm segments (docs/pm/shm.md),
+ * read off this process's own mapping while the context is open; false when
+ * no segment is mapped (no shm device: no local peer). */
+bool mp_segment_prefix(char *buf, size_t len);
+
+/* The prefix an attacker who knows the job's name could once compute (the
+ * key was the FNV-1a hash of the PMIx namespace): mp_decoy plants there. */
+void mp_hashed_segment_prefix(char *buf, size_t len);
 
 #endif /* PM_TESTS_MP_H */

@@ -161,7 +161,7 @@ int main(void)
 	/* Segment names were removed when the job opened. */
 	char seg[64];
 
-	mp_segment_prefix(seg, sizeof(seg));
+	CHECK(mp_segment_prefix(seg, sizeof(seg)));
 	CHECK_EQ(mp_count_files("/dev/shm", seg), 0);
 
 	char mine[64];
