@@ -313,3 +313,29 @@ async fn connect_error_names_the_master() {
         .unwrap_err();
     assert!(e.to_string().contains("not a url"), "{e}");
 }
+
+#[test]
+#[ignore = "needs munged (Debian package munge); scripts/run-tests runs it"]
+fn sealing_and_opening_a_message_costs_tens_of_microseconds() {
+    // One munge_encode where a message is sent, one munge_decode where it
+    // arrives, and SHA-256 twice: what every message pays.
+    let d = start();
+    let m = d.munge();
+    let call = score_auth::seal::new_call();
+    let path = "/score.v1.Master/Attach";
+    let body = vec![7u8; 300];
+    let mut seal = Sealer::new(Direction::Reply, path, call);
+    let mut open = Opener::new(Direction::Reply, path, Some(call), Signer::Uid(me().0));
+    let n = 500;
+    let t0 = std::time::Instant::now();
+    for _ in 0..n {
+        let f = seal.seal(&m, &body).unwrap();
+        assert_eq!(open.open(&m, &f).unwrap().len(), body.len());
+    }
+    let per = t0.elapsed() / n;
+    eprintln!("sealing and opening one message: {per:?}");
+    assert!(
+        per < std::time::Duration::from_millis(5),
+        "{per:?} per message"
+    );
+}
