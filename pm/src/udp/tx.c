@@ -324,6 +324,16 @@ void udp_tx_on_control(struct udp_proto *u, struct udp_peer *p, const struct wir
 		if (p->stopped && seq_diff(h->seq, p->acked) == 1) {
 			p->stopped = false;
 			udp_tx_pump(u, p);
+		} else if (!p->stopped && seq_diff(h->seq, p->acked) == 1 &&
+			   seq_diff(p->sent_hi, p->acked) > 0) {
+			/* Resumed already, yet the receiver still waits for k:
+			 * it answers our POLL with GO while it has not had the
+			 * refused packet again, so what we resent after the
+			 * first GO was lost.  Resend it, as for LOSE(k-1);
+			 * ignoring this GO would leave both sides waiting. */
+			p->refusing = false;
+			go_back(p, h->seq);
+			udp_tx_pump(u, p);
 		}
 		break;
 	case WIRE_LOSE:

@@ -16,7 +16,9 @@
  *   poll_lose  a POLL for a lost packet is answered with LOSE, and only
  *              then is the packet sent again
  *   stop_go    a full receive ring refuses (STOP); the sender sends no data
- *              until GO, after the application released
+ *              until GO, after the application released; and when what it
+ *              sends again after GO is lost, the POLL's answer (GO again)
+ *              makes it send it once more
  *
  * Protocol: docs/pm/wire.md.
  */
@@ -497,7 +499,8 @@ static void test_poll_lose(void)
 	sim_close(s);
 }
 
-static void test_stop_go(void)
+/* lose_resend: the refused packet, sent again after GO, is lost too. */
+static void test_stop_go(bool lose_resend)
 {
 	struct sim *s = &sim;
 	const size_t max = 1000;        /* 4 KiB rings: a quarter is 1 KiB */
@@ -532,7 +535,12 @@ static void test_stop_go(void)
 	CHECK_EQ(count_sent(s, at, 1, WIRE_GO), 0);
 	CHECK(to1->stopped);
 
-	/* The application reads: GO, and the rest follows, in order. */
+	/* The application reads: GO, and the rest follows, in order.  When
+	 * the resent packet is lost as well, the sender's POLL is answered
+	 * with GO again (the receiver still waits for it), which makes the
+	 * sender resend it once more. */
+	if (lose_resend)
+		s->drop_data_seq = to1->stop_seq;
 	rounds = 0;
 	while (s->e[1].received < n) {
 		CHECK_MSG(++rounds < 100000, "received %u of %u after GO", s->e[1].received, n);
@@ -546,10 +554,14 @@ static void test_stop_go(void)
 	CHECK_U64(count_sent(s, at, 1, WIRE_GO), >=, 1);
 	CHECK_U64(s->e[1].st.gos, >=, 1);
 	CHECK_U64(s->e[0].st.refused_resends, >=, 1);
-	CHECK_EQ(s->e[0].st.retransmits, 0);   /* refused, never lost */
-	printf("stop_go: %u messages through a 4 KiB ring: stops %" PRIu64 ", gos %" PRIu64
-	       ", refused resends %" PRIu64 ", retransmits 0\n",
-	       n, s->e[1].st.stops, s->e[1].st.gos, s->e[0].st.refused_resends);
+	if (lose_resend)
+		CHECK_U64(s->e[0].st.retransmits, >=, 1);
+	else
+		CHECK_EQ(s->e[0].st.retransmits, 0);   /* refused, never lost */
+	printf("stop_go%s: %u messages through a 4 KiB ring: stops %" PRIu64 ", gos %" PRIu64
+	       ", refused resends %" PRIu64 ", retransmits %" PRIu64 "\n",
+	       lose_resend ? " (the resend after GO lost)" : "", n, s->e[1].st.stops,
+	       s->e[1].st.gos, s->e[0].st.refused_resends, s->e[0].st.retransmits);
 	sim_close(s);
 }
 
@@ -557,7 +569,8 @@ int main(void)
 {
 	test_poll_ack();
 	test_poll_lose();
-	test_stop_go();
+	test_stop_go(false);
+	test_stop_go(true);
 
 	static const struct order_case cases[] = {
 		{ "loss", 10, 0, 0, 64 * 1024, 64, 0x9e3779b97f4a7c15ull },
