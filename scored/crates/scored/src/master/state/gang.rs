@@ -252,13 +252,16 @@ impl State {
             .collect();
         let outgoing: BTreeSet<u64> = running.difference(&next).copied().collect();
         // Every job gets whole quanta: one (re)started late in this quantum
-        // (a job that just launched is still starting up) keeps running
-        // until its own quantum is over; the switch waits for the next tick.
+        // keeps running until its own quantum is over; the switch waits for
+        // the next tick.  A job still launching is never frozen: an agent
+        // may be starting its ranks, and a rank put into a frozen cgroup
+        // before its exec would hold the agent's start of it (its quantum
+        // counts from when every node reported it started).
         let quantum = self.limits.quantum;
         if outgoing.iter().any(|&j| {
-            self.jobs
-                .get(j)
-                .is_some_and(|j| j.running_since.elapsed() < quantum.mul_f64(0.9))
+            self.jobs.get(j).is_some_and(|j| {
+                j.state() == JobState::Launching || j.running_since.elapsed() < quantum.mul_f64(0.9)
+            })
         }) {
             return;
         }
@@ -606,6 +609,27 @@ mod tests {
         assert_eq!(h.state(c), JobState::Running);
         assert_eq!(h.st.matrix_info().stats.unwrap().switches, 1);
         let _ = b;
+    }
+
+    #[test]
+    fn a_job_still_launching_is_never_preempted() {
+        let mut h = harness_quantum(1, 2, Duration::from_millis(1));
+        let (a, _ra) = h.submit(spec(1, 1));
+        let (_b, _rb) = h.submit(spec(1, 1));
+        // a's agent has not reported its ranks started: however long that
+        // takes, no switch freezes it meanwhile.
+        h.agent_hears("n1");
+        std::thread::sleep(Duration::from_millis(5));
+        h.st.quantum_tick();
+        assert_eq!(h.state(a), JobState::Launching);
+        assert!(preempt_of(&h.agent_hears("n1")).is_none());
+        assert_eq!(h.st.matrix_info().stats.unwrap().switches, 0);
+        // Started: its quantum counts from now, and then it takes turns.
+        h.launch_ok(a);
+        h.agent_hears("n1");
+        std::thread::sleep(Duration::from_millis(5));
+        h.st.quantum_tick();
+        assert!(preempt_of(&h.agent_hears("n1")).is_some());
     }
 
     #[test]

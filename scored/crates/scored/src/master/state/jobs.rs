@@ -438,6 +438,7 @@ impl State {
             stats::launched(&self.metrics, job.launch_started);
             if job.state() == JobState::Launching {
                 job.info.state = JobState::Running as i32;
+                job.running_since = Instant::now();
                 self.links
                     .emit(id, job_event::Event::State(job.info.clone()));
             }
