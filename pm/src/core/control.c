@@ -33,6 +33,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -70,6 +71,14 @@ static struct sigaction handler_old;
 /* The word PM_CONTROL=0 points contexts at: it never asks for anything. */
 static _Atomic uint32_t control_off;
 
+/* The process that last sent us SIGURG from outside: the controller
+ * (scored's agent).  If it dies while it holds us, nobody will ever write
+ * RUN: the procedure notices and lets go (controller_gone). */
+static _Atomic pid_t controller_pid;
+/* How often a held or draining context looks whether its controller is
+ * still there: a rank whose agent died goes on within this bound. */
+#define CONTROLLER_CHECK_NS 500000000ull
+
 pid_t pm_thread_id_slow(void)
 {
 	pm_tl_tid = (pid_t)syscall(SYS_gettid);
@@ -97,6 +106,47 @@ struct held {
 };
 
 /*
+ * Whether the controller that asked us to quiesce has gone.  Its pid came
+ * with its signal; a pidfd taken on it (once, at the first check) cannot
+ * be fooled by the pid's reuse.  Unknown controller: never gone.
+ */
+struct controller_watch {
+	int pidfd;              /* -1: not taken yet, or not available */
+	pid_t pid;
+	uint64_t next_check_ns;
+};
+
+static bool controller_gone(struct controller_watch *w)
+{
+	uint64_t now = pm_now_ns();
+
+	if (now < w->next_check_ns)
+		return false;
+	w->next_check_ns = now + CONTROLLER_CHECK_NS;
+	if (w->pid <= 0)
+		return false;
+	if (w->pidfd < 0) {
+		w->pidfd = (int)syscall(SYS_pidfd_open, w->pid, 0);
+		if (w->pidfd < 0)
+			return errno == ESRCH;  /* already gone */
+	}
+	struct pollfd pfd = { .fd = w->pidfd, .events = POLLIN };
+
+	/* A pidfd is readable once its process has exited. */
+	return poll(&pfd, 1, 0) == 1;
+}
+
+/* The controller is gone: take the control word back (RUN) so that no
+ * later call runs the procedure again for a request nobody will end. */
+static void orphaned(struct held *h, int n, pid_t pid)
+{
+	for (int i = 0; i < n; i++)
+		atomic_store_explicit(h[i].ctx->control, PM_CONTROL_RUN, memory_order_release);
+	pm_log(h[0].ctx->rank, "the process that asked for a quiesce (pid %d, scored's agent) has "
+	       "gone without resuming; going on", (int)pid);
+}
+
+/*
  * The preemption procedure over n contexts at once: a process with several
  * contexts must drain them together, or one would wait for its peers'
  * acknowledgements while another left its own peers without theirs.
@@ -105,6 +155,10 @@ static void procedure(struct held *h, int n)
 {
 	uint64_t t0 = pm_now_ns();
 	int left = n;
+	struct controller_watch w = {
+		.pidfd = -1, .pid = atomic_load(&controller_pid),
+		.next_check_ns = t0 + CONTROLLER_CHECK_NS,
+	};
 
 	/* (1) Stop injecting; keep receiving and acknowledging until nothing
 	 * of ours is unacknowledged.  No bound here: the agent has one, and
@@ -134,6 +188,10 @@ static void procedure(struct held *h, int n)
 		for (int i = 0; i < n && left > 0; i++)
 			if (!h[i].done)
 				h[i].ctx->dev->ops->hold(h[i].ctx->dev, pm_now_ns() + DRAIN_SLICE_NS);
+		if (left > 0 && controller_gone(&w)) {
+			orphaned(h, n, w.pid);
+			break;
+		}
 	}
 
 	/* (3) Hold until every request is withdrawn.  Peers of the job may
@@ -154,7 +212,13 @@ static void procedure(struct held *h, int n)
 		}
 		if (!any)
 			break;
+		if (controller_gone(&w)) {
+			orphaned(h, n, w.pid);
+			break;
+		}
 	}
+	if (w.pidfd >= 0)
+		close(w.pidfd);
 
 	/* (4) Resume what we quiesced, not what the application did. */
 	for (int i = 0; i < n; i++) {
@@ -240,8 +304,11 @@ static void on_sigurg(int sig, siginfo_t *si, void *uc)
 	int saved = errno;
 
 	(void)sig;
-	(void)si;
 	(void)uc;
+	/* From another process (not a forward between our threads): that is
+	 * the controller. */
+	if (si && si->si_code == SI_USER && si->si_pid > 0 && si->si_pid != getpid())
+		atomic_store(&controller_pid, si->si_pid);
 	if (!tl_serving)
 		serve();
 	errno = saved;

@@ -11,7 +11,10 @@
  *     resume;
  *   - an application's own SIGURG handler is kept: PM calls still answer;
  *   - PM_CONTROL=0: no handler, no answer;
- *   - the handler is gone once the last context closed.
+ *   - the handler is gone once the last context closed;
+ *   - a controller (another process) that dies while it holds the context
+ *     does not hold it for ever: the context takes its word back and goes
+ *     on within a bound.
  */
 #include "check.h"
 #include "pm.h"
@@ -26,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define BOUND_NS 3000000000ull          /* the agent's patience */
@@ -181,6 +186,61 @@ static uint64_t quiesces(pm_context_t *ctx)
 	return st.quiesces;
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * A child process plays an agent that asks for a quiesce and dies before it
+ * resumes.  The context (its page is shared with the child across the fork)
+ * quiesces in the handler while the main thread computes, holds, notices
+ * that its controller is gone, takes the word back and goes on.
+ */
+static void test_controller_dies(void)
+{
+	pm_context_t *ctx = open_one();
+	uint64_t q0 = quiesces(ctx), t0 = now_ns();
+	pid_t child = fork();
+
+	CHECK(child >= 0);
+	if (child == 0) {
+		atomic_store(&ctx->page->control, PM_CONTROL_QUIESCE);
+		kill(getppid(), SIGURG);
+		for (int i = 0; i < 3000 && atomic_load(&ctx->page->state) != PM_STATS_QUIESCED; i++)
+			usleep(1000);
+		_exit(atomic_load(&ctx->page->state) == PM_STATS_QUIESCED ? 0 : 1);
+	}
+	/* Compute, outside PM: the handler serves the request and holds. */
+	while (quiesces(ctx) == q0 && now_ns() - t0 < 3 * BOUND_NS)
+		sleep_ms(1);
+	uint64_t held_ns = now_ns() - t0;
+	int status;
+
+	CHECK_EQ(waitpid(child, &status, 0), child);
+	CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "the child never saw the context quiesced");
+	CHECK_EQ(quiesces(ctx), q0 + 1);
+	CHECK_EQ(atomic_load(&ctx->page->control), PM_CONTROL_RUN);
+	CHECK_EQ(atomic_load(&ctx->page->state), PM_STATS_OPEN);
+	CHECK_MSG(held_ns < 3 * BOUND_NS, "held for %.1f s by a dead controller", held_ns / 1e9);
+	/* And it answers the next controller as before. */
+	struct agent a = { .n = 1, .cycles = 2, .expect_answer = true, .hold_ms = 1 };
+	pthread_t t;
+
+	a.ctx[0] = ctx;
+	start(&a, &t);
+	compute_until_done(&a);
+	pthread_join(t, NULL);
+	CHECK_EQ(quiesces(ctx), q0 + 3);
+	CHECK_OK(pm_close(ctx));
+	printf("controller died while holding: the context went on after %.3f s\n",
+	       held_ns / 1e9);
+}
+
 static volatile sig_atomic_t app_urgs;
 
 static void app_handler(int sig)
@@ -295,5 +355,7 @@ int main(void)
 	CHECK_OK(pm_close(b.ctx[0]));
 	unsetenv("PM_CONTROL");
 	printf("application handler kept; PM_CONTROL=0 never answers\n");
+
+	test_controller_dies();
 	return 0;
 }
