@@ -527,7 +527,37 @@ def render_auth(doc, path):
     return "\n".join(out)
 
 
+# ---------------------------------------------------------------- latency breakdown
+
+def render_latency_breakdown(doc, path):
+    rounds = doc.get("rounds") or []
+    if not rounds or "per_rt_us" not in rounds[0].get("pm", {}):
+        return None
+    out = [provenance(doc, path), ""]
+    out.append(f"Microseconds per round trip and process (the phases of a side sum to its "
+               f"round-trip time), median over {len(rounds)} round(s) with min–max in brackets; "
+               "perf samples of both processes of each side (`samples` in the JSON), "
+               "`rounds[].pm` and `rounds[].udp`.")
+    out.append("")
+
+    def cell(side, phase):
+        vals = sorted(r[side]["rtt_us"] if phase == "rtt" else r[side]["per_rt_us"][phase]
+                      for r in rounds)
+        med = vals[len(vals) // 2]
+        return med, f"{num(med)} [{num(vals[0])}–{num(vals[-1])}]"
+
+    rows = []
+    for phase in (*doc["phases"], "rtt"):
+        (a, ta), (b, tb) = cell("pm", phase), cell("udp", phase)
+        rows.append([phase if phase != "rtt" else "round trip", ta, tb, f"{a - b:+.2f}"])
+    out.append(table(["phase", "PM (udp device)", "raw UDP (sockperf)", "PM − UDP"], rows,
+                     ["---", "---:", "---:", "---:"]))
+    out += ["", commands_block(doc)]
+    return "\n".join(out)
+
+
 RENDERERS = {
+    "latency-breakdown": ("latency-breakdown", render_latency_breakdown),
     "pm-shm": ("pm-shm", render_pm_shm),
     "pm-udp": ("pm-udp", render_pm_udp),
     "launch": ("launch", render_launch),
