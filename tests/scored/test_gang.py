@@ -40,14 +40,17 @@ MASTER = {"quantum_ms": 100, "quiesce_timeout_ms": 500, "gang_slots": 4,
 PM_TIMEOUT = 150
 RUN_TIMEOUT = PM_TIMEOUT + 30
 # Messages per (sender, destination): a few seconds of work for 4 ranks
-# alone, several times that when they share their nodes.
-COUNT_ALL = 45000
+# alone, several times that when they share their nodes; long enough that
+# the first of three jobs is still running when the third opens PM (PM
+# without spurious retransmissions runs these several times faster than it
+# once did).
+COUNT_ALL = 135000
 # Small messages: a job alone then never retransmits on this machine (larger
 # ones overflow socket buffers under 2 cores and retransmit by themselves),
 # so any retransmission would be the switches' doing.
 SIZES = "8-512"
-COUNT_PAIRS = 90000
-COUNT_RING = 90000
+COUNT_PAIRS = 270000
+COUNT_RING = 270000
 SHM = Path("/dev/shm")
 
 # Results of the scenarios that run with network preemption, for the last
@@ -215,6 +218,11 @@ class PmJob:
 
     def retransmits(self):
         return sum(r["retransmits"] for r in self.results.values())
+
+    def counters(self):
+        """The protocol counters of every rank, to say why it resent."""
+        keys = ("retransmits", "loses", "stops", "gos", "rto_polls", "dups", "refused_resends")
+        return {rank: {k: r.get(k) for k in keys} for rank, r in self.results.items()}
 
 
 class Watch:
@@ -663,9 +671,11 @@ def test_network_preemption_causes_no_retransmission(many_switches, record_prope
           f"retransmits {retransmits}, timeouts that polled {polls}")
     assert switches >= MIN_SWITCHES, \
         f"only {switches} switches in {len(many_switches)} rounds of three jobs"
+    resent = {j.id: j.counters() for sc in many_switches for j in sc.jobs if j.retransmits()}
     assert total == 0, \
         f"PM retransmitted under network preemption: {retransmits} " \
-        f"(per round, job: (pattern, retransmits)) over {switches} switches"
+        f"(per round, job: (pattern, retransmits)) over {switches} switches; " \
+        f"the counters of the jobs that resent: {resent}"
     assert silent == 0, \
         f"PM contexts frozen without answering the quiesce request: {silent} " \
         f"over {switches} switches"

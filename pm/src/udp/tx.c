@@ -250,6 +250,23 @@ static void go_back(struct udp_peer *p, uint32_t from)
 		p->next_seq = from;
 }
 
+/*
+ * A loss signal (LOSE, or GO while not stopped) about packet s is stale when
+ * s went out again just now: the receiver sent it before that copy could
+ * reach it -- the answers to two POLLs a frozen receiver took in the same
+ * pass, or the answer to a POLL crossing the first GO's resend.  Acting on
+ * it would resend the whole window a second time.  A resend that really is
+ * lost again is signalled later, by the timeout's POLL at the earliest.
+ */
+#define UDP_STALE_SIGNAL_NS (UDP_RTO_MIN_NS / 2)
+
+static bool stale_signal(const struct udp_proto *u, struct udp_peer *p, uint32_t s)
+{
+	const struct udp_txpkt *t = pkt_of(p, s);
+
+	return t->resent && u->now_ns - t->sent_ns < UDP_STALE_SIGNAL_NS;
+}
+
 static void rtt_sample(struct udp_peer *p, uint64_t rtt)
 {
 	/* RFC 6298, in nanoseconds. */
@@ -325,7 +342,7 @@ void udp_tx_on_control(struct udp_proto *u, struct udp_peer *p, const struct wir
 			p->stopped = false;
 			udp_tx_pump(u, p);
 		} else if (!p->stopped && seq_diff(h->seq, p->acked) == 1 &&
-			   seq_diff(p->sent_hi, p->acked) > 0) {
+			   seq_diff(p->sent_hi, p->acked) > 0 && !stale_signal(u, p, h->seq)) {
 			/* Resumed already, yet the receiver still waits for k:
 			 * it answers our POLL with GO while it has not had the
 			 * refused packet again, so what we resent after the
@@ -340,7 +357,7 @@ void udp_tx_on_control(struct udp_proto *u, struct udp_peer *p, const struct wir
 		/* k is acknowledged; k+1 went missing: go back to it at once. */
 		udp_tx_on_ack(u, p, h->seq);
 		if (seq_diff(h->seq, p->acked) == 0 && seq_diff(p->sent_hi, h->seq) > 0 &&
-		    !p->stopped) {
+		    !p->stopped && !stale_signal(u, p, h->seq + 1)) {
 			p->refusing = false;
 			go_back(p, h->seq + 1);
 			udp_tx_pump(u, p);
