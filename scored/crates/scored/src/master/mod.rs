@@ -18,6 +18,7 @@ use score_proto::v1::master_server::MasterServer;
 use state::{Limits, State, Timer};
 use std::sync::Arc;
 use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
 
 pub use metrics::MasterMetrics;
 
@@ -122,16 +123,54 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {addr} (master.listen)"))?;
     tracing::info!("master listening on {addr}");
+    // Peers that died are found by TCP keepalive, which the kernel answers
+    // for a stopped process, not by HTTP/2 pings, which a scrun stopped
+    // with Ctrl-Z or SIGSTOP cannot answer: its job waits for it (its output
+    // is flow-controlled), it is not cancelled.  Agents have heartbeats.
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
+        if let Ok(c) = &conn {
+            if let Err(e) = keepalive(c) {
+                tracing::warn!("cannot turn on TCP keepalive: {e}");
+            }
+        }
+        conn
+    });
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
-        .http2_keepalive_interval(Some(std::time::Duration::from_secs(5)))
         .add_service(SealedServer::new(MasterServer::new(service), munge).on_refusal(on_refusal))
-        .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
-            crate::shutdown_signal(),
-        )
+        .serve_with_incoming_shutdown(incoming, crate::shutdown_signal())
         .await
         .context("gRPC server failed")?;
     tracing::info!("master stopped");
     Ok(())
+}
+
+/// TCP keepalive on an accepted connection: probes after 10 s of silence,
+/// every 5 s; the connection is closed when 3 go unanswered (its host is
+/// gone or cut off).
+fn keepalive(conn: &tokio::net::TcpStream) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = conn.as_raw_fd();
+    let set = |level: libc::c_int, name: libc::c_int, value: libc::c_int| {
+        // SAFETY: `fd` is the open socket `conn` owns for the whole call, and
+        // each of these options takes an int.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                name,
+                std::ptr::from_ref(&value).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 10)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 5)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3)
 }
