@@ -11,6 +11,10 @@ use std::time::Duration;
 pub const DEFAULT_PATH: &str = "/etc/score/scored.toml";
 pub const DEFAULT_MUNGE_SOCKET: &str = "/run/munge/munge.socket.2";
 pub const DEFAULT_MASTER_PORT: u16 = 7100;
+pub const DEFAULT_STDIO_BUFFER_KIB: u64 = 4096;
+/// The smallest `stdio_buffer_kib`: two of the largest data messages (64 KiB).
+pub const MIN_STDIO_BUFFER_KIB: u64 = 128;
+pub const MAX_STDIO_BUFFER_KIB: u64 = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -82,6 +86,11 @@ pub struct MasterConfig {
     /// messages signed (through MUNGE) by this uid as the master's; the
     /// master refuses to start as another uid.
     pub uid: u32,
+    /// KiB of each job's output, and separately of its stdin, the master
+    /// holds at most (at least 128 KiB per node of the job).  Beyond it the
+    /// agents stop reading the ranks' pipes (output) or scrun stops sending
+    /// (stdin) until the other end has taken some.
+    pub stdio_buffer_kib: u64,
 }
 
 /// `network`: the PM contexts of the outgoing job quiesce (nothing in
@@ -110,6 +119,7 @@ impl Default for MasterConfig {
             preemption: Preemption::Network,
             quiesce_timeout_ms: Duration::from_millis(1000),
             uid: 0,
+            stdio_buffer_kib: DEFAULT_STDIO_BUFFER_KIB,
         }
     }
 }
@@ -227,6 +237,12 @@ impl Config {
         if self.master.heartbeat_interval_ms.is_zero() {
             return Err(invalid("master.heartbeat_interval_ms must be > 0".into()));
         }
+        if !(MIN_STDIO_BUFFER_KIB..=MAX_STDIO_BUFFER_KIB).contains(&self.master.stdio_buffer_kib) {
+            return Err(invalid(format!(
+                "master.stdio_buffer_kib = {} is out of range ({MIN_STDIO_BUFFER_KIB} .. {MAX_STDIO_BUFFER_KIB})",
+                self.master.stdio_buffer_kib
+            )));
+        }
         Ok(())
     }
 
@@ -300,6 +316,17 @@ mod tests {
         assert_eq!(c.master.preemption, d.master.preemption);
         assert_eq!(c.master.quiesce_timeout_ms, d.master.quiesce_timeout_ms);
         assert_eq!(c.master.uid, d.master.uid);
+        assert_eq!(c.master.stdio_buffer_kib, d.master.stdio_buffer_kib);
+    }
+
+    #[test]
+    fn the_stdio_buffer_is_at_least_two_messages() {
+        let c = Config::parse("", Path::new("x")).unwrap();
+        assert_eq!(c.master.stdio_buffer_kib, 4096);
+        let c = Config::parse("[master]\nstdio_buffer_kib = 128\n", Path::new("x")).unwrap();
+        assert_eq!(c.master.stdio_buffer_kib, 128);
+        let e = Config::parse("[master]\nstdio_buffer_kib = 64\n", Path::new("x")).unwrap_err();
+        assert!(e.to_string().contains("stdio_buffer_kib"), "{e}");
     }
 
     #[test]

@@ -9,12 +9,13 @@ use score_proto::v1::{
     StdinChunk, Stream,
 };
 use std::io::{Read, Write};
+use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 
 /// stdin goes to the master in chunks of at most this many bytes.
-pub const STDIN_CHUNK: usize = 64 * 1024;
+pub const STDIN_CHUNK: usize = score_proto::STDIO_CHUNK;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
@@ -148,8 +149,12 @@ impl Output {
 }
 
 /// Reads our stdin on a thread of its own (a read from a terminal cannot be
-/// cancelled, so no runtime thread is tied up) and sends it to rank 0.
-fn forward_stdin(tx: mpsc::Sender<RunRequest>) {
+/// cancelled, so no runtime thread is tied up) and sends it to rank 0, each
+/// chunk once the master has granted `credit` for it (flow control: the
+/// master holds a bounded amount of stdin, and grants again as rank 0 reads
+/// it; meanwhile this thread reads no more).
+fn forward_stdin(tx: mpsc::Sender<RunRequest>, credit: Arc<Semaphore>) {
+    let rt = tokio::runtime::Handle::current();
     let spawned = std::thread::Builder::new()
         .name("scrun-stdin".into())
         .spawn(move || {
@@ -167,6 +172,12 @@ fn forward_stdin(tx: mpsc::Sender<RunRequest>) {
                         (Vec::new(), true)
                     }
                 };
+                if !data.is_empty() {
+                    match rt.block_on(credit.acquire_many(data.len() as u32)) {
+                        Ok(permit) => permit.forget(),
+                        Err(_) => return,
+                    }
+                }
                 let msg = stdin_msg(data, eof);
                 if tx.blocking_send(msg).is_err() || eof {
                     return;
@@ -220,6 +231,7 @@ pub async fn run(target: &Target, spec: JobSpec, opts: Options) -> Result<u8> {
     let mut interrupts = 0u32;
     let mut cancelled = false;
     let mut stdin_started = false;
+    let stdin_credit = Arc::new(Semaphore::new(0));
     let mut quiet_cancel = false;
 
     loop {
@@ -267,12 +279,16 @@ pub async fn run(target: &Target, spec: JobSpec, opts: Options) -> Result<u8> {
                 rep.verbose(format!("job {} submitted", job.id));
                 if forward && !stdin_started {
                     stdin_started = true;
-                    forward_stdin(tx.clone());
+                    forward_stdin(tx.clone(), stdin_credit.clone());
                 }
             }
             job_event::Event::State(job) => {
                 rep.job.get_or_insert(job.id);
                 rep.verbose(describe_state(&job));
+            }
+            job_event::Event::StdinCredit(c) => {
+                let room = Semaphore::MAX_PERMITS - stdin_credit.available_permits();
+                stdin_credit.add_permits(usize::try_from(c.bytes).unwrap_or(usize::MAX).min(room));
             }
             job_event::Event::Output(o) => {
                 if !out.write(o.rank, o.stream, &o.data) && !cancelled {

@@ -34,6 +34,8 @@ struct Seen {
     stdin: Vec<u8>,
     stdin_eof: bool,
     cancels: Vec<bool>,
+    /// stdin-credit: the bytes that came before the second grant.
+    stdin_within_first_credit: Option<usize>,
 }
 
 #[derive(Clone)]
@@ -67,7 +69,10 @@ fn out(rank: u32, stream: score_proto::v1::Stream, data: &str) -> Result<JobEven
     }))
 }
 
-use job_event::Event::{Accepted, Finished, State};
+use job_event::Event::{Accepted, Finished, State, StdinCredit};
+
+/// The stdin-credit scenario's first grant: less than scrun has to send.
+const STDIN_FIRST_CREDIT: usize = 100 * 1024;
 use score_proto::v1::Stream::{Stderr as ERR, Stdout as OUT};
 
 #[tonic::async_trait]
@@ -108,6 +113,16 @@ impl Master for Fake {
                 async move { tx.send(e).await.is_ok() }
             };
             send(ev(Accepted(info(JobState::Pending, "", &[], 0)))).await;
+            // Flow control: scrun sends stdin only within its credit.
+            let first_credit = if scenario == "stdin-credit" {
+                STDIN_FIRST_CREDIT
+            } else {
+                1 << 20
+            };
+            send(ev(StdinCredit(Credit {
+                bytes: first_credit as u64,
+            })))
+            .await;
             send(ev(State(info(
                 JobState::Pending,
                 "waiting for 4 nodes",
@@ -168,6 +183,35 @@ impl Master for Fake {
                         other => panic!("unexpected {other:?}"),
                     }
                 },
+                "stdin-credit" => {
+                    // Take what comes until scrun is silent: no more than the
+                    // first credit; then grant the rest and take it all.
+                    let mut n = 0;
+                    let mut granted = false;
+                    loop {
+                        let wait = Duration::from_millis(if granted { 30_000 } else { 500 });
+                        let msg = match tokio::time::timeout(wait, inbound.message()).await {
+                            Ok(Ok(Some(m))) => m.msg,
+                            Ok(_) => return,
+                            Err(_) if !granted => {
+                                seen.lock().unwrap().stdin_within_first_credit = Some(n);
+                                granted = true;
+                                send(ev(StdinCredit(Credit { bytes: 1 << 30 }))).await;
+                                continue;
+                            }
+                            Err(_) => return,
+                        };
+                        if let Some(run_request::Msg::Stdin(c)) = msg {
+                            n += c.data.len();
+                            seen.lock().unwrap().stdin.extend_from_slice(&c.data);
+                            if c.eof {
+                                send(out(0, OUT, &format!("{n} bytes\n"))).await;
+                                send(ev(Finished(info(JobState::Completed, "", &nodes, 0)))).await;
+                                return;
+                            }
+                        }
+                    }
+                }
                 "drop" => {
                     send(out(0, OUT, "bye\n")).await;
                     send(Err(Status::unavailable("master shutting down"))).await;
@@ -364,6 +408,42 @@ async fn stdin_goes_to_the_job() {
     assert!(seen.spec.as_ref().unwrap().stdin_open);
     assert_eq!(seen.stdin, b"line 1\nline 2\n");
     assert!(seen.stdin_eof);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs munged (Debian package munge); scripts/run-tests runs it"]
+async fn stdin_waits_for_the_masters_credit() {
+    let c = cluster().await;
+    let mut cmd = c.scrun(&["stdin-credit"]);
+    cmd.stdin(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+    let writer = {
+        let data = data.clone();
+        tokio::spawn(async move {
+            stdin.write_all(&data).await.unwrap();
+        })
+    };
+    let o = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    writer.await.unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "1000000 bytes\n");
+    let seen = c.seen.lock().unwrap();
+    let first = seen.stdin_within_first_credit.unwrap();
+    assert!(
+        first > 0 && first <= STDIN_FIRST_CREDIT,
+        "{first} bytes sent on a credit of {STDIN_FIRST_CREDIT}"
+    );
+    assert!(seen.stdin == data, "every byte, in order");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

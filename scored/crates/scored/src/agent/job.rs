@@ -7,14 +7,14 @@ use super::rank;
 use super::spawn::{spawn, RankSpawn};
 use super::Internal;
 use score_pmix::{FenceReply, JobLayout, PmixServer};
-use score_proto::v1::{AgentMessage, JobInfo, StdinChunk};
+use score_proto::v1::{agent_message, AgentMessage, Credit, JobInfo, StdinChunk};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 
 /// How long a cleanup waits for the processes to die and their output and
@@ -33,6 +33,9 @@ pub struct AgentJob {
     unwatched: Vec<(tokio::process::Child, u32)>,
     node: String,
     stdin: Option<mpsc::UnboundedSender<StdinChunk>>,
+    /// Bytes of output the master lets this node send (flow control):
+    /// the ranks' pumps take from it, the master's credits add to it.
+    credit: Arc<Semaphore>,
     /// stdin for rank 0 that came before rank 0 was started.
     pending_stdin: Vec<StdinChunk>,
     next_fence: u64,
@@ -71,6 +74,7 @@ impl AgentJob {
             unwatched: Vec::new(),
             node: node.to_string(),
             stdin: None,
+            credit: Arc::new(Semaphore::new(0)),
             pending_stdin: Vec::new(),
             next_fence: 0,
             fences: BTreeMap::new(),
@@ -112,7 +116,12 @@ impl AgentJob {
     /// The namespace is registered: start the node's ranks.  Runs on the
     /// agent's event loop, whose threads live as long as the agent (the
     /// ranks die with the thread that started them: PR_SET_PDEATHSIG).
-    pub fn start(&mut self, pmix: &PmixServer) -> Result<Vec<u32>, String> {
+    /// What is written to rank 0's stdin is reported on `out`.
+    pub fn start(
+        &mut self,
+        pmix: &PmixServer,
+        out: &mpsc::UnboundedSender<AgentMessage>,
+    ) -> Result<Vec<u32>, String> {
         self.started = true;
         let info = self.info.clone();
         let (node_index, node) = (self.node_index, self.node.clone());
@@ -168,10 +177,20 @@ impl AgentJob {
                     let _ = tx.send(chunk);
                 }
                 self.stdin = Some(tx);
+                let (out, job) = (out.clone(), self.id);
                 tokio::spawn(async move {
                     while let Some(c) = rx.recv().await {
-                        if !c.data.is_empty() && w.write_all(&c.data).await.is_err() {
-                            return; // rank 0 closed its stdin
+                        if !c.data.is_empty() {
+                            if w.write_all(&c.data).await.is_err() {
+                                return; // rank 0 closed its stdin
+                            }
+                            // Written: scrun may send as much again.
+                            let _ = out.send(AgentMessage {
+                                job,
+                                msg: Some(agent_message::Msg::StdinWritten(Credit {
+                                    bytes: c.data.len() as u64,
+                                })),
+                            });
                         }
                         if c.eof {
                             return;
@@ -198,9 +217,17 @@ impl AgentJob {
                 rank,
                 self.node.clone(),
                 out.clone(),
+                self.credit.clone(),
                 exited.clone(),
             )));
         }
+    }
+
+    /// The master lets this node send `bytes` more of the job's output.
+    pub fn output_credit(&self, bytes: u64) {
+        let room = Semaphore::MAX_PERMITS - self.credit.available_permits();
+        self.credit
+            .add_permits(usize::try_from(bytes).unwrap_or(usize::MAX).min(room));
     }
 
     pub fn stdin(&mut self, chunk: StdinChunk) {
@@ -252,12 +279,16 @@ impl AgentJob {
         let watchers = std::mem::take(&mut self.watchers);
         let id = self.id;
         let stats_dir = stats_dir.to_path_buf();
+        let credit = self.credit.clone();
         tokio::spawn(async move {
             cgroup.destroy(CLEANUP_WITHIN).await;
             pmstats::remove_dead(&stats_dir);
             for w in watchers {
                 let abort = w.abort_handle();
                 if tokio::time::timeout(CLEANUP_WITHIN, w).await.is_err() {
+                    // Output that waits for credit (its scrun does not
+                    // read) is given up with the job.
+                    credit.close();
                     abort.abort();
                 }
             }
@@ -269,6 +300,7 @@ impl AgentJob {
     pub async fn destroy(&mut self, stats_dir: &Path) {
         self.fences.clear();
         self.stdin = None;
+        self.credit.close();
         self.cgroup.destroy(CLEANUP_WITHIN).await;
         pmstats::remove_dead(stats_dir);
         for w in self.watchers.drain(..) {

@@ -318,6 +318,11 @@ impl Agent {
                     j.stdin(chunk);
                 }
             }
+            master_message::Msg::OutputCredit(c) => {
+                if let Some(j) = self.jobs.get(&id) {
+                    j.output_credit(c.bytes);
+                }
+            }
             master_message::Msg::Signal(s) => {
                 if let Some(j) = self.jobs.get(&id) {
                     j.cgroup.signal(s.signal);
@@ -468,7 +473,7 @@ impl Agent {
                 result,
             } => match self.jobs.get_mut(&job) {
                 Some(j) if !j.is_cleaning() => {
-                    let r = result.and_then(|()| j.start(&self.pmix));
+                    let r = result.and_then(|()| j.start(&self.pmix, &self.out));
                     self.launched(job, r);
                 }
                 Some(_) => {} // being cleaned: its release deregisters

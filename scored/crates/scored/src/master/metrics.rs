@@ -23,6 +23,9 @@ pub struct MasterMetrics {
     pub quiesce: Histogram,
     pub unanswered: Counter,
     pub slots: Gauge,
+    pub stdio_buffered: Family<Labels, Gauge>,
+    pub stdio_throttled_jobs: Family<Labels, Gauge>,
+    pub stdio_throttles: Family<Labels, Counter>,
 }
 
 impl MasterMetrics {
@@ -43,6 +46,9 @@ impl MasterMetrics {
             quiesce: Histogram::new(exponential_buckets(0.0001, 2.0, 15)),
             unanswered: Counter::default(),
             slots: Gauge::default(),
+            stdio_buffered: Family::default(),
+            stdio_throttled_jobs: Family::default(),
+            stdio_throttles: Family::default(),
         };
         registry.register(
             "score_jobs",
@@ -99,6 +105,23 @@ impl MasterMetrics {
             "score_gang_slots",
             "Rows (time slots) of the gang-scheduling matrix in use",
             m.slots.clone(),
+        );
+        registry.register(
+            "score_stdio_buffered_bytes",
+            "Bytes of the jobs' output (for scrun) and stdin (for rank 0) the master holds, \
+             by direction",
+            m.stdio_buffered.clone(),
+        );
+        registry.register(
+            "score_stdio_throttled_jobs",
+            "Jobs whose output (or stdin) waits because the other end takes it slower than \
+             it comes, by direction",
+            m.stdio_throttled_jobs.clone(),
+        );
+        registry.register(
+            "score_stdio_throttles",
+            "Times a job's output (or stdin) started to wait for the other end, by direction",
+            m.stdio_throttles.clone(),
         );
         m
     }

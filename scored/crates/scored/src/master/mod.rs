@@ -36,6 +36,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         quantum: mc.quantum_ms,
         network_preemption: mc.preemption == score_config::Preemption::Network,
         quiesce_timeout: mc.quiesce_timeout_ms,
+        stdio_buffer: mc.stdio_buffer_kib * 1024,
     };
     let state = Arc::new(Mutex::new(State::new(limits, &mc.nodes, timer_tx, metrics)));
 

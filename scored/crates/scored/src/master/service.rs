@@ -7,8 +7,8 @@ use super::state::{Requester, State};
 use futures::Stream;
 use parking_lot::{Mutex, MutexGuard};
 use score_proto::v1::{
-    agent_message, master_message, master_server::Master, run_request, AgentMessage, CancelReply,
-    CancelRequest, JobEvent, JobInfo, ListJobsReply, ListJobsRequest, ListNodesReply,
+    agent_message, job_event, master_message, master_server::Master, run_request, AgentMessage,
+    CancelReply, CancelRequest, JobEvent, JobInfo, ListJobsReply, ListJobsRequest, ListNodesReply,
     ListNodesRequest, MasterMessage, MatrixReply, MatrixRequest, NodeReply, NodeRequest,
     RunRequest, ShowJobRequest, Welcome,
 };
@@ -122,7 +122,13 @@ impl Master for MasterService {
                     Ok(Some(RunRequest { msg: Some(m) })) => {
                         let mut st = state.lock();
                         match m {
-                            run_request::Msg::Stdin(chunk) => st.stdin(id, chunk),
+                            run_request::Msg::Stdin(chunk) => {
+                                if st.stdin(id, chunk).is_err() {
+                                    // Beyond its credit: the call is ended
+                                    // and the job cancelled (logged, counted).
+                                    return;
+                                }
+                            }
                             run_request::Msg::Cancel(c) => {
                                 let why = format!("cancelled by {} (scrun)", user_name(who.uid));
                                 let _ = st.cancel(id, c.kill, who, &why);
@@ -149,8 +155,18 @@ impl Master for MasterService {
             state: self.state.clone(),
             job: id,
         };
+        // The stream takes an event only when HTTP/2 lets it send to scrun:
+        // output taken is output the agents may send again (flow control,
+        // `state::flow`).
+        let state = self.state.clone();
         let stream = UnboundedReceiverStream::new(rx).map(move |ev| {
             let _keep = &guard;
+            if let Ok(JobEvent {
+                event: Some(job_event::Event::Output(o)),
+            }) = &ev
+            {
+                state.lock().output_taken(id, o.data.len() as u64);
+            }
             ev
         });
         Ok(Response::new(Box::pin(stream)))

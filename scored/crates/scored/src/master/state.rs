@@ -11,6 +11,7 @@
 //! | [`Fences`] | [`fences`] | PMIx fences between the agents of a job |
 //! | [`Gang`] | [`gang`] | the switch protocol over the matrix ([`matrix`]) |
 //! | [`Stats`] | [`stats`] | switch and launch statistics |
+//! | [`Flows`] | [`flow`] | flow control of each job's output and stdin |
 //!
 //! What is not state lives beside them: the channels to the agents, to the
 //! scruns following their jobs and to the timer task ([`Links`]), and the
@@ -18,6 +19,8 @@
 //!
 //! Everything here is synchronous: messages leave through unbounded channels
 //! and timers through `Links`, so the logic is testable without a network.
+//! The jobs' stdio on those channels is bounded all the same: senders send
+//! only within the credit [`flow`] grants them.
 //!
 //! # One lock, which cannot be poisoned
 //!
@@ -69,12 +72,14 @@ use tonic::Status;
 
 use super::metrics::MasterMetrics;
 use fences::Fences;
+use flow::Flows;
 use gang::Gang;
 use jobs::Jobs;
 use nodes::Nodes;
 use stats::Stats;
 
 mod fences;
+mod flow;
 mod gang;
 mod jobs;
 mod matrix;
@@ -93,6 +98,9 @@ pub enum TimerKind {
     TimeLimit,
     /// The grace time after SIGTERM is over: kill what is left.
     KillGrace,
+    /// The job's stdio in this direction may have been throttled for a
+    /// while: log it if it still is.
+    Throttled(flow::Direction),
 }
 
 #[derive(Debug)]
@@ -113,6 +121,9 @@ pub struct Limits {
     /// Network preemption (quiesce PM before freezing) or plain freezing.
     pub network_preemption: bool,
     pub quiesce_timeout: Duration,
+    /// Bytes of each job's output, and of its stdin, the master holds at
+    /// most (`stdio_buffer_kib`).
+    pub stdio_buffer: u64,
 }
 
 /// Who asks: the authenticated MUNGE identity of a request.
@@ -190,6 +201,18 @@ impl Links {
         self.clients.remove(&id);
     }
 
+    /// Whether a scrun follows job `id`.
+    pub fn follows(&self, id: u64) -> bool {
+        self.clients.contains_key(&id)
+    }
+
+    /// Ends the call of the scrun following job `id` with `status`.
+    pub fn end_follow(&mut self, id: u64, status: Status) {
+        if let Some(c) = self.clients.remove(&id) {
+            let _ = c.send(Err(status));
+        }
+    }
+
     /// Tells the scrun following job `id` (if any).
     pub fn emit(&self, id: u64, event: job_event::Event) {
         if let Some(c) = self.clients.get(&id) {
@@ -216,6 +239,7 @@ pub struct State {
     pub(super) fences: Fences,
     pub(super) gang: Gang,
     pub(super) stats: Stats,
+    pub(super) flows: Flows,
     pub(super) links: Links,
     pub metrics: MasterMetrics,
 }
@@ -233,6 +257,7 @@ impl State {
             fences: Fences::default(),
             gang: Gang::new(limits.gang_slots),
             stats: Stats::default(),
+            flows: Flows::new(limits.stdio_buffer),
             links: Links::new(timers),
             limits,
             metrics,
@@ -253,11 +278,8 @@ impl State {
         match m {
             agent_message::Msg::Heartbeat(_) | agent_message::Msg::Register(_) => {}
             agent_message::Msg::Launched(l) => self.launched(id, name, l.ok, &l.error),
-            agent_message::Msg::Output(o) => {
-                if self.jobs.get(id).is_some() {
-                    self.links.emit(id, job_event::Event::Output(o));
-                }
-            }
+            agent_message::Msg::Output(o) => self.output(id, name, o),
+            agent_message::Msg::StdinWritten(c) => self.stdin_written(id, name, c.bytes),
             agent_message::Msg::Exited(e) => {
                 if let Some(exit) = e.exit {
                     self.rank_exited(id, exit);

@@ -338,11 +338,14 @@ impl State {
             self.links
                 .timer(Duration::from_millis(limit), id, TimerKind::TimeLimit);
         }
+        self.flow_launched(id);
     }
 
-    pub fn stdin(&mut self, id: u64, chunk: StdinChunk) {
+    /// stdin for rank 0: kept while the job waits, else sent to its node.
+    /// False when it is dropped (the job is over or unknown).
+    pub(super) fn forward_stdin(&mut self, id: u64, chunk: StdinChunk) -> bool {
         let Some(job) = self.jobs.get_mut(id) else {
-            return;
+            return false;
         };
         match job.state() {
             JobState::Pending => job.pending_stdin.push(chunk),
@@ -352,8 +355,9 @@ impl State {
                         .send(&self.nodes, first, id, master_message::Msg::Stdin(chunk));
                 }
             }
-            _ => {}
+            _ => return false,
         }
+        true
     }
 
     /// Cancel on behalf of `who` (scorectl) or of the job's own scrun.
@@ -395,6 +399,7 @@ impl State {
     /// scrun went away before its job ended.
     pub fn client_gone(&mut self, id: u64) {
         self.links.unfollow(id);
+        self.flow_client_gone(id);
         let Some(job) = self.jobs.get(id) else {
             return;
         };
@@ -584,6 +589,7 @@ impl State {
                 );
             }
             TimerKind::KillGrace => self.send_cleanup(id),
+            TimerKind::Throttled(d) => self.throttle_timer(id, d),
         }
     }
 
@@ -657,6 +663,7 @@ impl State {
         for old in self.jobs.retire(id, self.limits.history) {
             self.fences.forget(old);
         }
+        self.flow_finished(id);
         self.refresh_gauges();
     }
 }
@@ -673,7 +680,9 @@ mod tests {
         for n in ["n1", "n2", "n3", "n4"] {
             let msgs = h.agent_hears(n);
             assert!(
-                matches!(&msgs[..], [master_message::Msg::Launch(l)] if l.job.as_ref().unwrap().nodes.len() == 4)
+                matches!(&msgs[..], [master_message::Msg::Launch(l), master_message::Msg::OutputCredit(c)]
+                    if l.job.as_ref().unwrap().nodes.len() == 4 && c.bytes == 1 << 20),
+                "the launch, and a quarter of the output buffer: {msgs:?}"
             );
         }
         h.launch_ok(id);

@@ -26,6 +26,7 @@ impl State {
             self.links
                 .emit(id, job_event::Event::Accepted(job.info.clone()));
         }
+        self.flow_submitted(id);
         self.metrics.jobs_submitted.inc();
         self.schedule();
         self.update_pending_reasons();

@@ -48,6 +48,7 @@ pub fn harness_quantum(nodes: usize, gang_slots: usize, quantum: Duration) -> Ha
             quantum,
             network_preemption: true,
             quiesce_timeout: Duration::from_secs(1),
+            stdio_buffer: 4 << 20,
         },
         &names,
         ttx,
