@@ -20,6 +20,11 @@ from .score import SCORE_BIN, Score
 NODES = 4
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: takes tens of seconds; runs by default "
+                                       "(leave out with -m 'not slow')")
+
+
 def _require_score():
     if not shutil.which("munged", path="/usr/sbin:/sbin:" + os.environ.get("PATH", "")):
         pytest.skip("munged is not installed (apt-get install munge)")
