@@ -43,6 +43,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from bench_stats import spread
 from bench_udp import Cluster, pin
 
 PHASES = ("startup", "send", "delivery", "poll", "crossing", "other")
@@ -174,6 +175,12 @@ def run(ctx):
                 "udp": {"rtt_us": sp_rtt, "samples": dict(sp_ph),
                         "per_rt_us": per_round_trip(sp_ph, sp_rtt)},
             })
+    # Over the rounds, per side: each phase and the round trip ("rtt").
+    doc["summary"] = {
+        side: {p: spread(r[side]["rtt_us"] if p == "rtt" else r[side]["per_rt_us"][p]
+                         for r in doc["rounds"])
+               for p in (*PHASES, "rtt")}
+        for side in ("pm", "udp")}
     print_table(doc)
     return doc
 
@@ -183,9 +190,5 @@ def print_table(doc):
           "median of the rounds")
     print(f"  {'phase':10s} {'PM':>8s} {'raw UDP':>8s} {'PM - UDP':>9s}")
     for p in (*PHASES, "rtt"):
-        def med(side):
-            vals = sorted(r[side]["rtt_us"] if p == "rtt" else r[side]["per_rt_us"][p]
-                          for r in doc["rounds"])
-            return vals[len(vals) // 2]
-        a, b = med("pm"), med("udp")
+        a, b = doc["summary"]["pm"][p]["median"], doc["summary"]["udp"][p]["median"]
         print(f"  {p:10s} {a:8.2f} {b:8.2f} {a - b:+9.2f}")

@@ -531,25 +531,18 @@ def render_auth(doc, path):
 
 def render_latency_breakdown(doc, path):
     rounds = doc.get("rounds") or []
-    if not rounds or "per_rt_us" not in rounds[0].get("pm", {}):
+    if "summary" not in doc:
         return None
     out = [provenance(doc, path), ""]
+    pm, udp = doc["summary"]["pm"], doc["summary"]["udp"]
     out.append(f"Microseconds per round trip and process (the phases of a side sum to its "
-               f"round-trip time), median over {len(rounds)} round(s) with min–max in brackets; "
-               "perf samples of both processes of each side (`samples` in the JSON), "
-               "`rounds[].pm` and `rounds[].udp`.")
+               f"round-trip time), median over {len(rounds)} round(s) with the "
+               f"[{spread_kind(pm['rtt'])}] in brackets; perf samples of both processes of "
+               "each side (`samples` in the JSON), `summary`, `rounds[].pm` and `rounds[].udp`.")
     out.append("")
-
-    def cell(side, phase):
-        vals = sorted(r[side]["rtt_us"] if phase == "rtt" else r[side]["per_rt_us"][phase]
-                      for r in rounds)
-        med = vals[len(vals) // 2]
-        return med, f"{num(med)} [{num(vals[0])}–{num(vals[-1])}]"
-
-    rows = []
-    for phase in (*doc["phases"], "rtt"):
-        (a, ta), (b, tb) = cell("pm", phase), cell("udp", phase)
-        rows.append([phase if phase != "rtt" else "round trip", ta, tb, f"{a - b:+.2f}"])
+    rows = [[phase if phase != "rtt" else "round trip", spread_cell(pm[phase]),
+             spread_cell(udp[phase]), f"{pm[phase]['median'] - udp[phase]['median']:+.2f}"]
+            for phase in (*doc["phases"], "rtt")]
     out.append(table(["phase", "PM (udp device)", "raw UDP (sockperf)", "PM − UDP"], rows,
                      ["---", "---:", "---:", "---:"]))
     out += ["", commands_block(doc)]
