@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use seal::{Caller, Check, Refusal};
-pub use transport::{caller, RefusalHook, SealedChannel, SealedServer};
+pub use transport::{caller, log_refusal, RefusalHook, SealedChannel, SealedServer};
 
 /// MUNGE error numbers (`munge_err_t`) that callers may want to tell apart.
 pub mod code {

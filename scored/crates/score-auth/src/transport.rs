@@ -40,7 +40,8 @@ pub const FIRST_MESSAGE_TIMEOUT: Duration = Duration::from_secs(10);
 /// peer's address where the server knows it.
 pub type RefusalHook = Arc<dyn Fn(&Refusal, &str, Option<SocketAddr>) + Send + Sync>;
 
-fn log_refusal(r: &Refusal, path: &str, peer: Option<SocketAddr>) {
+/// The default hook: a warning with the check that failed and the reason.
+pub fn log_refusal(r: &Refusal, path: &str, peer: Option<SocketAddr>) {
     tracing::warn!(
         ?peer,
         path,

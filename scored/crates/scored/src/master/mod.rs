@@ -111,13 +111,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         rejected
             .get_or_create(&vec![("reason".into(), "unauthenticated".into())])
             .inc();
-        tracing::warn!(
-            ?peer,
-            path,
-            check = r.check.label(),
-            "refused: {}",
-            r.reason
-        );
+        score_auth::log_refusal(r, path, peer);
     });
     let service = service::MasterService::new(state, mc.heartbeat_interval_ms);
     let listener = tokio::net::TcpListener::bind(addr)
