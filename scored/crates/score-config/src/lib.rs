@@ -91,6 +91,16 @@ pub struct MasterConfig {
     /// agents stop reading the ranks' pipes (output) or scrun stops sending
     /// (stdin) until the other end has taken some.
     pub stdio_buffer_kib: u64,
+    /// Where the master saves its jobs, queue, matrix and history (file
+    /// `master.state`, replaced atomically at every change), and reads them
+    /// back when it starts, so that a restarted master loses no job.  ""
+    /// keeps the state in memory only.
+    pub state_dir: String,
+    /// After a restart, the master waits this long for the agents of the
+    /// jobs it saved (a node not back by then has lost its jobs) and for
+    /// their scruns (a job whose scrun is not back by then is cancelled).
+    #[serde(with = "duration_ms")]
+    pub reattach_timeout_ms: Duration,
 }
 
 /// `network`: the PM contexts of the outgoing job quiesce (nothing in
@@ -120,6 +130,8 @@ impl Default for MasterConfig {
             quiesce_timeout_ms: Duration::from_millis(1000),
             uid: 0,
             stdio_buffer_kib: DEFAULT_STDIO_BUFFER_KIB,
+            state_dir: "/var/lib/scored".into(),
+            reattach_timeout_ms: Duration::from_secs(30),
         }
     }
 }
@@ -143,6 +155,11 @@ pub struct AgentConfig {
     /// Wait this long before retrying a lost connection to the master.
     #[serde(with = "duration_ms")]
     pub reconnect_ms: Duration,
+    /// An agent that lost its master keeps the node's jobs running this long
+    /// while it tries to re-attach (a restarted master adopts them); then it
+    /// kills them.
+    #[serde(with = "duration_ms")]
+    pub master_wait_ms: Duration,
 }
 
 impl Default for AgentConfig {
@@ -155,6 +172,7 @@ impl Default for AgentConfig {
             cgroup_root: String::new(),
             state_dir: "/run/score".into(),
             reconnect_ms: Duration::from_secs(1),
+            master_wait_ms: Duration::from_secs(60),
         }
     }
 }

@@ -60,6 +60,12 @@ SIGNALS:
     cleans up). SIGTERM and SIGHUP cancel the job like the first Ctrl-C.
     scrun waits for the job to end and exits with its status.
 
+MASTER RESTARTS:
+    If the connection to the master breaks while the job runs (the master
+    was restarted), scrun re-attaches to the job, for up to --reattach-timeout
+    seconds, and goes on: every line of output is printed exactly once, and
+    scrun still exits with the job's status.
+
 EXIT STATUS:
     0      every rank exited with status 0
     N      the first rank that failed exited with status N
@@ -124,6 +130,11 @@ struct Cli {
     /// Print nothing of scrun's own except errors
     #[arg(short, long)]
     quiet: bool,
+
+    /// If the master is lost while the job runs (it restarts), keep trying to
+    /// re-attach to the job this long
+    #[arg(long, value_name = "SECONDS", default_value_t = 90, value_parser = clap::value_parser!(u64).range(0..=86400))]
+    reattach_timeout: u64,
 
     /// The scored master's address, e.g. http://head:7100 or head
     #[arg(long, value_name = "URL", env = "SCORE_MASTER")]
@@ -194,6 +205,7 @@ async fn real_main(cli: Cli) -> Result<u8> {
         verbose: cli.verbose > 0,
         quiet: cli.quiet,
         forward_stdin: !cli.no_stdin,
+        reattach_timeout: std::time::Duration::from_secs(cli.reattach_timeout),
     };
     run::run(&target, spec, opts).await
 }

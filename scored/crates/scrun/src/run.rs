@@ -5,11 +5,13 @@ use crate::label::{Labeller, Stream as LStream};
 use crate::EXIT_SCRUN_ERROR;
 use anyhow::{anyhow, Result};
 use score_proto::v1::{
-    job_event, run_request, CancelRequest, JobEvent, JobInfo, JobSpec, JobState, RunRequest,
-    StdinChunk, Stream,
+    job_event, run_request, CancelRequest, JobEvent, JobInfo, JobSpec, JobState, OutputAck,
+    OutputMark, Reattach, RunRequest, StdinChunk, Stream,
 };
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
@@ -23,6 +25,64 @@ pub struct Options {
     pub verbose: bool,
     pub quiet: bool,
     pub forward_stdin: bool,
+    pub reattach_timeout: Duration,
+}
+
+/// Printed output is acknowledged once this much is unacknowledged...
+const ACK_BYTES: u64 = 64 * 1024;
+/// ... or this long after it was printed.
+const ACK_EVERY: Duration = Duration::from_millis(100);
+
+/// What scrun has printed of each rank's stream: the chunks come numbered,
+/// and after a restart of the master the agents resend what scrun lacks,
+/// so a chunk is printed only if it is the next of its (rank, stream).
+#[derive(Default)]
+struct Printed {
+    last: BTreeMap<(u32, i32), u64>,
+    /// Marks printed since the last acknowledgement, and their bytes.
+    unacked: BTreeMap<(u32, i32), u64>,
+    unacked_bytes: u64,
+}
+
+impl Printed {
+    /// Whether the chunk `seq` of (`rank`, `stream`) is the next to print
+    /// (0: not numbered, always printed).
+    fn take(&mut self, rank: u32, stream: i32, seq: u64, len: usize) -> bool {
+        if seq == 0 {
+            return true;
+        }
+        let last = self.last.entry((rank, stream)).or_default();
+        if seq != *last + 1 {
+            return false; // printed already, or one before it is missing
+        }
+        *last = seq;
+        self.unacked.insert((rank, stream), seq);
+        self.unacked_bytes += len as u64;
+        true
+    }
+
+    fn marks(map: &BTreeMap<(u32, i32), u64>) -> Vec<OutputMark> {
+        map.iter()
+            .map(|(&(rank, stream), &seq)| OutputMark { rank, stream, seq })
+            .collect()
+    }
+
+    /// Everything printed, for a re-attachment.
+    fn all(&self) -> Vec<OutputMark> {
+        Self::marks(&self.last)
+    }
+
+    /// The acknowledgement to send now, if one is due (`force`: any).
+    fn ack(&mut self, force: bool) -> Option<RunRequest> {
+        if self.unacked.is_empty() || (!force && self.unacked_bytes < ACK_BYTES) {
+            return None;
+        }
+        let delivered = Self::marks(&std::mem::take(&mut self.unacked));
+        self.unacked_bytes = 0;
+        Some(RunRequest {
+            msg: Some(run_request::Msg::Ack(OutputAck { delivered })),
+        })
+    }
 }
 
 pub fn flush_all() {
@@ -210,34 +270,54 @@ pub async fn run(target: &Target, spec: JobSpec, opts: Options) -> Result<u8> {
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
 
-    let (tx, rx) = mpsc::channel::<RunRequest>(16);
-    tx.send(RunRequest {
+    // Everything scrun sends (stdin, cancels, acknowledgements) goes through
+    // `tx`; the loop below passes it on to the call of the moment, which a
+    // re-attachment replaces.
+    let (tx, mut local) = mpsc::channel::<RunRequest>(16);
+    let (mut call, call_rx) = mpsc::channel::<RunRequest>(16);
+    call.send(RunRequest {
         msg: Some(run_request::Msg::Submit(spec)),
     })
     .await
     .map_err(|_| anyhow!("internal error: the request stream closed"))?;
     if !forward {
-        tx.send(stdin_msg(Vec::new(), true)).await.ok();
+        call.send(stdin_msg(Vec::new(), true)).await.ok();
     }
 
     let mut client = client::connect(target).await?;
-    let mut events = match client.run(ReceiverStream::new(rx)).await {
+    let mut events = match client.run(ReceiverStream::new(call_rx)).await {
         Ok(resp) => resp.into_inner(),
         Err(status) => return Err(anyhow!(client::status_message(&status, &target.master))),
     };
 
     let mut rep = Reporter { opts, job: None };
     let mut out = Output::new(opts, ranks);
+    let mut printed = Printed::default();
     let mut interrupts = 0u32;
     let mut cancelled = false;
     let mut stdin_started = false;
     let stdin_credit = Arc::new(Semaphore::new(0));
     let mut quiet_cancel = false;
+    let mut ack_tick = tokio::time::interval(ACK_EVERY);
 
     loop {
         let event: Option<JobEvent> = tokio::select! {
             ev = events.message() => match ev {
                 Ok(Some(ev)) => Some(ev),
+                Ok(None) | Err(_) if rep.job.is_some() && !matches!(&ev, Err(s) if refused(s)) => {
+                    let why = match &ev {
+                        Err(s) => client::status_message(s, &target.master),
+                        _ => "the master closed the stream before the job finished".into(),
+                    };
+                    let id = rep.job.unwrap_or(0);
+                    let (e, c) = reattach(target, id, &printed, &why, opts).await.inspect_err(|_| out.finish())?;
+                    events = e;
+                    call = c;
+                    // The new master grants its own stdin credit.
+                    stdin_credit.forget_permits(stdin_credit.available_permits());
+                    rep.info(format!("re-attached to job {id}"));
+                    None
+                }
                 Ok(None) => {
                     out.finish();
                     return Err(lost(&rep, target, None));
@@ -247,17 +327,24 @@ pub async fn run(target: &Target, spec: JobSpec, opts: Options) -> Result<u8> {
                     return Err(lost(&rep, target, Some(&status)));
                 }
             },
+            Some(m) = local.recv() => { call.send(m).await.ok(); None }
+            _ = ack_tick.tick() => {
+                if let Some(ack) = printed.ack(true) {
+                    call.send(ack).await.ok();
+                }
+                None
+            }
             _ = sigint.recv() => {
                 interrupts += 1;
                 match interrupts {
                     1 => {
                         rep.info(format!("cancelling {} (press Ctrl-C again to kill it)", rep.job()));
                         cancelled = true;
-                        tx.send(cancel_msg(false)).await.ok();
+                        call.send(cancel_msg(false)).await.ok();
                     }
                     2 => {
                         rep.info(format!("killing {} (press Ctrl-C again to stop waiting for it)", rep.job()));
-                        tx.send(cancel_msg(true)).await.ok();
+                        call.send(cancel_msg(true)).await.ok();
                     }
                     _ => {
                         out.finish();
@@ -267,8 +354,8 @@ pub async fn run(target: &Target, spec: JobSpec, opts: Options) -> Result<u8> {
                 }
                 None
             },
-            _ = sigterm.recv() => { soft_cancel(&rep, &tx, &mut cancelled, "SIGTERM").await; None },
-            _ = sighup.recv() => { soft_cancel(&rep, &tx, &mut cancelled, "SIGHUP").await; None },
+            _ = sigterm.recv() => { soft_cancel(&rep, &call, &mut cancelled, "SIGTERM").await; None },
+            _ = sighup.recv() => { soft_cancel(&rep, &call, &mut cancelled, "SIGHUP").await; None },
         };
         let Some(JobEvent { event: Some(event) }) = event else {
             continue;
@@ -291,6 +378,9 @@ pub async fn run(target: &Target, spec: JobSpec, opts: Options) -> Result<u8> {
                 stdin_credit.add_permits(usize::try_from(c.bytes).unwrap_or(usize::MAX).min(room));
             }
             job_event::Event::Output(o) => {
+                if !printed.take(o.rank, o.stream, o.seq, o.data.len()) {
+                    continue;
+                }
                 if !out.write(o.rank, o.stream, &o.data) && !cancelled {
                     // `scrun ... | head`: end quietly, as a local pipeline does.
                     quiet_cancel = true;
@@ -299,7 +389,10 @@ pub async fn run(target: &Target, spec: JobSpec, opts: Options) -> Result<u8> {
                         rep.job()
                     ));
                     cancelled = true;
-                    tx.send(cancel_msg(false)).await.ok();
+                    call.send(cancel_msg(false)).await.ok();
+                }
+                if let Some(ack) = printed.ack(false) {
+                    call.send(ack).await.ok();
                 }
             }
             job_event::Event::Finished(job) => {
@@ -323,6 +416,68 @@ pub async fn run(target: &Target, spec: JobSpec, opts: Options) -> Result<u8> {
                 return Ok(exit_code(&job));
             }
         }
+    }
+}
+
+/// Whether the master refused the call on purpose (as opposed to going
+/// away): then re-attaching would be refused too.
+fn refused(s: &tonic::Status) -> bool {
+    matches!(
+        s.code(),
+        tonic::Code::PermissionDenied
+            | tonic::Code::NotFound
+            | tonic::Code::InvalidArgument
+            | tonic::Code::Aborted
+            | tonic::Code::Unauthenticated
+    )
+}
+
+type Events = tonic::Streaming<JobEvent>;
+
+/// Follows job `id` again after the master was lost (`why`), from after
+/// what was `printed`; tries until `opts.reattach_timeout` has passed.
+async fn reattach(
+    target: &Target,
+    id: u64,
+    printed: &Printed,
+    why: &str,
+    opts: Options,
+) -> Result<(Events, mpsc::Sender<RunRequest>)> {
+    if !opts.quiet {
+        eprintln!("scrun: lost the scored master ({why}); re-attaching to job {id}");
+    }
+    let deadline = Instant::now() + opts.reattach_timeout;
+    let mut last;
+    loop {
+        let (call, call_rx) = mpsc::channel::<RunRequest>(16);
+        call.send(RunRequest {
+            msg: Some(run_request::Msg::Reattach(Reattach {
+                job: id,
+                delivered: printed.all(),
+            })),
+        })
+        .await
+        .ok();
+        match client::connect(target).await {
+            Ok(mut client) => match client.run(ReceiverStream::new(call_rx)).await {
+                Ok(resp) => return Ok((resp.into_inner(), call)),
+                Err(s) if refused(&s) => {
+                    return Err(anyhow!(
+                        "cannot re-attach to job {id}: {}",
+                        client::status_message(&s, &target.master)
+                    ))
+                }
+                Err(s) => last = client::status_message(&s, &target.master),
+            },
+            Err(e) => last = format!("{e:#}"),
+        }
+        if Instant::now() >= deadline {
+            return Err(anyhow!(
+                "lost the connection to the scored master (job {id}) and could not re-attach within {} s: {last}",
+                opts.reattach_timeout.as_secs()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 

@@ -66,6 +66,7 @@ fn out(rank: u32, stream: score_proto::v1::Stream, data: &str) -> Result<JobEven
         rank,
         stream: stream as i32,
         data: data.as_bytes().to_vec(),
+        ..Default::default()
     }))
 }
 

@@ -4,10 +4,14 @@
 use super::cgroup::{CgroupRoot, JobCgroup};
 use super::pmstats;
 use super::rank;
+use super::retained::Retained;
 use super::spawn::{spawn, RankSpawn};
 use super::Internal;
 use score_pmix::{FenceReply, JobLayout, PmixServer};
-use score_proto::v1::{agent_message, AgentMessage, Credit, JobInfo, StdinChunk};
+use score_proto::v1::{
+    agent_message, AgentMessage, Credit, FenceContribution, HeldJob, JobInfo, OutputMark, RankExit,
+    StdinChunk,
+};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -36,11 +40,19 @@ pub struct AgentJob {
     /// Bytes of output the master lets this node send (flow control):
     /// the ranks' pumps take from it, the master's credits add to it.
     credit: Arc<Semaphore>,
+    /// The output sent and not yet printed by scrun.
+    retained: Arc<Retained>,
     /// stdin for rank 0 that came before rank 0 was started.
     pending_stdin: Vec<StdinChunk>,
     next_fence: u64,
-    fences: BTreeMap<u64, FenceReply>,
+    /// Fences entered here and not complete: the reply to the clients and
+    /// the contribution (sent again to a restarted master).
+    fences: BTreeMap<u64, (FenceReply, Vec<u8>)>,
     started: bool,
+    /// The launch was reported a success.
+    launched: bool,
+    /// The exits of the node's ranks, as reported.
+    exits: Vec<RankExit>,
     cleaning: bool,
     info: JobInfo,
     node_index: u32,
@@ -75,10 +87,13 @@ impl AgentJob {
             node: node.to_string(),
             stdin: None,
             credit: Arc::new(Semaphore::new(0)),
+            retained: Arc::default(),
             pending_stdin: Vec::new(),
             next_fence: 0,
             fences: BTreeMap::new(),
             started: false,
+            launched: false,
+            exits: Vec::new(),
             cleaning: false,
             info,
             node_index,
@@ -210,17 +225,66 @@ impl AgentJob {
         out: &mpsc::UnboundedSender<AgentMessage>,
         exited: &mpsc::UnboundedSender<Internal>,
     ) {
+        self.launched = true;
+        let links = rank::RankLinks {
+            job: self.id,
+            node: self.node.clone(),
+            out: out.clone(),
+            credit: self.credit.clone(),
+            retained: self.retained.clone(),
+            exited: exited.clone(),
+        };
         for (child, rank) in self.unwatched.drain(..) {
-            self.watchers.push(tokio::spawn(rank::watch(
-                child,
-                self.id,
-                rank,
-                self.node.clone(),
-                out.clone(),
-                self.credit.clone(),
-                exited.clone(),
-            )));
+            self.watchers
+                .push(tokio::spawn(rank::watch(child, rank, links.clone())));
         }
+    }
+
+    /// A rank of this node exited (as reported to the master).
+    pub fn exited(&mut self, exit: RankExit) {
+        self.exits.push(exit);
+    }
+
+    /// What this node runs of the job, for a master it registers with.
+    pub fn held(&self) -> HeldJob {
+        HeldJob {
+            job: self.id,
+            launched: self.launched,
+            frozen: self.cgroup.is_frozen(),
+            exits: self.exits.clone(),
+            fences: self
+                .fences
+                .iter()
+                .map(|(&seq, (_, data))| FenceContribution {
+                    seq,
+                    data: data.clone(),
+                })
+                .collect(),
+            cleaning: self.cleaning,
+        }
+    }
+
+    /// The credit for output granted by a master that is gone: a new
+    /// master grants its own once the job's scrun follows it.
+    pub fn drop_credit(&self) {
+        let n = self.credit.available_permits();
+        self.credit.forget_permits(n);
+    }
+
+    /// The job's scrun follows it (again) and has printed up to `printed`:
+    /// the credit held is dropped (the master grants afresh), and what
+    /// scrun lacks is sent again.
+    pub fn resume_output(&self, printed: &[OutputMark], out: &mpsc::UnboundedSender<AgentMessage>) {
+        self.drop_credit();
+        let n = self.retained.resend(self.id, printed, out);
+        if n > 0 {
+            tracing::info!(job = self.id, chunks = n, "resent the output its scrun lacks");
+        }
+    }
+
+    /// scrun printed these chunks.
+    pub fn output_acked(&self, printed: &[OutputMark]) {
+        self.retained.acked(printed);
     }
 
     /// The master lets this node send `bytes` more of the job's output.
@@ -253,12 +317,12 @@ impl AgentJob {
         }
         let seq = self.next_fence;
         self.next_fence += 1;
-        self.fences.insert(seq, reply);
+        self.fences.insert(seq, (reply, data.clone()));
         Some((seq, data))
     }
 
     pub fn fence_complete(&mut self, seq: u64, ok: bool, data: Vec<u8>) {
-        if let Some(reply) = self.fences.remove(&seq) {
+        if let Some((reply, _)) = self.fences.remove(&seq) {
             if ok {
                 reply.complete(Ok(data));
             }

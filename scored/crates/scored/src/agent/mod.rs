@@ -2,8 +2,14 @@
 //! to the master for its whole life, launches the node's share of each job,
 //! serves the job's PMIx clients and reports everything that happens.
 //!
-//! If the master connection is lost, the agent kills every job it runs (a
-//! job cannot go on without its stdio, fences and control), then reconnects.
+//! If the master connection is lost, the agent keeps the node's jobs running
+//! and tries to re-attach: a restarted master adopts them (the agent
+//! reports each in its `Register`, and resends the output their scruns
+//! lack).  If no master is back within `[agent] master_wait_ms`, it kills
+//! them: a job cannot go on for long without its stdio, fences and control.
+//!
+//! Every message to the master goes through one channel that outlives the
+//! connections (the outbox); each connection forwards it to its stream.
 
 mod cgroup;
 mod job;
@@ -11,6 +17,7 @@ mod metrics;
 mod pmstats;
 mod preempt;
 mod rank;
+mod retained;
 mod spawn;
 
 use anyhow::{anyhow, Context};
@@ -29,7 +36,7 @@ use score_proto::v1::{
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
@@ -58,7 +65,11 @@ struct Agent {
     stats_dir: PathBuf,
     pmix: Arc<PmixServer>,
     jobs: HashMap<u64, AgentJob>,
+    /// The outbox: every message to the master, whichever connection
+    /// carries it.
     out: mpsc::UnboundedSender<AgentMessage>,
+    /// Since when the agent has had no master (None while attached).
+    masterless_since: Option<Instant>,
     internal_tx: mpsc::UnboundedSender<Internal>,
     killed_at_start: Vec<u64>,
     /// The uid the master runs as (`master.uid`): the agent obeys only
@@ -163,7 +174,7 @@ pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
     });
 
     let (internal_tx, mut internal_rx) = mpsc::unbounded_channel();
-    let (dead_out, _) = mpsc::unbounded_channel();
+    let (out, mut outbox) = mpsc::unbounded_channel();
     let mut agent = Agent {
         node,
         slots,
@@ -174,7 +185,8 @@ pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
         stats_dir,
         pmix: Arc::new(pmix),
         jobs: HashMap::new(),
-        out: dead_out,
+        out,
+        masterless_since: Some(Instant::now()),
         internal_tx,
         killed_at_start,
         master_uid: config.master.uid,
@@ -187,21 +199,34 @@ pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
             .session(
                 &ac.master,
                 &munge,
-                &mut pmix_events,
-                &mut internal_rx,
-                &mut stop_rx,
+                &mut Channels {
+                    outbox: &mut outbox,
+                    pmix_events: &mut pmix_events,
+                    internal_rx: &mut internal_rx,
+                    stop: &mut stop_rx,
+                },
             )
             .await;
-        agent.abandon_all().await;
         match r {
             Ok(()) => break,
             Err(e) => tracing::warn!("{e:#}; retrying in {} ms", ac.reconnect_ms.as_millis()),
+        }
+        // The jobs keep running for a master that comes back in time.
+        let since = *agent.masterless_since.get_or_insert_with(Instant::now);
+        if !agent.jobs.is_empty() && since.elapsed() >= ac.master_wait_ms {
+            tracing::warn!(
+                jobs = agent.jobs.len(),
+                "no master for {} s (agent.master_wait_ms): killing the node's jobs",
+                since.elapsed().as_secs()
+            );
+            agent.abandon_all().await;
         }
         tokio::select! {
             _ = tokio::time::sleep(ac.reconnect_ms) => {}
             _ = stop_rx.changed() => break,
         }
     }
+    agent.abandon_all().await;
     tracing::info!("agent stopped");
     Ok(())
 }
@@ -215,6 +240,17 @@ fn score_config_boot_id() -> u64 {
         ^ u64::from(std::process::id())
 }
 
+/// What the agent's event loop listens to, besides the master.
+struct Channels<'a> {
+    outbox: &'a mut mpsc::UnboundedReceiver<AgentMessage>,
+    pmix_events: &'a mut mpsc::UnboundedReceiver<ServerEvent>,
+    internal_rx: &'a mut mpsc::UnboundedReceiver<Internal>,
+    stop: &'a mut watch::Receiver<bool>,
+}
+
+/// A connection attempt that takes longer than this has failed.
+const CONNECT_WITHIN: Duration = Duration::from_secs(5);
+
 impl Agent {
     /// One connection to the master, until it breaks (Err) or the agent is
     /// told to stop (Ok).
@@ -222,36 +258,68 @@ impl Agent {
         &mut self,
         master: &str,
         munge: &Munge,
-        pmix_events: &mut mpsc::UnboundedReceiver<ServerEvent>,
-        internal_rx: &mut mpsc::UnboundedReceiver<Internal>,
-        stop: &mut watch::Receiver<bool>,
+        ch: &mut Channels<'_>,
     ) -> anyhow::Result<()> {
         // Sealed both ways: every message the agent sends carries its (root)
         // credential; every message it receives must carry the master's.
+        let connect = score_auth::connect_channel(master, munge.clone(), self.master_uid);
         let channel = tokio::select! {
-            c = score_auth::connect_channel(master, munge.clone(), self.master_uid) => c?,
-            _ = stop.changed() => return Ok(()),
+            c = tokio::time::timeout(CONNECT_WITHIN, connect) => c
+                .map_err(|_| anyhow!("no answer from the master at {master} within {} s", CONNECT_WITHIN.as_secs()))??,
+            _ = ch.stop.changed() => return Ok(()),
         };
         let mut client = MasterClient::new(channel.on_refusal(self.on_refusal.clone()));
-        let (out, out_rx) = mpsc::unbounded_channel();
+        let (stream_tx, stream_rx) = mpsc::unbounded_channel();
+        // What the last connection left in the outbox: exits, aborts and
+        // cleanups still count (the master ignores what it already has);
+        // the rest answered the old master (switches, credits, heartbeats)
+        // or is sent again (output, on OutputResume; launches and fences,
+        // in the Register).
+        let mut kept = Vec::new();
+        while let Ok(m) = ch.outbox.try_recv() {
+            if matches!(
+                m.msg,
+                Some(
+                    agent_message::Msg::Exited(_)
+                        | agent_message::Msg::Aborted(_)
+                        | agent_message::Msg::Cleaned(_)
+                )
+            ) {
+                kept.push(m);
+            }
+        }
+        for j in self.jobs.values() {
+            j.drop_credit();
+        }
         send(
-            &out,
+            &stream_tx,
             0,
             agent_message::Msg::Register(Register {
                 node: self.node.clone(),
                 slots: self.slots,
                 boot_id: self.boot_id,
                 metrics_url: self.metrics_url.clone(),
-                jobs: std::mem::take(&mut self.killed_at_start),
+                jobs: self.killed_at_start.clone(),
+                held: self.jobs.values().map(AgentJob::held).collect(),
             }),
         );
+        for m in kept {
+            let _ = stream_tx.send(m);
+        }
         let mut inbound = client
-            .attach(UnboundedReceiverStream::new(out_rx))
+            .attach(UnboundedReceiverStream::new(stream_rx))
             .await
             .map_err(|s| anyhow!("the master refused this agent: {}", s.message()))?
             .into_inner();
-        self.out = out;
-        tracing::info!(master, "attached to the master");
+        self.killed_at_start.clear();
+        if let Some(since) = self.masterless_since.take() {
+            tracing::info!(
+                master,
+                jobs = self.jobs.len(),
+                "attached to the master (after {:.1} s without one)",
+                since.elapsed().as_secs_f64()
+            );
+        }
         let mut heartbeat = tokio::time::interval(Duration::from_secs(2));
         loop {
             // Biased: a PMIx event (an abort) queued before a rank's exit
@@ -267,10 +335,11 @@ impl Agent {
                     Ok(None) => return Err(anyhow!("the master closed the connection")),
                     Err(s) => return Err(anyhow!("lost the master: {}", s.message())),
                 },
-                Some(ev) = pmix_events.recv() => self.handle_pmix(ev),
-                Some(ev) = internal_rx.recv() => self.handle_internal(ev),
-                _ = heartbeat.tick() => send(&self.out, 0, agent_message::Msg::Heartbeat(Heartbeat {})),
-                _ = stop.changed() => return Ok(()),
+                Some(ev) = ch.pmix_events.recv() => self.handle_pmix(ev),
+                Some(ev) = ch.internal_rx.recv() => self.handle_internal(ev),
+                Some(m) = ch.outbox.recv() => { let _ = stream_tx.send(m); }
+                _ = heartbeat.tick() => send(&stream_tx, 0, agent_message::Msg::Heartbeat(Heartbeat {})),
+                _ = ch.stop.changed() => return Ok(()),
             }
         }
     }
@@ -321,6 +390,16 @@ impl Agent {
             master_message::Msg::OutputCredit(c) => {
                 if let Some(j) = self.jobs.get(&id) {
                     j.output_credit(c.bytes);
+                }
+            }
+            master_message::Msg::OutputResume(r) => {
+                if let Some(j) = self.jobs.get(&id) {
+                    j.resume_output(&r.delivered, &self.out);
+                }
+            }
+            master_message::Msg::OutputAck(a) => {
+                if let Some(j) = self.jobs.get(&id) {
+                    j.output_acked(&a.delivered);
                 }
             }
             master_message::Msg::Signal(s) => {
@@ -465,6 +544,13 @@ impl Agent {
     fn handle_internal(&mut self, ev: Internal) {
         match ev {
             Internal::Exited(msg) => {
+                if let (Some(j), Some(agent_message::Msg::Exited(e))) =
+                    (self.jobs.get_mut(&msg.job), &msg.msg)
+                {
+                    if let Some(exit) = &e.exit {
+                        j.exited(exit.clone());
+                    }
+                }
                 let _ = self.out.send(msg);
             }
             Internal::Registered {
@@ -496,7 +582,7 @@ impl Agent {
         }
     }
 
-    /// Kill and forget every job (the master is gone or we stop).
+    /// Kill and forget every job (no master for too long, or we stop).
     async fn abandon_all(&mut self) {
         for (id, mut j) in self.jobs.drain() {
             tracing::warn!(job = id, "killing the job: no master");

@@ -20,6 +20,7 @@ use tokio::process::Child;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::{watch, Semaphore};
 
+use super::retained::Retained;
 use super::Internal;
 
 const CHUNK: usize = score_proto::STDIO_CHUNK;
@@ -44,12 +45,15 @@ struct PumpTo {
     /// The job's output credit on this node, shared by its pumps (first
     /// come, first served); closed when the job is given up.
     credit: Arc<Semaphore>,
+    /// The job's chunks sent and not yet printed by scrun.
+    retained: Arc<Retained>,
     /// Set when the rank has exited.
     exited: watch::Receiver<bool>,
 }
 
 async fn pump<R: AsyncRead + Unpin>(mut r: R, stream: Stream, mut to: PumpTo) {
     let mut buf = vec![0u8; CHUNK];
+    let mut seq = 0;
     loop {
         let n = tokio::select! {
             r = r.read(&mut buf) => match r {
@@ -62,37 +66,50 @@ async fn pump<R: AsyncRead + Unpin>(mut r: R, stream: Stream, mut to: PumpTo) {
             Ok(permit) => permit.forget(),
             Err(_) => return,
         }
-        let msg = AgentMessage {
-            job: to.job,
-            msg: Some(agent_message::Msg::Output(Output {
-                rank: to.rank,
-                stream: stream as i32,
-                data: buf[..n].to_vec(),
-            })),
+        seq += 1;
+        let chunk = Output {
+            rank: to.rank,
+            stream: stream as i32,
+            data: buf[..n].to_vec(),
+            seq,
         };
-        if to.out.send(msg).is_err() {
+        if !to.retained.send(to.job, chunk, &to.out) {
             return;
         }
     }
 }
 
+/// Where a job's ranks on this node report to.
+#[derive(Clone)]
+pub struct RankLinks {
+    pub job: u64,
+    pub node: String,
+    /// The agent's messages to the master.
+    pub out: UnboundedSender<AgentMessage>,
+    pub credit: Arc<Semaphore>,
+    pub retained: Arc<Retained>,
+    /// The exit goes through the agent's event loop.
+    pub exited: UnboundedSender<Internal>,
+}
+
 /// Follows `child` to its end and reports it.  Returns when the exit has
 /// been sent.
-pub async fn watch(
-    mut child: Child,
-    job: u64,
-    rank: u32,
-    node: String,
-    out: UnboundedSender<AgentMessage>,
-    credit: Arc<Semaphore>,
-    exited: UnboundedSender<Internal>,
-) {
+pub async fn watch(mut child: Child, rank: u32, links: RankLinks) {
+    let RankLinks {
+        job,
+        node,
+        out,
+        credit,
+        retained,
+        exited,
+    } = links;
     let (gone_tx, gone) = watch::channel(false);
     let to = PumpTo {
         job,
         rank,
         out,
         credit,
+        retained,
         exited: gone,
     };
     let o = child
@@ -168,6 +185,7 @@ mod tests {
             rank: 0,
             out,
             credit: credit.clone(),
+            retained: Arc::default(),
             exited,
         };
         (

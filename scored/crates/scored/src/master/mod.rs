@@ -8,6 +8,7 @@
 mod metrics;
 mod service;
 pub mod state;
+mod store;
 
 use anyhow::Context;
 use parking_lot::Mutex;
@@ -27,6 +28,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut registry = Registry::default();
     let metrics = MasterMetrics::new(&mut registry);
     let (timer_tx, mut timer_rx) = mpsc::unbounded_channel::<Timer>();
+    let mut savers = Vec::new();
     let limits = Limits {
         allow_root_jobs: mc.allow_root_jobs,
         kill_grace: mc.kill_grace_ms,
@@ -37,8 +39,32 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         network_preemption: mc.preemption == score_config::Preemption::Network,
         quiesce_timeout: mc.quiesce_timeout_ms,
         stdio_buffer: mc.stdio_buffer_kib * 1024,
+        reattach_timeout: mc.reattach_timeout_ms,
     };
-    let state = Arc::new(Mutex::new(State::new(limits, &mc.nodes, timer_tx, metrics)));
+    let mut st = State::new(limits, &mc.nodes, timer_tx, metrics);
+    // The saved state first: a master that cannot read it must not start
+    // empty and make the agents kill the jobs it would have adopted.
+    if mc.state_dir.is_empty() {
+        tracing::warn!("master.state_dir is empty: a restart of the master will lose every job");
+    } else {
+        let store = store::Store::open(&mc.state_dir)?;
+        if let Some(saved) = store.load()? {
+            tracing::info!(
+                file = %store::describe(std::path::Path::new(&mc.state_dir)),
+                jobs = saved.jobs.len(),
+                "restoring the saved state"
+            );
+            st.restore(saved);
+        }
+        let saver = Arc::new(tokio::sync::Notify::new());
+        st.save_with(saver.clone());
+        saver.notify_one();
+        savers.push((store, saver));
+    }
+    let state = Arc::new(Mutex::new(st));
+    for (store, saver) in savers {
+        tokio::spawn(store::keep_saved(store, state.clone(), saver));
+    }
 
     // Timers: each sleeps on its own task, then calls back into the state.
     let st = state.clone();

@@ -67,13 +67,21 @@ impl MasterService {
 
     /// Count refusals of valid, authenticated requests by their kind.
     fn count<T>(&self, r: Result<T, Status>) -> Result<T, Status> {
+        self.count_locked(&mut self.lock(), r)
+    }
+
+    /// [`MasterService::count`] with the lock already held.
+    fn count_locked<T>(&self, st: &mut State, r: Result<T, Status>) -> Result<T, Status> {
         if let Err(s) = &r {
             let reason = match s.code() {
                 tonic::Code::PermissionDenied => "permission",
                 tonic::Code::NotFound => "not_found",
                 _ => "invalid",
             };
-            self.reject(reason);
+            st.metrics
+                .requests_rejected
+                .get_or_create(&vec![("reason".into(), reason.into())])
+                .inc();
         }
         r
     }
@@ -100,21 +108,31 @@ impl Master for MasterService {
         let first = inbound.message().await?.ok_or_else(|| {
             Status::invalid_argument("the Run stream closed before a job was submitted")
         })?;
-        let Some(run_request::Msg::Submit(spec)) = first.msg else {
-            return self.count(Err(Status::invalid_argument(
-                "the first message of a Run stream must be a job submission",
-            )));
-        };
         let (tx, rx) = mpsc::unbounded_channel();
-        let user = user_name(who.uid);
-        let id = {
-            let r = self.lock().submit(spec, who, user, tx);
-            self.count(r)?
+        let (id, call) = match first.msg {
+            Some(run_request::Msg::Submit(spec)) => {
+                let user = user_name(who.uid);
+                let mut st = self.lock();
+                let r = st.submit(spec, who, user, tx);
+                let id = self.count_locked(&mut st, r)?;
+                tracing::info!(job = id, uid = who.uid, "job submitted");
+                (id, st.follower(id).unwrap_or(0))
+            }
+            Some(run_request::Msg::Reattach(r)) => {
+                let mut st = self.lock();
+                let res = st.reattach(r.job, who, r.delivered, tx);
+                let call = self.count_locked(&mut st, res)?;
+                (r.job, call)
+            }
+            _ => {
+                return self.count(Err(Status::invalid_argument(
+                    "the first message of a Run stream must be a job submission or a re-attachment",
+                )))
+            }
         };
-        tracing::info!(job = id, uid = who.uid, "job submitted");
 
-        // Stdin and cancel requests until scrun closes its side; a stream that
-        // breaks before the job ended cancels it.
+        // Stdin, cancel requests and acknowledgements until scrun closes
+        // its side; a stream that breaks before the job ended cancels it.
         let state = self.state.clone();
         tokio::spawn(async move {
             loop {
@@ -133,7 +151,8 @@ impl Master for MasterService {
                                 let why = format!("cancelled by {} (scrun)", user_name(who.uid));
                                 let _ = st.cancel(id, c.kill, who, &why);
                             }
-                            run_request::Msg::Submit(_) => {}
+                            run_request::Msg::Ack(a) => st.output_acked(id, a.delivered),
+                            run_request::Msg::Submit(_) | run_request::Msg::Reattach(_) => {}
                         }
                     }
                     Ok(Some(RunRequest { msg: None })) => {}
@@ -143,7 +162,7 @@ impl Master for MasterService {
                         break;
                     }
                     Err(_) => {
-                        state.lock().client_gone(id);
+                        state.lock().client_gone(id, call);
                         return;
                     }
                 }
@@ -154,6 +173,7 @@ impl Master for MasterService {
         let guard = ClientGuard {
             state: self.state.clone(),
             job: id,
+            call,
         };
         // The stream takes an event only when HTTP/2 lets it send to scrun:
         // output taken is output the agents may send again (flow control,
@@ -277,6 +297,7 @@ impl Master for MasterService {
             peer,
             reg.metrics_url.clone(),
             tx,
+            reg.held,
         );
         if !reg.jobs.is_empty() {
             tracing::warn!(node = %name, jobs = ?reg.jobs, "agent killed leftover jobs at start");
@@ -297,15 +318,16 @@ impl Master for MasterService {
     }
 }
 
-/// Dropped with the event stream of a Run call: if the job is still going,
-/// its scrun has gone away.
+/// Dropped with the event stream of a Run call: if the job is still going
+/// and no other scrun re-attached to it, its scrun has gone away.
 struct ClientGuard {
     state: Arc<Mutex<State>>,
     job: u64,
+    call: u64,
 }
 
 impl Drop for ClientGuard {
     fn drop(&mut self) {
-        self.state.lock().client_gone(self.job);
+        self.state.lock().client_gone(self.job, self.call);
     }
 }

@@ -66,8 +66,10 @@ use score_proto::v1::{
     agent_message, job_event, master_message, AgentMessage, JobEvent, JobInfo, MasterMessage,
 };
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::Notify;
 use tonic::Status;
 
 use super::metrics::MasterMetrics;
@@ -85,6 +87,8 @@ mod jobs;
 mod matrix;
 mod nodes;
 mod queue;
+mod recovery;
+mod saved;
 mod stats;
 #[cfg(test)]
 mod testkit;
@@ -101,6 +105,12 @@ pub enum TimerKind {
     /// The job's stdio in this direction may have been throttled for a
     /// while: log it if it still is.
     Throttled(flow::Direction),
+    /// After a restart of the master: the agents not back by now have lost
+    /// their jobs (job 0: every job).
+    AgentsBack,
+    /// After a restart of the master: the job is cancelled if its scrun is
+    /// not back by now.
+    ClientBack,
 }
 
 #[derive(Debug)]
@@ -124,6 +134,8 @@ pub struct Limits {
     /// Bytes of each job's output, and of its stdin, the master holds at
     /// most (`stdio_buffer_kib`).
     pub stdio_buffer: u64,
+    /// After a restart: how long the master waits for agents and scruns.
+    pub reattach_timeout: Duration,
 }
 
 /// Who asks: the authenticated MUNGE identity of a request.
@@ -152,12 +164,18 @@ impl Requester {
 }
 
 /// The master's links to the outside: the channel to each agent by
-/// connection id, to each following scrun by job, and to the timer task.
-/// Closing a channel (dropping its sender) ends the other side's stream.
+/// connection id, to each following scrun by job, to the timer task and to
+/// the task that saves the state.  Closing a channel (dropping its sender)
+/// ends the other side's stream.
 pub struct Links {
     agents: HashMap<u64, AgentTx>,
-    clients: HashMap<u64, ClientTx>,
+    /// Per job: the following scrun's call (a number, so that a call that
+    /// ends after another scrun re-attached cannot cancel the job) and
+    /// its channel.
+    clients: HashMap<u64, (u64, ClientTx)>,
+    next_call: u64,
     timers: UnboundedSender<Timer>,
+    saver: Option<Arc<Notify>>,
 }
 
 impl Links {
@@ -165,7 +183,9 @@ impl Links {
         Self {
             agents: HashMap::new(),
             clients: HashMap::new(),
+            next_call: 1,
             timers,
+            saver: None,
         }
     }
 
@@ -191,9 +211,22 @@ impl Links {
         self.agents.remove(&conn);
     }
 
-    /// `client` follows job `id`.
-    pub fn follow(&mut self, id: u64, client: ClientTx) {
-        self.clients.insert(id, client);
+    /// `client` follows job `id` (instead of any scrun that did); returns
+    /// the number of its call.
+    pub fn follow(&mut self, id: u64, client: ClientTx) -> u64 {
+        let call = self.next_call;
+        self.next_call += 1;
+        if let Some((_, old)) = self.clients.insert(id, (call, client)) {
+            let _ = old.send(Err(Status::aborted(
+                "another scrun re-attached to this job",
+            )));
+        }
+        call
+    }
+
+    /// The call of the scrun following job `id`.
+    pub fn follower(&self, id: u64) -> Option<u64> {
+        self.clients.get(&id).map(|(call, _)| *call)
     }
 
     /// Closes the channel to the scrun following job `id`, if any.
@@ -208,20 +241,28 @@ impl Links {
 
     /// Ends the call of the scrun following job `id` with `status`.
     pub fn end_follow(&mut self, id: u64, status: Status) {
-        if let Some(c) = self.clients.remove(&id) {
+        if let Some((_, c)) = self.clients.remove(&id) {
             let _ = c.send(Err(status));
         }
     }
 
     /// Tells the scrun following job `id` (if any).
     pub fn emit(&self, id: u64, event: job_event::Event) {
-        if let Some(c) = self.clients.get(&id) {
+        if let Some((_, c)) = self.clients.get(&id) {
             let _ = c.send(Ok(JobEvent { event: Some(event) }));
         }
     }
 
     pub fn timer(&self, after: Duration, job: u64, kind: TimerKind) {
         let _ = self.timers.send(Timer { after, job, kind });
+    }
+
+    /// The state changed in a way a restarted master must know: save it
+    /// (soon, in the background: [`super::store`]).
+    pub fn changed(&self) {
+        if let Some(saver) = &self.saver {
+            saver.notify_one();
+        }
     }
 }
 
@@ -245,6 +286,11 @@ pub struct State {
 }
 
 impl State {
+    /// Every change worth saving notifies `saver` ([`super::store`]).
+    pub fn save_with(&mut self, saver: Arc<Notify>) {
+        self.links.saver = Some(saver);
+    }
+
     pub fn new(
         limits: Limits,
         expected_nodes: &[String],
@@ -275,6 +321,15 @@ impl State {
         self.nodes.seen(name);
         let id = msg.job;
         let Some(m) = msg.msg else { return };
+        if !matches!(
+            m,
+            agent_message::Msg::Heartbeat(_)
+                | agent_message::Msg::Output(_)
+                | agent_message::Msg::StdinWritten(_)
+                | agent_message::Msg::Fence(_)
+        ) {
+            self.links.changed();
+        }
         match m {
             agent_message::Msg::Heartbeat(_) | agent_message::Msg::Register(_) => {}
             agent_message::Msg::Launched(l) => self.launched(id, name, l.ok, &l.error),

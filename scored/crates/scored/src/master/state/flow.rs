@@ -123,6 +123,13 @@ impl Credits {
         self.held = self.held.saturating_sub(n);
     }
 
+    /// The sender starts again from no credit (it dropped what it held).
+    pub fn forget_sender(&mut self, sender: usize) {
+        if let Some(g) = self.granted.get_mut(sender) {
+            *g = 0;
+        }
+    }
+
     /// Nobody will take what is held (scrun is gone): forget it.
     pub fn release_all(&mut self) {
         self.held = 0;
@@ -361,7 +368,7 @@ impl State {
                 .get_or_create(&vec![("reason".into(), "invalid".into())])
                 .inc();
             self.links.end_follow(id, status.clone());
-            self.client_gone(id);
+            self.client_gone(id, 0);
             return Err(status);
         }
         if !self.forward_stdin(id, chunk) {
@@ -396,6 +403,23 @@ impl State {
         self.grant_stdin(id, grants);
         self.note_throttle(id, Direction::Stdin);
         self.refresh_stdio_gauges();
+    }
+
+    /// The agent of `node` dropped the job's output credit it held (it
+    /// resends what the job's scrun lacks): grant it a fresh window.
+    pub(super) fn flow_sender_reset(&mut self, id: u64, node: &str) {
+        let Some(flow) = self.flows.jobs.get_mut(&id) else {
+            return;
+        };
+        let Some(i) = flow.nodes.iter().position(|n| n == node) else {
+            return;
+        };
+        if let Some(c) = flow.output.as_mut() {
+            c.forget_sender(i);
+        }
+        // What it resends arrives beyond its fresh credit: expected.
+        flow.overrun_logged = true;
+        self.after_output(id);
     }
 
     /// The job's scrun is gone: the output held for it never will be taken.
@@ -660,6 +684,7 @@ mod tests {
             rank,
             stream: 1,
             data: data.to_vec(),
+            ..Default::default()
         })
     }
 
@@ -758,7 +783,8 @@ mod tests {
         assert_eq!(credits_of(&h.agent_hears(&na)), 0);
         // a's scrun goes away: what was held for it is dropped, and its
         // agent may send again (the job is being cancelled).
-        h.st.client_gone(a);
+        let call = h.st.follower(a).unwrap();
+        h.st.client_gone(a, call);
         assert_eq!(h.st.flows.held(Direction::Output), 0);
         assert!(credits_of(&h.agent_hears(&na)) >= 2 * CHUNK);
         assert_eq!(h.st.flows.throttled(Direction::Output), 0);

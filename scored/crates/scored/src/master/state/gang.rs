@@ -77,6 +77,16 @@ impl Gang {
         }
     }
 
+    /// The id the next switch will take (saved, so that a late answer to
+    /// a switch of an earlier master is never taken for one of a later).
+    pub fn next_switch(&self) -> u64 {
+        self.next_switch
+    }
+
+    pub fn restore_next_switch(&mut self, next: u64) {
+        self.next_switch = self.next_switch.max(next);
+    }
+
     pub fn switching(&self) -> bool {
         self.switch.is_some()
     }
@@ -189,7 +199,10 @@ impl State {
     /// when no switch is under way (nothing has to be preempted for them:
     /// their nodes are free in this row).
     pub(super) fn reconcile(&mut self) {
-        if self.gang.switching() {
+        // After a restart, nothing starts or thaws until every agent of the
+        // saved jobs is back (or given up): the matrix is not yet known to
+        // be what the nodes run.
+        if self.gang.switching() || self.jobs.recovering() {
             return;
         }
         for id in self.gang.matrix.active_set(self.gang.matrix.current()) {
@@ -221,7 +234,7 @@ impl State {
         self.update_pending_reasons();
     }
 
-    fn set_frozen(&mut self, id: u64, frozen: bool) {
+    pub(super) fn set_frozen(&mut self, id: u64, frozen: bool) {
         if let Some(job) = self.jobs.get_mut(id) {
             if !frozen {
                 job.running_since = Instant::now();
@@ -230,6 +243,7 @@ impl State {
                 job.info.frozen = frozen;
                 self.links
                     .emit(id, job_event::Event::State(job.info.clone()));
+                self.links.changed();
             }
         }
     }
@@ -237,7 +251,7 @@ impl State {
     /// The quantum is over: switch to the next row of the matrix, if the
     /// matrix has another and no switch is still under way.
     pub fn quantum_tick(&mut self) {
-        if self.gang.switching() {
+        if self.gang.switching() || self.jobs.recovering() {
             return;
         }
         let Some(target) = self.gang.matrix.next_row() else {
@@ -349,6 +363,7 @@ impl State {
                     self.stats.switched(&self.metrics, took, quiesce);
                     tracing::debug!(switch = id, seconds = took, "switch done");
                     self.gang.matrix.compact();
+                    self.links.changed();
                     self.schedule();
                     return;
                 }

@@ -9,9 +9,9 @@
 
 use score_proto::v1::{
     job_event, master_message, CleanupJob, JobInfo, JobSpec, JobState, LaunchJob, RankExit,
-    SignalJob, StdinChunk,
+    SavedJob, SavedOutcome, SignalJob, StdinChunk,
 };
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 use tonic::Status;
 
@@ -55,9 +55,37 @@ pub struct Job {
     /// Since when it runs without interruption (launch or last thaw): a
     /// job is not preempted before it had a whole quantum.
     pub running_since: Instant,
+    /// After a restart of the master: the nodes whose agents have not yet
+    /// re-attached and reported the job ([`super::recovery`]).
+    pub awaiting: BTreeSet<String>,
+    /// After a restart of the master: the nodes that reported the job's
+    /// cgroup frozen.
+    pub frozen_on: BTreeSet<String>,
+    /// What its scrun has printed: the last chunk per (rank, stream), as
+    /// scrun acknowledged it.
+    pub delivered: BTreeMap<(u32, i32), u64>,
 }
 
 impl Job {
+    /// A job as submitted: pending, placed nowhere.
+    pub fn new(info: JobInfo) -> Self {
+        Self {
+            info,
+            outcome: None,
+            launched: Vec::new(),
+            cleaned: Vec::new(),
+            ranks_exited: 0,
+            pending_stdin: Vec::new(),
+            submitted: Instant::now(),
+            launch_started: None,
+            cleanup_sent: false,
+            running_since: Instant::now(),
+            awaiting: BTreeSet::new(),
+            frozen_on: BTreeSet::new(),
+            delivered: BTreeMap::new(),
+        }
+    }
+
     fn total_ranks(&self) -> usize {
         self.info
             .spec
@@ -94,8 +122,13 @@ impl Job {
             .map(|(n, _)| n)
     }
 
+    /// Whether the agents of a restarted master have yet to report it.
+    pub fn recovering(&self) -> bool {
+        !self.awaiting.is_empty()
+    }
+
     /// Sets the flag of `node` in `flags` (launched or cleaned).
-    fn mark(&mut self, node: &str, cleaned: bool) {
+    pub(super) fn mark(&mut self, node: &str, cleaned: bool) {
         let flags = if cleaned {
             &mut self.cleaned
         } else {
@@ -167,19 +200,7 @@ impl Jobs {
             submit_time_ms: now_ms(),
             ..Default::default()
         };
-        let job = Job {
-            info,
-            outcome: None,
-            launched: Vec::new(),
-            cleaned: Vec::new(),
-            ranks_exited: 0,
-            pending_stdin: Vec::new(),
-            submitted: Instant::now(),
-            launch_started: None,
-            cleanup_sent: false,
-            running_since: Instant::now(),
-        };
-        self.table.insert(id, job);
+        self.table.insert(id, Job::new(info));
         self.queue.push_back(id);
         id
     }
@@ -270,6 +291,83 @@ impl Jobs {
     }
 }
 
+/// The saved form of the job table ([`super::saved`]).
+pub struct SavedJobs {
+    pub jobs: Vec<SavedJob>,
+    pub queue: Vec<u64>,
+    pub history: Vec<u64>,
+    pub next_id: u64,
+}
+
+impl Jobs {
+    /// Every job, for the state file.
+    pub fn save(&self) -> SavedJobs {
+        let mut jobs: Vec<SavedJob> = self
+            .table
+            .values()
+            .map(|j| SavedJob {
+                info: Some(j.info.clone()),
+                outcome: j.outcome.as_ref().map(|o| SavedOutcome {
+                    state: o.state as i32,
+                    reason: o.reason.clone(),
+                    exit_status: o.exit_status,
+                }),
+                launched: j.launched.clone(),
+                cleaned: j.cleaned.clone(),
+                cleanup_sent: j.cleanup_sent,
+            })
+            .collect();
+        jobs.sort_by_key(|j| j.info.as_ref().map_or(0, |i| i.id));
+        SavedJobs {
+            jobs,
+            queue: self.queue.iter().copied().collect(),
+            history: self.history.iter().copied().collect(),
+            next_id: self.next_id,
+        }
+    }
+
+    /// The job table of a state file.  Jobs without a record are skipped
+    /// (the file is the master's own, but a half-understood job must not
+    /// stop the master from starting).
+    pub fn restore(saved: SavedJobs) -> Self {
+        let mut jobs = Self::new();
+        for s in saved.jobs {
+            let Some(info) = s.info else { continue };
+            let mut job = Job::new(info);
+            job.outcome = s.outcome.map(|o| Outcome {
+                state: JobState::try_from(o.state).unwrap_or(JobState::Failed),
+                reason: o.reason,
+                exit_status: o.exit_status,
+            });
+            let n = job.info.nodes.len();
+            job.launched = s.launched;
+            job.cleaned = s.cleaned;
+            job.launched.resize(n, false);
+            job.cleaned.resize(n, false);
+            job.cleanup_sent = s.cleanup_sent;
+            job.ranks_exited = job.info.exits.len();
+            jobs.table.insert(job.info.id, job);
+        }
+        let known = |id: &u64| jobs.table.contains_key(id);
+        jobs.queue = saved.queue.into_iter().filter(known).collect();
+        jobs.history = saved.history.into_iter().filter(known).collect();
+        let highest = jobs.table.keys().copied().max().unwrap_or(0);
+        jobs.next_id = saved.next_id.max(highest + 1);
+        jobs
+    }
+
+    pub fn ids(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self.table.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Whether some job still waits for the agents of a restarted master.
+    pub fn recovering(&self) -> bool {
+        self.table.values().any(Job::recovering)
+    }
+}
+
 pub fn signal_name(sig: i32) -> String {
     let name = match sig {
         1 => "SIGHUP",
@@ -313,6 +411,7 @@ impl State {
         job.cleaned = vec![false; nodes.len()];
         job.launch_started = Some(Instant::now());
         job.running_since = Instant::now();
+        self.links.changed();
         self.links
             .emit(id, job_event::Event::State(job.info.clone()));
         for (i, name) in nodes.iter().enumerate() {
@@ -396,8 +495,13 @@ impl State {
         Ok(self.jobs.get(id).map_or(before, |j| j.info.clone()))
     }
 
-    /// scrun went away before its job ended.
-    pub fn client_gone(&mut self, id: u64) {
+    /// The call `call` of the scrun following job `id` ended before the
+    /// job did.  A call that another scrun's re-attachment replaced changes
+    /// nothing.
+    pub fn client_gone(&mut self, id: u64, call: u64) {
+        if self.links.follower(id).is_some_and(|c| c != call) {
+            return;
+        }
         self.links.unfollow(id);
         self.flow_client_gone(id);
         let Some(job) = self.jobs.get(id) else {
@@ -414,6 +518,11 @@ impl State {
                 Stop::Terminate,
             );
         }
+    }
+
+    /// The call of the scrun following job `id`, if one does.
+    pub fn follower(&self, id: u64) -> Option<u64> {
+        self.links.follower(id)
     }
 
     pub fn job_info(&self, id: u64) -> Option<JobInfo> {
@@ -455,6 +564,11 @@ impl State {
         let Some(job) = self.jobs.get_mut(id) else {
             return;
         };
+        // An agent that re-attached to a restarted master reports its exits
+        // again: each rank exits once.
+        if job.info.exits.iter().any(|e| e.rank == exit.rank) {
+            return;
+        }
         job.ranks_exited += 1;
         job.info.exits.push(exit.clone());
         let all_done = job.ranks_exited >= job.total_ranks();
@@ -495,7 +609,7 @@ impl State {
     }
 
     /// Record the job's outcome (the first one wins) and start stopping it.
-    fn decide(&mut self, id: u64, outcome: Outcome, stop: Stop) {
+    pub(super) fn decide(&mut self, id: u64, outcome: Outcome, stop: Stop) {
         let Some(job) = self.jobs.get_mut(id) else {
             return;
         };
@@ -506,6 +620,7 @@ impl State {
         if first {
             tracing::info!(job = id, state = ?outcome.state, reason = %outcome.reason, "job ends");
             job.outcome = Some(outcome);
+            self.links.changed();
         }
         if job.state() == JobState::Pending {
             self.jobs.dequeue(id);
@@ -558,6 +673,7 @@ impl State {
             return;
         }
         job.cleanup_sent = true;
+        self.links.changed();
         for name in job.uncleaned_nodes() {
             self.links.send(
                 &self.nodes,
@@ -569,6 +685,11 @@ impl State {
     }
 
     pub fn timer_fired(&mut self, id: u64, kind: TimerKind) {
+        match kind {
+            TimerKind::AgentsBack => return self.agents_back_timeout(),
+            TimerKind::ClientBack => return self.client_back_timeout(id),
+            _ => {}
+        }
         let Some(job) = self.jobs.get(id) else {
             return;
         };
@@ -590,6 +711,7 @@ impl State {
             }
             TimerKind::KillGrace => self.send_cleanup(id),
             TimerKind::Throttled(d) => self.throttle_timer(id, d),
+            TimerKind::AgentsBack | TimerKind::ClientBack => {}
         }
     }
 
@@ -626,7 +748,7 @@ impl State {
         self.maybe_finish(id);
     }
 
-    fn maybe_finish(&mut self, id: u64) {
+    pub(super) fn maybe_finish(&mut self, id: u64) {
         let Some(job) = self.jobs.get(id) else {
             return;
         };
@@ -649,6 +771,7 @@ impl State {
         job.info.exit_status = outcome.exit_status;
         job.info.end_time_ms = now_ms();
         self.fences.forget(id);
+        self.links.changed();
         self.links
             .emit(id, job_event::Event::Finished(job.info.clone()));
         self.links.unfollow(id);
@@ -798,7 +921,8 @@ mod tests {
         let (id, rx) = h.submit(spec(1, 1));
         h.launch_ok(id);
         drop(rx);
-        h.st.client_gone(id);
+        let call = h.st.follower(id).unwrap();
+        h.st.client_gone(id, call);
         assert_eq!(h.state(id), JobState::Completing);
         assert!(h
             .st

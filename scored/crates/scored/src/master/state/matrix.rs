@@ -177,6 +177,13 @@ impl Matrix {
             .find(|&r| self.rows.get(r).is_some_and(|cells| !cells.is_empty()))
     }
 
+    /// The matrix a restarted master saved: `rows` of cells, `current`
+    /// the active one.
+    pub fn restore(&mut self, rows: Vec<BTreeMap<String, u64>>, current: usize) {
+        self.rows = rows;
+        self.current = if current < self.rows.len() { current } else { 0 };
+    }
+
     pub fn set_current(&mut self, row: usize) {
         if row < self.rows.len() {
             self.current = row;

@@ -5,7 +5,7 @@
 //! Plain data: a node's connection is a number, the channel to its agent is
 //! in [`super::Links`].
 
-use score_proto::v1::{JobSpec, NodeInfo, NodeState};
+use score_proto::v1::{HeldJob, JobSpec, NodeInfo, NodeState, SavedNode};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 use tonic::Status;
@@ -244,6 +244,32 @@ impl Nodes {
     pub fn list(&self) -> Vec<NodeInfo> {
         self.table.values().map(Node::info).collect()
     }
+
+    /// What a restarted master must know of the nodes: which are drained.
+    pub fn save(&self) -> Vec<SavedNode> {
+        self.table
+            .values()
+            .map(|n| SavedNode {
+                name: n.name.clone(),
+                drained: n.drained.is_some(),
+                drain_reason: n.drained.clone().unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    /// The saved nodes: known (even if no longer configured, until their
+    /// jobs are settled), down until their agents re-attach, drained as
+    /// they were.
+    pub fn restore(&mut self, saved: &[SavedNode]) {
+        for s in saved {
+            let node = self
+                .table
+                .entry(s.name.clone())
+                .or_insert_with(|| Node::new(&s.name));
+            node.down_reason = "waiting for its agent to re-attach after a restart of the master".into();
+            node.drained = s.drained.then(|| s.drain_reason.clone());
+        }
+    }
 }
 
 impl State {
@@ -257,6 +283,7 @@ impl State {
         address: String,
         metrics_url: String,
         tx: AgentTx,
+        held: Vec<HeldJob>,
     ) -> u64 {
         // A node that re-registers while we still think it is up lost its
         // previous agent: fail what ran there first.
@@ -272,6 +299,8 @@ impl State {
         let conn = self.nodes.attach(name, reg);
         self.links.attach(conn, tx);
         tracing::info!(node = name, slots, "node up");
+        self.links.changed();
+        self.adopt(name, held);
         self.schedule();
         self.update_pending_reasons();
         conn
@@ -300,6 +329,7 @@ impl State {
             return;
         };
         tracing::warn!(node = name, why, "node down");
+        self.links.changed();
         if let Some(conn) = conn {
             self.links.detach(conn);
         }
@@ -324,6 +354,7 @@ impl State {
             reason.to_string()
         };
         let info = self.nodes.set_drained(name, Some(reason))?;
+        self.links.changed();
         self.refresh_gauges();
         Ok(info)
     }
@@ -331,6 +362,7 @@ impl State {
     pub fn resume(&mut self, name: &str, who: Requester) -> Result<NodeInfo, Status> {
         who.require_root("resume a node")?;
         let info = self.nodes.set_drained(name, None)?;
+        self.links.changed();
         self.schedule();
         self.update_pending_reasons();
         Ok(info)

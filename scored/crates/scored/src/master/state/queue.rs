@@ -22,6 +22,7 @@ impl State {
         self.validate(&spec, who)?;
         let id = self.jobs.add(spec, who, user);
         self.links.follow(id, client);
+        self.links.changed();
         if let Some(job) = self.jobs.get(id) {
             self.links
                 .emit(id, job_event::Event::Accepted(job.info.clone()));

@@ -7,8 +7,8 @@ pub use super::{Limits, Requester, State, Timer, TimerKind};
 pub use prometheus_client::registry::Registry;
 pub use score_proto::v1::{
     agent_message, job_event, master_message, AgentMessage, Cleaned, Drained, FenceContribution,
-    JobEvent, JobInfo, JobSpec, JobState, Launched, MasterMessage, NodeState, Preempt, RankExit,
-    RankExited, Switch, Switched,
+    HeldJob, JobEvent, JobInfo, JobSpec, JobState, Launched, MasterMessage, NodeState, OutputMark,
+    Preempt, RankExit, RankExited, SavedState, Switch, Switched,
 };
 pub use std::collections::BTreeMap;
 pub use std::time::Duration;
@@ -36,9 +36,25 @@ pub fn harness_with(nodes: usize, gang_slots: usize) -> Harness {
 }
 
 pub fn harness_quantum(nodes: usize, gang_slots: usize, quantum: Duration) -> Harness {
+    let mut h = detached(nodes, gang_slots, quantum);
+    for i in 1..=nodes {
+        h.attach(&format!("n{i}"), Vec::new());
+    }
+    h
+}
+
+/// A master restarted from `saved` (1 s quantum), before any agent is back.
+pub fn restarted(nodes: usize, gang_slots: usize, saved: SavedState) -> Harness {
+    let mut h = detached(nodes, gang_slots, Duration::from_secs(1));
+    h.st.restore(saved);
+    h
+}
+
+/// A master of `nodes` nodes, none of them attached yet.
+fn detached(nodes: usize, gang_slots: usize, quantum: Duration) -> Harness {
     let (ttx, timers) = unbounded_channel();
     let names: Vec<String> = (1..=nodes).map(|i| format!("n{i}")).collect();
-    let mut st = State::new(
+    let st = State::new(
         Limits {
             allow_root_jobs: false,
             kill_grace: Duration::from_secs(5),
@@ -49,18 +65,17 @@ pub fn harness_quantum(nodes: usize, gang_slots: usize, quantum: Duration) -> Ha
             network_preemption: true,
             quiesce_timeout: Duration::from_secs(1),
             stdio_buffer: 4 << 20,
+            reattach_timeout: Duration::from_secs(30),
         },
         &names,
         ttx,
         MasterMetrics::new(&mut Registry::default()),
     );
-    let mut agents = BTreeMap::new();
-    for n in &names {
-        let (tx, rx) = unbounded_channel();
-        let conn = st.agent_attached(n, 2, 1, "10.0.0.1".into(), String::new(), tx);
-        agents.insert(n.clone(), (conn, rx));
+    Harness {
+        st,
+        agents: BTreeMap::new(),
+        timers,
     }
-    Harness { st, agents, timers }
 }
 
 pub fn spec(nodes: u32, ppn: u32) -> JobSpec {
@@ -82,6 +97,15 @@ pub fn drain<T>(rx: &mut UnboundedReceiver<T>) -> Vec<T> {
 }
 
 impl Harness {
+    /// The agent of `node` registers (again), holding the jobs `held`.
+    pub fn attach(&mut self, node: &str, held: Vec<HeldJob>) {
+        let (tx, rx) = unbounded_channel();
+        let conn =
+            self.st
+                .agent_attached(node, 2, 1, "10.0.0.1".into(), String::new(), tx, held);
+        self.agents.insert(node.to_string(), (conn, rx));
+    }
+
     pub fn submit(&mut self, s: JobSpec) -> (u64, UnboundedReceiver<Result<JobEvent, Status>>) {
         let (tx, rx) = unbounded_channel();
         let id = self
