@@ -484,14 +484,16 @@ async fn ctrl_c_cancels_then_kills() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs munged (Debian package munge); scripts/run-tests runs it"]
-async fn a_lost_stream_exits_255() {
+async fn a_lost_stream_is_reattached_and_a_refusal_exits_255() {
+    // This master refuses the re-attachment (it knows only submissions).
     let c = cluster().await;
     let (code, stdout, stderr) = output(c.scrun(&["drop"])).await;
     assert_eq!(code, 255, "{stderr}");
     assert_eq!(stdout, "bye\n");
     assert!(
-        stderr.starts_with("scrun: error: lost the connection to the scored master (job 12): ")
-            && stderr.contains("master shutting down"),
+        stderr.starts_with("scrun: lost the scored master (")
+            && stderr.contains("master shutting down); re-attaching to job 12\n")
+            && stderr.contains("scrun: error: cannot re-attach to job 12: "),
         "{stderr}"
     );
 }
