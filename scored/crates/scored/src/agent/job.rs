@@ -278,7 +278,11 @@ impl AgentJob {
         self.drop_credit();
         let n = self.retained.resend(self.id, printed, out);
         if n > 0 {
-            tracing::info!(job = self.id, chunks = n, "resent the output its scrun lacks");
+            tracing::info!(
+                job = self.id,
+                chunks = n,
+                "resent the output its scrun lacks"
+            );
         }
     }
 

@@ -74,7 +74,8 @@ impl Retained {
         out: &UnboundedSender<AgentMessage>,
     ) -> usize {
         let mut chunks = self.lock();
-        let printed: BTreeMap<Key, u64> = marks.iter().map(|m| ((m.rank, m.stream), m.seq)).collect();
+        let printed: BTreeMap<Key, u64> =
+            marks.iter().map(|m| ((m.rank, m.stream), m.seq)).collect();
         let mut n = 0;
         for (key, q) in chunks.iter_mut() {
             let last = printed.get(key).copied().unwrap_or(0);
@@ -149,9 +150,6 @@ mod tests {
             &out,
         );
         assert_eq!(n, 5);
-        assert_eq!(
-            seqs(&mut rx),
-            vec![(0, 4), (1, 1), (1, 2), (1, 3), (1, 4)]
-        );
+        assert_eq!(seqs(&mut rx), vec![(0, 4), (1, 1), (1, 2), (1, 3), (1, 4)]);
     }
 }

@@ -109,27 +109,26 @@ impl Master for MasterService {
             Status::invalid_argument("the Run stream closed before a job was submitted")
         })?;
         let (tx, rx) = mpsc::unbounded_channel();
-        let (id, call) = match first.msg {
-            Some(run_request::Msg::Submit(spec)) => {
-                let user = user_name(who.uid);
-                let mut st = self.lock();
-                let r = st.submit(spec, who, user, tx);
-                let id = self.count_locked(&mut st, r)?;
-                tracing::info!(job = id, uid = who.uid, "job submitted");
-                (id, st.follower(id).unwrap_or(0))
-            }
-            Some(run_request::Msg::Reattach(r)) => {
-                let mut st = self.lock();
-                let res = st.reattach(r.job, who, r.delivered, tx);
-                let call = self.count_locked(&mut st, res)?;
-                (r.job, call)
-            }
-            _ => {
-                return self.count(Err(Status::invalid_argument(
+        let (id, call) =
+            match first.msg {
+                Some(run_request::Msg::Submit(spec)) => {
+                    let user = user_name(who.uid);
+                    let mut st = self.lock();
+                    let r = st.submit(spec, who, user, tx);
+                    let id = self.count_locked(&mut st, r)?;
+                    tracing::info!(job = id, uid = who.uid, "job submitted");
+                    (id, st.follower(id).unwrap_or(0))
+                }
+                Some(run_request::Msg::Reattach(r)) => {
+                    let mut st = self.lock();
+                    let res = st.reattach(r.job, who, r.delivered, tx);
+                    let call = self.count_locked(&mut st, res)?;
+                    (r.job, call)
+                }
+                _ => return self.count(Err(Status::invalid_argument(
                     "the first message of a Run stream must be a job submission or a re-attachment",
-                )))
-            }
-        };
+                ))),
+            };
 
         // Stdin, cancel requests and acknowledgements until scrun closes
         // its side; a stream that breaks before the job ended cancels it.
@@ -290,17 +289,10 @@ impl Master for MasterService {
             job: 0,
         });
         let name = reg.node.clone();
-        let conn = self.lock().agent_attached(
-            &name,
-            reg.slots,
-            reg.boot_id,
-            peer,
-            reg.metrics_url.clone(),
-            tx,
-            reg.held,
-        );
-        if !reg.jobs.is_empty() {
-            tracing::warn!(node = %name, jobs = ?reg.jobs, "agent killed leftover jobs at start");
+        let killed = reg.jobs.clone();
+        let conn = self.lock().agent_attached(reg, peer, tx);
+        if !killed.is_empty() {
+            tracing::warn!(node = %name, jobs = ?killed, "agent killed leftover jobs at start");
         }
         let state = self.state.clone();
         tokio::spawn(async move {

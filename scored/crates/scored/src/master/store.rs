@@ -40,13 +40,14 @@ impl Store {
         match fs::symlink_metadata(&dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 fs::create_dir_all(&dir).with_context(|| {
-                    format!("cannot create the state directory {} (master.state_dir)", dir.display())
+                    format!(
+                        "cannot create the state directory {} (master.state_dir)",
+                        dir.display()
+                    )
                 })?;
                 fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))?;
             }
-            Err(e) => {
-                return Err(e).with_context(|| format!("master.state_dir {}", dir.display()))
-            }
+            Err(e) => return Err(e).with_context(|| format!("master.state_dir {}", dir.display())),
             Ok(m) => {
                 if !m.is_dir() {
                     bail!(
@@ -127,7 +128,10 @@ fn encode(state: &SavedState) -> Vec<u8> {
 
 fn decode(data: &[u8]) -> anyhow::Result<SavedState> {
     let Some(body) = data.strip_prefix(MAGIC.as_slice()) else {
-        bail!("it does not start with the magic {:?}", std::str::from_utf8(MAGIC).unwrap_or(""));
+        bail!(
+            "it does not start with the magic {:?}",
+            std::str::from_utf8(MAGIC).unwrap_or("")
+        );
     };
     Ok(SavedState::decode(body)?)
 }

@@ -181,7 +181,11 @@ impl Matrix {
     /// the active one.
     pub fn restore(&mut self, rows: Vec<BTreeMap<String, u64>>, current: usize) {
         self.rows = rows;
-        self.current = if current < self.rows.len() { current } else { 0 };
+        self.current = if current < self.rows.len() {
+            current
+        } else {
+            0
+        };
     }
 
     pub fn set_current(&mut self, row: usize) {

@@ -5,7 +5,7 @@
 //! Plain data: a node's connection is a number, the channel to its agent is
 //! in [`super::Links`].
 
-use score_proto::v1::{HeldJob, JobSpec, NodeInfo, NodeState, SavedNode};
+use score_proto::v1::{JobSpec, NodeInfo, NodeState, Register, SavedNode};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 use tonic::Status;
@@ -266,7 +266,8 @@ impl Nodes {
                 .table
                 .entry(s.name.clone())
                 .or_insert_with(|| Node::new(&s.name));
-            node.down_reason = "waiting for its agent to re-attach after a restart of the master".into();
+            node.down_reason =
+                "waiting for its agent to re-attach after a restart of the master".into();
             node.drained = s.drained.then(|| s.drain_reason.clone());
         }
     }
@@ -275,32 +276,27 @@ impl Nodes {
 impl State {
     /// An agent registered.  Returns the connection id its stream must
     /// present for later messages.
-    pub fn agent_attached(
-        &mut self,
-        name: &str,
-        slots: u32,
-        boot_id: u64,
-        address: String,
-        metrics_url: String,
-        tx: AgentTx,
-        held: Vec<HeldJob>,
-    ) -> u64 {
+    pub fn agent_attached(&mut self, reg: Register, address: String, tx: AgentTx) -> u64 {
+        let name = reg.node.as_str();
+        let slots = reg.slots;
         // A node that re-registers while we still think it is up lost its
         // previous agent: fail what ran there first.
         if self.nodes.is_up(name) {
             self.node_lost(name, "its agent restarted");
         }
-        let reg = Registration {
-            slots,
-            boot_id,
-            address,
-            metrics_url,
-        };
-        let conn = self.nodes.attach(name, reg);
+        let conn = self.nodes.attach(
+            name,
+            Registration {
+                slots,
+                boot_id: reg.boot_id,
+                address,
+                metrics_url: reg.metrics_url.clone(),
+            },
+        );
         self.links.attach(conn, tx);
         tracing::info!(node = name, slots, "node up");
         self.links.changed();
-        self.adopt(name, held);
+        self.adopt(name, reg.held);
         self.schedule();
         self.update_pending_reasons();
         conn

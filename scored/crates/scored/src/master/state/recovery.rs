@@ -96,7 +96,11 @@ impl State {
             let Some(job) = self.jobs.get_mut(id).filter(|j| j.awaiting.contains(node)) else {
                 // Ended while its node was away (or never known): the
                 // agent must kill what is left of it.
-                tracing::warn!(node, job = id, "the agent still runs a job the master has ended: cleaning it");
+                tracing::warn!(
+                    node,
+                    job = id,
+                    "the agent still runs a job the master has ended: cleaning it"
+                );
                 self.links.send(
                     &self.nodes,
                     node,
@@ -113,7 +117,12 @@ impl State {
                 job.frozen_on.insert(node.to_string());
             }
             let resend_cleanup = job.cleanup_sent;
-            tracing::info!(node, job = id, exits = h.exits.len(), "adopted the job from its agent");
+            tracing::info!(
+                node,
+                job = id,
+                exits = h.exits.len(),
+                "adopted the job from its agent"
+            );
             for exit in h.exits {
                 self.rank_exited(id, exit);
             }
@@ -293,7 +302,8 @@ impl State {
         );
         let call = self.links.follow(id, client);
         tracing::info!(job = id, uid = who.uid, "scrun re-attached");
-        self.links.emit(id, job_event::Event::Accepted(info.clone()));
+        self.links
+            .emit(id, job_event::Event::Accepted(info.clone()));
         if !active {
             self.links.emit(id, job_event::Event::Finished(info));
             self.links.unfollow(id);
@@ -425,7 +435,11 @@ mod tests {
         }
         assert_eq!(h.state(id), JobState::Running);
         let info = h.st.job_info(id).unwrap();
-        assert_eq!(info.exits.len(), 2, "the exit saved and the one reported since, once each");
+        assert_eq!(
+            info.exits.len(),
+            2,
+            "the exit saved and the one reported since, once each"
+        );
         for (i, n) in ["n2", "n3", "n4"].iter().enumerate() {
             h.exit(id, n, 2 * i as u32 + 2, 0, 0);
             h.exit(id, n, 2 * i as u32 + 3, 0, 0);
@@ -433,7 +447,11 @@ mod tests {
         assert_eq!(h.state(id), JobState::Completing);
         h.clean_all(id);
         assert_eq!(h.state(id), JobState::Completed);
-        assert_eq!(h.state(other), JobState::Launching, "then scheduling resumes");
+        assert_eq!(
+            h.state(other),
+            JobState::Launching,
+            "then scheduling resumes"
+        );
     }
 
     #[test]
@@ -444,7 +462,8 @@ mod tests {
         h.attach("n3", held(id, Vec::new()));
         let info = h.st.job_info(id).unwrap();
         assert!(
-            info.reason.contains("node n2 lost (its agent no longer had the job"),
+            info.reason
+                .contains("node n2 lost (its agent no longer had the job"),
             "{}",
             info.reason
         );
@@ -488,7 +507,7 @@ mod tests {
             stream: 1,
             seq: 5,
         };
-        h.st.reattach(id, USER, vec![mark.clone()], tx).unwrap();
+        h.st.reattach(id, USER, vec![mark], tx).unwrap();
         assert!(matches!(
             rx.try_recv(),
             Ok(Ok(JobEvent {
@@ -498,7 +517,7 @@ mod tests {
         let heard = h.agent_hears("n2");
         assert!(
             matches!(&heard[..], [master_message::Msg::OutputResume(r), master_message::Msg::OutputCredit(_)]
-                if r.delivered == vec![mark.clone()]),
+                if r.delivered == vec![mark]),
             "resend after rank 3's chunk 5, then a fresh credit: {heard:?}"
         );
         let heard = h.agent_hears("n1");
@@ -519,7 +538,10 @@ mod tests {
         let (mut h, id) = running_then_restarted();
         h.st.timer_fired(id, TimerKind::ClientBack);
         let info = h.st.job_info(id).unwrap();
-        assert_eq!(JobState::try_from(info.state).unwrap(), JobState::Completing);
+        assert_eq!(
+            JobState::try_from(info.state).unwrap(),
+            JobState::Completing
+        );
         assert!(info.reason.contains("did not re-attach"), "{}", info.reason);
     }
 
@@ -534,9 +556,10 @@ mod tests {
             }
             assert!(!h.st.job_info(id).unwrap().frozen);
             for n in ["n1", "n3"] {
-                let thawed = h.agent_hears(n).iter().any(
-                    |m| matches!(m, master_message::Msg::Switch(s) if s.thaw == vec![id]),
-                );
+                let thawed = h
+                    .agent_hears(n)
+                    .iter()
+                    .any(|m| matches!(m, master_message::Msg::Switch(s) if s.thaw == vec![id]));
                 assert!(thawed, "{frozen_nodes:?}: {n} thaws it");
             }
         }

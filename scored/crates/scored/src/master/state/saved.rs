@@ -74,9 +74,7 @@ impl State {
                     .collect()
             })
             .collect();
-        self.gang
-            .matrix
-            .restore(rows, saved.current_row as usize);
+        self.gang.matrix.restore(rows, saved.current_row as usize);
         self.recover();
     }
 }

@@ -8,7 +8,7 @@ pub use prometheus_client::registry::Registry;
 pub use score_proto::v1::{
     agent_message, job_event, master_message, AgentMessage, Cleaned, Drained, FenceContribution,
     HeldJob, JobEvent, JobInfo, JobSpec, JobState, Launched, MasterMessage, NodeState, OutputMark,
-    Preempt, RankExit, RankExited, SavedState, Switch, Switched,
+    Preempt, RankExit, RankExited, Register, SavedState, Switch, Switched,
 };
 pub use std::collections::BTreeMap;
 pub use std::time::Duration;
@@ -100,9 +100,14 @@ impl Harness {
     /// The agent of `node` registers (again), holding the jobs `held`.
     pub fn attach(&mut self, node: &str, held: Vec<HeldJob>) {
         let (tx, rx) = unbounded_channel();
-        let conn =
-            self.st
-                .agent_attached(node, 2, 1, "10.0.0.1".into(), String::new(), tx, held);
+        let reg = Register {
+            node: node.to_string(),
+            slots: 2,
+            boot_id: 1,
+            held,
+            ..Default::default()
+        };
+        let conn = self.st.agent_attached(reg, "10.0.0.1".into(), tx);
         self.agents.insert(node.to_string(), (conn, rx));
     }
 
