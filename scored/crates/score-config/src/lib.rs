@@ -152,7 +152,8 @@ pub struct AgentConfig {
     pub cgroup_root: String,
     /// Runtime state: the PMIx server's rendezvous files, per-job directories.
     pub state_dir: String,
-    /// Wait this long before retrying a lost connection to the master.
+    /// Retry a lost connection to the master at most this often (the first
+    /// retries come sooner: 50 ms, then twice as late each time).
     #[serde(with = "duration_ms")]
     pub reconnect_ms: Duration,
     /// An agent that lost its master keeps the node's jobs running this long

@@ -70,6 +70,8 @@ struct Agent {
     out: mpsc::UnboundedSender<AgentMessage>,
     /// Since when the agent has had no master (None while attached).
     masterless_since: Option<Instant>,
+    /// Connection attempts since the last success.
+    retries: u32,
     internal_tx: mpsc::UnboundedSender<Internal>,
     killed_at_start: Vec<u64>,
     /// The uid the master runs as (`master.uid`): the agent obeys only
@@ -187,6 +189,7 @@ pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
         jobs: HashMap::new(),
         out,
         masterless_since: Some(Instant::now()),
+        retries: 0,
         internal_tx,
         killed_at_start,
         master_uid: config.master.uid,
@@ -209,7 +212,7 @@ pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
             .await;
         match r {
             Ok(()) => break,
-            Err(e) => tracing::warn!("{e:#}; retrying in {} ms", ac.reconnect_ms.as_millis()),
+            Err(e) => tracing::warn!("{e:#}; retrying"),
         }
         // The jobs keep running for a master that comes back in time.
         let since = *agent.masterless_since.get_or_insert_with(Instant::now);
@@ -221,8 +224,14 @@ pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
             );
             agent.abandon_all().await;
         }
+        // Soon at first (a restarted master is back within a second or
+        // two), then every reconnect_ms.
+        let backoff = RETRY_FIRST
+            .saturating_mul(1 << agent.retries.min(16))
+            .min(ac.reconnect_ms);
+        agent.retries += 1;
         tokio::select! {
-            _ = tokio::time::sleep(ac.reconnect_ms) => {}
+            _ = tokio::time::sleep(backoff) => {}
             _ = stop_rx.changed() => break,
         }
     }
@@ -247,6 +256,10 @@ struct Channels<'a> {
     internal_rx: &'a mut mpsc::UnboundedReceiver<Internal>,
     stop: &'a mut watch::Receiver<bool>,
 }
+
+/// The first retry after the master was lost comes this soon; each next
+/// one twice as late, up to `[agent] reconnect_ms`.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
 
 /// A connection attempt that takes longer than this has failed.
 const CONNECT_WITHIN: Duration = Duration::from_secs(5);
@@ -312,6 +325,7 @@ impl Agent {
             .map_err(|s| anyhow!("the master refused this agent: {}", s.message()))?
             .into_inner();
         self.killed_at_start.clear();
+        self.retries = 0;
         if let Some(since) = self.masterless_since.take() {
             tracing::info!(
                 master,
