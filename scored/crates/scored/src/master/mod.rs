@@ -148,10 +148,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // for a stopped process, not by HTTP/2 pings, which a scrun stopped
     // with Ctrl-Z or SIGSTOP cannot answer: its job waits for it (its output
     // is flow-controlled), it is not cancelled.  Agents have heartbeats.
+    // Small messages (fences, switches, launches) go out at once: tonic's
+    // `tcp_nodelay` does not apply to connections it is handed, and
+    // Nagle's algorithm would hold each behind the peer's delayed ACK.
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
         if let Ok(c) = &conn {
             if let Err(e) = keepalive(c) {
                 tracing::warn!("cannot turn on TCP keepalive: {e}");
+            }
+            if let Err(e) = c.set_nodelay(true) {
+                tracing::warn!("cannot turn off Nagle's algorithm: {e}");
             }
         }
         conn
