@@ -293,6 +293,8 @@ impl State {
         // Phase 1: every node of an outgoing job drains that job's contexts.
         let per_node = self.jobs_per_node(&outgoing);
         let id = self.gang.begin(target, outgoing, incoming);
+        // Saved, so that a restarted master numbers its switches after it.
+        self.links.changed();
         let waiting = self.ask_nodes(per_node, |jobs| {
             master_message::Msg::Preempt(Preempt {
                 switch_id: id,
