@@ -36,6 +36,8 @@ struct Seen {
     cancels: Vec<bool>,
     /// stdin-credit: the bytes that came before the second grant.
     stdin_within_first_credit: Option<usize>,
+    /// restart: what scrun said it had printed when it re-attached.
+    reattached: Option<Reattach>,
 }
 
 #[derive(Clone)]
@@ -59,6 +61,16 @@ fn info(state: JobState, reason: &str, nodes: &[&str], exit_status: i32) -> JobI
 
 fn ev(e: job_event::Event) -> Result<JobEvent, Status> {
     Ok(JobEvent { event: Some(e) })
+}
+
+/// Chunk `seq` of rank `rank`'s stdout.
+fn numbered(rank: u32, seq: u64, data: &str) -> Result<JobEvent, Status> {
+    ev(job_event::Event::Output(Output {
+        rank,
+        stream: score_proto::v1::Stream::Stdout as i32,
+        data: data.as_bytes().to_vec(),
+        seq,
+    }))
 }
 
 fn out(rank: u32, stream: score_proto::v1::Stream, data: &str) -> Result<JobEvent, Status> {
@@ -93,6 +105,34 @@ impl Master for Fake {
             Some(RunRequest {
                 msg: Some(run_request::Msg::Submit(spec)),
             }) => spec,
+            Some(RunRequest {
+                msg: Some(run_request::Msg::Reattach(r)),
+            }) => {
+                // The second act of "restart": what scrun lacks, once more
+                // what it has, and one chunk out of turn.  Other scenarios
+                // know nothing of re-attaching.
+                let mut seen = self.seen.lock().unwrap();
+                if seen.spec.as_ref().is_none_or(|s| s.argv[0] != "restart") {
+                    return Err(Status::invalid_argument("expected submit, got a Reattach"));
+                }
+                seen.reattached = Some(r);
+                drop(seen);
+                let nodes = ["n1", "n2"];
+                let events = vec![
+                    ev(Accepted(info(JobState::Running, "", &nodes, 0))),
+                    numbered(0, 2, "two\n"),
+                    numbered(0, 3, "three\n"),
+                    numbered(1, 3, "early\n"),
+                    numbered(1, 2, "y\n"),
+                    ev(Finished(info(
+                        JobState::Failed,
+                        "rank 1 exited with status 5",
+                        &nodes,
+                        5,
+                    ))),
+                ];
+                return Ok(Response::new(Box::pin(tokio_stream::iter(events))));
+            }
             other => {
                 return Err(Status::invalid_argument(format!(
                     "expected submit, got {other:?}"
@@ -216,6 +256,16 @@ impl Master for Fake {
                 "drop" => {
                     send(out(0, OUT, "bye\n")).await;
                     send(Err(Status::unavailable("master shutting down"))).await;
+                }
+                "restart" => {
+                    for e in [
+                        numbered(0, 1, "one\n"),
+                        numbered(0, 2, "two\n"),
+                        numbered(1, 1, "x\n"),
+                    ] {
+                        send(e).await;
+                    }
+                    send(Err(Status::unavailable("master restarting"))).await;
                 }
                 _ => {
                     send(ev(Finished(info(JobState::Completed, "", &nodes, 0)))).await;
@@ -480,6 +530,30 @@ async fn ctrl_c_cancels_then_kills() {
          scrun: job 12 cancelled: cancelled by user\n"
     );
     assert_eq!(c.seen.lock().unwrap().cancels, [false, true]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs munged (Debian package munge); scripts/run-tests runs it"]
+async fn after_a_restart_scrun_reattaches_and_prints_each_chunk_once_in_order() {
+    let c = cluster().await;
+    let (code, stdout, stderr) = output(c.scrun(&["-N", "2", "restart"])).await;
+    assert_eq!(code, 5, "{stderr}");
+    assert_eq!(stdout, "one\ntwo\nx\nthree\ny\n", "{stderr}");
+    assert!(
+        stderr.contains("master restarting); re-attaching to job 12\n")
+            && stderr.contains("scrun: re-attached to job 12\n"),
+        "{stderr}"
+    );
+    let r = c
+        .seen
+        .lock()
+        .unwrap()
+        .reattached
+        .clone()
+        .expect("a Reattach");
+    assert_eq!(r.job, 12);
+    let marks: Vec<(u32, u64)> = r.delivered.iter().map(|m| (m.rank, m.seq)).collect();
+    assert_eq!(marks, [(0, 2), (1, 1)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
