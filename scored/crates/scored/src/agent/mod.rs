@@ -283,17 +283,18 @@ impl Agent {
         };
         let mut client = MasterClient::new(channel.on_refusal(self.on_refusal.clone()));
         let (stream_tx, stream_rx) = mpsc::unbounded_channel();
-        // What the last connection left in the outbox: exits, aborts and
-        // cleanups still count (the master ignores what it already has);
-        // the rest answered the old master (switches, credits, heartbeats)
-        // or is sent again (output, on OutputResume; launches and fences,
-        // in the Register).
+        // What the last connection left in the outbox: launches, exits,
+        // aborts and cleanups still count (the master ignores what it
+        // already has); the rest answered the old master (switches,
+        // credits, heartbeats) or is sent again (output, on OutputResume;
+        // fences, in the Register).
         let mut kept = Vec::new();
         while let Ok(m) = ch.outbox.try_recv() {
             if matches!(
                 m.msg,
                 Some(
-                    agent_message::Msg::Exited(_)
+                    agent_message::Msg::Launched(_)
+                        | agent_message::Msg::Exited(_)
                         | agent_message::Msg::Aborted(_)
                         | agent_message::Msg::Cleaned(_)
                 )
