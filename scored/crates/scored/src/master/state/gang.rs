@@ -215,23 +215,31 @@ impl State {
             if job.state() == JobState::Pending {
                 self.launch(id);
             } else if job.info.frozen {
-                let nodes = job.info.nodes.clone();
-                self.set_frozen(id, false);
-                for name in nodes {
-                    self.links.send(
-                        &self.nodes,
-                        &name,
-                        0,
-                        master_message::Msg::Switch(Switch {
-                            switch_id: 0,
-                            freeze: Vec::new(),
-                            thaw: vec![id],
-                        }),
-                    );
-                }
+                self.thaw_now(id);
             }
         }
         self.update_pending_reasons();
+    }
+
+    /// Thaws the job on every node at once, outside any switch (nothing
+    /// else has to stop for it), and marks it running.
+    pub(super) fn thaw_now(&mut self, id: u64) {
+        let Some(job) = self.jobs.get(id) else {
+            return;
+        };
+        for name in &job.info.nodes {
+            self.links.send(
+                &self.nodes,
+                name,
+                0,
+                master_message::Msg::Switch(Switch {
+                    switch_id: 0,
+                    freeze: Vec::new(),
+                    thaw: vec![id],
+                }),
+            );
+        }
+        self.set_frozen(id, false);
     }
 
     pub(super) fn set_frozen(&mut self, id: u64, frozen: bool) {

@@ -19,7 +19,7 @@
 //! [`Job::awaiting`]: super::jobs::Job::awaiting
 
 use score_proto::v1::{
-    job_event, master_message, CleanupJob, HeldJob, JobState, OutputAck, OutputMark, Switch,
+    job_event, master_message, CleanupJob, HeldJob, JobState, OutputAck, OutputMark,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -191,25 +191,12 @@ impl State {
                 self.links
                     .emit(id, job_event::Event::State(job.info.clone()));
             }
-            if frozen_on.is_empty() || !everywhere {
-                // Running, or caught in the middle of a switch: it runs on
-                // every node; the next quantum freezes it if it must.
-                if !frozen_on.is_empty() {
-                    let nodes = job.info.nodes.clone();
-                    for name in nodes {
-                        self.links.send(
-                            &self.nodes,
-                            &name,
-                            0,
-                            master_message::Msg::Switch(Switch {
-                                switch_id: 0,
-                                freeze: Vec::new(),
-                                thaw: vec![id],
-                            }),
-                        );
-                    }
-                }
+            if frozen_on.is_empty() {
                 self.set_frozen(id, false);
+            } else if !everywhere {
+                // Caught in the middle of a switch: it runs on every node
+                // again; the next quantum freezes it cleanly if it must.
+                self.thaw_now(id);
             } else {
                 self.set_frozen(id, true);
             }
