@@ -237,6 +237,10 @@ def test_with_score_starts_master_and_agents(vcluster):
     assert master["master"]["allow_root_jobs"] is True
     assert master["master"]["heartbeat_interval_ms"] == 500
     assert master["master"]["heartbeat_timeout_ms"] == 3000
+    # Each cluster keeps its master's saved jobs to itself, private to root.
+    state_dir = vc.service_dir / "head" / "state"
+    assert master["master"]["state_dir"] == str(state_dir)
+    assert state_dir.is_dir() and state_dir.stat().st_mode & 0o777 == 0o700
     assert master["munge"]["socket"] == vc.munge_socket("head")
     client = tomllib.loads((vc.service_dir / "client.toml").read_text())
     assert client == {"client": {"master": url}, "munge": {"socket": vc.munge_socket("head")}}

@@ -10,6 +10,7 @@ service directory, /run/score/vcluster/NAME/ (SERVICE_DIR below):
     head/                  the host side (the "head node", root namespace)
       munge.socket  munged.pid  munged.log  munged.seed
       scored.log           the master's stdout and stderr
+      state/               the master's state_dir (its jobs, for a restart of the master)
     nI/                    node nI
       munge.socket  munged.pid  munged.log  munged.seed
       scored.toml          the agent's configuration (also a [client] section)
@@ -74,6 +75,10 @@ class Paths:
         self.key = self.dir / "munge.key"
         self.master_config = self.dir / "scored.toml"
         self.client_config = self.dir / "client.toml"
+
+    @property
+    def master_state_dir(self):
+        return self.dir / HEAD / "state"
 
     def node_dir(self, node):
         return self.dir / node
@@ -179,6 +184,7 @@ def configs(layout, paths, cgroup_mount, overrides=None):
                 "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
                 "heartbeat_timeout_ms": HEARTBEAT_TIMEOUT_MS,
                 "allow_root_jobs": True,
+                "state_dir": str(paths.master_state_dir),
                 "nodes": [node.name for node in layout.nodes],
                 **(overrides or {}),
             },
@@ -559,6 +565,10 @@ def start_scored(current, layout, paths, bins, ready_timeout=READY_TIMEOUT, over
         _write(path, text)
     for node in layout.nodes:
         paths.agent_state_dir(node.name).mkdir(exist_ok=True)
+    # Master and agents start afresh: no agent holds a job the master could
+    # adopt, so a state saved by an earlier master would only be jobs to fail.
+    shutil.rmtree(paths.master_state_dir, ignore_errors=True)
+    paths.master_state_dir.mkdir(mode=0o700, parents=True)
     log.step(f"starting the scored master on {layout.networks[0].host_address}:{MASTER_PORT} "
              f"and {len(layout.nodes)} agent(s)")
     started = {HEAD: _start_scored([bins["scored"], "master", "--config", str(paths.master_config)],

@@ -257,11 +257,17 @@ impl Nodes {
             .collect()
     }
 
-    /// The saved nodes: known (even if no longer configured, until their
-    /// jobs are settled), down until their agents re-attach, drained as
-    /// they were.
-    pub fn restore(&mut self, saved: &[SavedNode]) {
+    /// The saved nodes: down until their agents re-attach, drained as they
+    /// were.  A node that is no longer configured is kept only while it
+    /// matters: it carries an active job (`busy`: until that job is
+    /// settled) or an administrator drained it.  An idle one is forgotten;
+    /// its agent, if it still runs, registers it again.
+    pub fn restore(&mut self, saved: &[SavedNode], busy: &BTreeSet<String>) {
         for s in saved {
+            let known = self.table.contains_key(&s.name);
+            if !known && !s.drained && !busy.contains(&s.name) {
+                continue;
+            }
             let node = self
                 .table
                 .entry(s.name.clone())

@@ -60,7 +60,15 @@ impl State {
             history: saved.history,
             next_id: saved.next_job,
         });
-        self.nodes.restore(&saved.nodes);
+        let busy = self
+            .jobs
+            .ids()
+            .into_iter()
+            .filter_map(|id| self.jobs.get(id))
+            .filter(|j| j.is_active())
+            .flat_map(|j| j.info.nodes.iter().cloned())
+            .collect();
+        self.nodes.restore(&saved.nodes, &busy);
         self.gang.restore_next_switch(saved.next_switch);
         // Cells of jobs the table no longer has are dropped.
         let rows: Vec<BTreeMap<String, u64>> = saved
@@ -82,6 +90,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::super::testkit::*;
+    use super::super::Requester;
 
     #[test]
     fn a_snapshot_restores_the_same_jobs_queue_history_and_matrix() {
@@ -105,5 +114,26 @@ mod tests {
         r.attach("n2", Vec::new());
         let (e, _re) = r.submit(spec(1, 1));
         assert!(e > d, "ids are never reused: {e} after {d}");
+    }
+
+    #[test]
+    fn a_restart_forgets_idle_nodes_that_are_no_longer_configured() {
+        // Four nodes: a job on n3, n4 drained, n2 idle.
+        let root = Requester { uid: 0, gid: 0 };
+        let mut h = harness_with(4, 1);
+        for n in ["n1", "n2", "n4"] {
+            h.st.drain(n, "disk", root).unwrap();
+        }
+        let (a, _ra) = h.submit(spec(1, 1));
+        h.launch_ok(a);
+        assert_eq!(h.st.list_jobs(false)[0].nodes, vec!["n3".to_string()]);
+        h.st.resume("n1", root).unwrap();
+        h.st.resume("n2", root).unwrap();
+        let saved = h.st.snapshot();
+
+        // The restarted master is configured with n1 only.
+        let r = restarted(1, 1, saved);
+        let names: Vec<String> = r.st.list_nodes().into_iter().map(|n| n.name).collect();
+        assert_eq!(names, ["n1", "n3", "n4"], "configured, drained and busy nodes stay; idle ones go");
     }
 }
