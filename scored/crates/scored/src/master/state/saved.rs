@@ -134,6 +134,10 @@ mod tests {
         // The restarted master is configured with n1 only.
         let r = restarted(1, 1, saved);
         let names: Vec<String> = r.st.list_nodes().into_iter().map(|n| n.name).collect();
-        assert_eq!(names, ["n1", "n3", "n4"], "configured, drained and busy nodes stay; idle ones go");
+        assert_eq!(
+            names,
+            ["n1", "n3", "n4"],
+            "configured, drained and busy nodes stay; idle ones go"
+        );
     }
 }
