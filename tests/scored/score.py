@@ -277,14 +277,27 @@ class Score:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def build_mpi_program(dest_dir, name="mpi_ring"):
-    """Compile tests/programs/NAME.c with Debian's mpicc into dest_dir."""
+def build_program(dest_dir, name, cc=("cc",), flags=()):
+    """Compile tests/programs/NAME.c with `cc` (and `flags` after the
+    source) into dest_dir."""
     exe = Path(dest_dir) / name
-    proc = subprocess.run(["mpicc", "-O1", "-o", str(exe), str(PROGRAMS / f"{name}.c")],
+    proc = subprocess.run([*cc, "-O1", "-o", str(exe), str(PROGRAMS / f"{name}.c"), *flags],
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, f"mpicc failed: {proc.stderr}"
+    assert proc.returncode == 0, f"{cc[0]} failed: {proc.stderr}"
     os.chmod(exe, 0o755)
     return exe
+
+
+def build_mpi_program(dest_dir, name="mpi_ring"):
+    """Compile tests/programs/NAME.c with Debian's mpicc into dest_dir."""
+    return build_program(dest_dir, name, cc=("mpicc",))
+
+
+def build_pmix_program(dest_dir, name):
+    """Compile tests/programs/NAME.c against libpmix (pkg-config pmix)."""
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "pmix"], capture_output=True,
+                           text=True, timeout=30, check=True).stdout.split()
+    return build_program(dest_dir, name, flags=flags)
 
 
 def grpc_frame(message):

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from .score import (PM_RING_PASS, PMCHECK, build_mpi_program, marker, processes_with,
+from .score import (PM_RING_PASS, PMCHECK, build_mpi_program, build_pmix_program, marker, processes_with,
                     wait_for)
 
 # --- launching programs ------------------------------------------------------
@@ -95,6 +95,28 @@ def test_mpi_abort_ends_the_job_with_its_status(score):
     assert f"scrun: job {job_id} failed: rank 5 on n3 aborted with status 9" in proc.stderr
     score.assert_job_gone(job_id, str(exe))
     assert score.job(job_id)["exit_status"] == 9
+
+
+def test_the_master_gives_each_job_a_secret_pm_key(score):
+    """The master draws PM's key (64 random bits) per job and every rank
+    gets it through PMIx as "pm.jobkey" (docs/pm/wire.md); scorectl never
+    shows it."""
+    exe = build_pmix_program(score.workdir, "pmix_jobkey")
+    keys = []
+    for _ in range(2):
+        proc = score.scrun("-v", "-nodes=4x2", exe)
+        assert proc.returncode == 0, proc.stderr
+        got = dict(re.fullmatch(r"pm\.jobkey rank=(\d+) key=(\S+)", line).groups()
+                   for line in proc.stdout.splitlines())
+        assert sorted(map(int, got)) == list(range(8)), proc.stdout
+        assert len(set(got.values())) == 1, f"the ranks disagree: {got}"
+        key = got["0"]
+        assert re.fullmatch(r"[0-9a-f]{16}", key) and int(key, 16) != 0, key
+        keys.append(key)
+        job_id = re.search(r"scrun: job (\d+) submitted", proc.stderr).group(1)
+        shown = score.scorectl("show", job_id, "--json")
+        assert shown.returncode == 0 and key not in shown.stdout, shown.stdout
+    assert keys[0] != keys[1], "two jobs got the same key"
 
 
 def test_environment_working_directory_and_name(score):

@@ -350,13 +350,33 @@ impl Opener {
 /// A fresh call nonce from the kernel's generator.
 pub fn new_call() -> [u8; CALL_LEN] {
     let mut call = [0u8; CALL_LEN];
+    fill_random(&mut call);
+    call
+}
+
+/// A secret of 64 random bits, never 0 (0 means "none" on the wire): a
+/// job's PM key.
+pub fn random_key() -> u64 {
+    loop {
+        let mut b = [0u8; 8];
+        fill_random(&mut b);
+        let key = u64::from_le_bytes(b);
+        if key != 0 {
+            return key;
+        }
+    }
+}
+
+/// `buf` filled from the kernel's generator (getrandom(2), which blocks
+/// only until the pool is first seeded, at boot).
+fn fill_random(buf: &mut [u8]) {
     let mut filled = 0;
-    while filled < CALL_LEN {
-        // SAFETY: the pointer and length describe the unfilled rest of `call`.
+    while filled < buf.len() {
+        // SAFETY: the pointer and length describe the unfilled rest of `buf`.
         let n = unsafe {
             libc::getrandom(
-                call[filled..].as_mut_ptr() as *mut libc::c_void,
-                CALL_LEN - filled,
+                buf[filled..].as_mut_ptr() as *mut libc::c_void,
+                buf.len() - filled,
                 0,
             )
         };
@@ -366,7 +386,6 @@ pub fn new_call() -> [u8; CALL_LEN] {
             panic!("getrandom failed: {}", std::io::Error::last_os_error());
         }
     }
-    call
 }
 
 #[cfg(test)]

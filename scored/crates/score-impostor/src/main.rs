@@ -175,6 +175,7 @@ impl Impostor {
                 ..Default::default()
             }),
             node_index: 0,
+            pm_jobkey: 0,
         };
         let messages = [
             MasterMessage {

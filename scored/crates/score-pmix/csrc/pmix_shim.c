@@ -355,6 +355,9 @@ static pmix_status_t job_info(const struct shim_job *job, pmix_data_array_t *out
 	add(&l, PMIX_PROC_MAP, ppn, PMIX_REGEX);
 	add(&l, PMIX_TMPDIR, job->tmpdir, PMIX_STRING);
 	add(&l, PMIX_NSDIR, job->tmpdir, PMIX_STRING);
+	/* PM's secret job key (pm/src/core/boot_pmix.c reads it). */
+	if (job->pm_jobkey)
+		add(&l, "pm.jobkey", &job->pm_jobkey, PMIX_UINT64);
 
 	/* This node, at top level as well: what clients Get without naming a node. */
 	add_node_keys(&l, job, job->node_index);

@@ -68,6 +68,7 @@ struct shim_job {
 	const char *hosts;		/* "n0,n1,n2" for PMIx_generate_regex */
 	const char *procs;		/* "0,1;2,3;4,5" for PMIx_generate_ppn */
 	const char *tmpdir;
+	uint64_t pm_jobkey;		/* job-level "pm.jobkey" if not 0 */
 };
 
 int shim_init(const char *tmpdir, shim_event_fn fn);

@@ -149,6 +149,7 @@ async fn run_job(
         ppn: args.n,
         node_index: 0,
         tmpdir: dir.to_path_buf(),
+        pm_jobkey: 0,
     };
     if let Err(e) = server.register_job(&job) {
         eprintln!("pmix-run: {e}");

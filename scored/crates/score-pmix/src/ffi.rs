@@ -39,6 +39,7 @@ pub struct ShimJob {
     pub hosts: *const c_char,
     pub procs: *const c_char,
     pub tmpdir: *const c_char,
+    pub pm_jobkey: u64,
 }
 
 pub type ShimEventFn = unsafe extern "C" fn(ev: *const ShimEvent) -> c_int;

@@ -116,6 +116,9 @@ pub struct JobLayout {
     pub node_index: u32,
     /// A per-job directory the agent created (owned by the job's uid).
     pub tmpdir: PathBuf,
+    /// PM's secret key for the job, given to its ranks as the job-level
+    /// key "pm.jobkey"; 0 gives none (then PM's rank 0 draws one).
+    pub pm_jobkey: u64,
 }
 
 impl JobLayout {
@@ -510,6 +513,7 @@ impl PmixServer {
             hosts: hosts.as_ptr(),
             procs: procs.as_ptr(),
             tmpdir: tmpdir.as_ptr(),
+            pm_jobkey: job.pm_jobkey,
         };
         // SAFETY: every pointer in sj points into locals alive until the call returns.
         check("PMIx_server_register_nspace", unsafe {
@@ -606,6 +610,7 @@ mod tests {
             ppn,
             node_index,
             tmpdir: "/tmp/x".into(),
+            pm_jobkey: 0,
         }
     }
 

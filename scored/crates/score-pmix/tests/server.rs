@@ -55,6 +55,7 @@ fn layout(nspace: &str, node_index: u32, tmp: &Path) -> JobLayout {
         ppn: 2,
         node_index,
         tmpdir: tmp.to_path_buf(),
+        pm_jobkey: 0,
     }
 }
 

@@ -56,6 +56,8 @@ pub struct AgentJob {
     cleaning: bool,
     info: JobInfo,
     node_index: u32,
+    /// The master's secret PM key for the job (LaunchJob.pm_jobkey).
+    pm_jobkey: u64,
 }
 
 impl AgentJob {
@@ -68,6 +70,7 @@ impl AgentJob {
     pub fn prepare(
         info: JobInfo,
         node_index: u32,
+        pm_jobkey: u64,
         node: &str,
         cgroups: &CgroupRoot,
         jobs_dir: &Path,
@@ -97,6 +100,7 @@ impl AgentJob {
             cleaning: false,
             info,
             node_index,
+            pm_jobkey,
         };
         let r = job.make_room();
         (job, r)
@@ -125,6 +129,7 @@ impl AgentJob {
             ppn: self.info.spec.as_ref().map_or(0, |s| s.ppn),
             node_index: self.node_index,
             tmpdir: self.tmpdir.clone(),
+            pm_jobkey: self.pm_jobkey,
         }
     }
 

@@ -371,6 +371,7 @@ impl Agent {
                 let (job, made) = AgentJob::prepare(
                     info,
                     l.node_index,
+                    l.pm_jobkey,
                     &self.node,
                     &self.cgroups,
                     &self.jobs_dir,

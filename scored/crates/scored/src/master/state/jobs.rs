@@ -64,6 +64,9 @@ pub struct Job {
     /// What its scrun has printed: the last chunk per (rank, stream), as
     /// scrun acknowledged it.
     pub delivered: BTreeMap<(u32, i32), u64>,
+    /// The secret that tags its PM packets, drawn here so that no rank and
+    /// nothing public derives it; saved for a restart of the master.
+    pub pm_jobkey: u64,
 }
 
 impl Job {
@@ -83,6 +86,7 @@ impl Job {
             awaiting: BTreeSet::new(),
             frozen_on: BTreeSet::new(),
             delivered: BTreeMap::new(),
+            pm_jobkey: score_auth::seal::random_key(),
         }
     }
 
@@ -315,6 +319,7 @@ impl Jobs {
                 launched: j.launched.clone(),
                 cleaned: j.cleaned.clone(),
                 cleanup_sent: j.cleanup_sent,
+                pm_jobkey: j.pm_jobkey,
             })
             .collect();
         jobs.sort_by_key(|j| j.info.as_ref().map_or(0, |i| i.id));
@@ -342,6 +347,9 @@ impl Jobs {
             let n = job.info.nodes.len();
             job.launched = s.launched;
             job.cleaned = s.cleaned;
+            if s.pm_jobkey != 0 {
+                job.pm_jobkey = s.pm_jobkey;
+            }
             job.launched.resize(n, false);
             job.cleaned.resize(n, false);
             job.cleanup_sent = s.cleanup_sent;
@@ -422,6 +430,7 @@ impl State {
                 master_message::Msg::Launch(LaunchJob {
                     job: Some(job.info.clone()),
                     node_index: i as u32,
+                    pm_jobkey: job.pm_jobkey,
                 }),
             );
         }
