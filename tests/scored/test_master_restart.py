@@ -19,9 +19,10 @@ from .score import PMCHECK, SCORE_BIN, Score, marker, processes_with, wait_for
 # A scrun that does not come back is given up after this (default 30 s).
 REATTACH_TIMEOUT_MS = 8000
 
-# Lines each rank prints, one every LINE_GAP s: the job outlives the restart.
-LINES = 80
-LINE_GAP = 0.05
+# Each rank prints a counter every 10 ms, LINES times: the job outlives
+# the restart.
+LINES = 300
+LINE_GAP = 0.01
 
 
 @pytest.fixture(scope="module")
@@ -68,44 +69,103 @@ def restart_master(score, while_down=None):
                           str(vc.service_dir / "scored.toml")],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/",
                          start_new_session=True)
-    wait_for(lambda: master_pid(vc), 10, "the new master to start")
+    try:
+        wait_for(lambda: score.scorectl("nodes").returncode == 0, 10, "the new master to answer")
+    except AssertionError as e:
+        log = (vc.service_dir / "head" / "scored.log").read_text(errors="replace")
+        ss = subprocess.run(["ss", "-ltnpa"], capture_output=True, text=True).stdout
+        raise AssertionError(f"{e}; the master's log ends with:\n{log[-1500:]}\n{ss}") from None
 
 
-def counting_job(score, m, label=True):
-    """A 4x1 job whose ranks print LINES numbered lines, slowly; `m`
-    marks its processes."""
-    script = (f"i=1; while [ $i -le {LINES} ]; do echo line $i; sleep {LINE_GAP}; "
-              f"i=$((i+1)); done; : {m}")
-    return score.start("-v", *(["-l"] if label else []), "-nodes=4x1", "sh", "-c", script)
+def counting_job(score, m, shape="-nodes=4x2", status=0):
+    """A job whose ranks print a counter every LINE_GAP s, LINES times, and
+    exit with `status`; `m` marks its processes.  With a status, each rank
+    waits (a bounded file barrier in the shared work directory) until every
+    rank has printed all its lines: the first failed rank ends the job."""
+    barrier = ""
+    if status:
+        nodes, ppn = shape.split("=")[1].split("x")
+        ranks = int(nodes) * int(ppn)
+        d = score.workdir / f"barrier-{m}"
+        d.mkdir()
+        barrier = (f"touch {d}/$PMIX_RANK; n=0; while [ $(ls {d} | wc -l) -lt {ranks} ] && "
+                   f"[ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done; ")
+    script = (f"i=1; while [ $i -le {LINES} ]; do echo count $i; sleep {LINE_GAP}; "
+              f"i=$((i+1)); done; {barrier}exit {status}; : {m}")
+    return score.start("-v", "-l", shape, "sh", "-c", script)
+
+
+def assert_every_line_once(run, ranks):
+    """Every rank's counter, each value exactly once, in order."""
+    out = run.stdout().splitlines()
+    for rank in range(ranks):
+        lines = [line.split(": ", 1)[1] for line in out if line.startswith(f"{rank}: ")]
+        assert lines == [f"count {i}" for i in range(1, LINES + 1)], \
+            (rank, len(lines), [x for x in lines if not x.startswith("count ")][:5])
+
+
+def history(score):
+    """`scorectl jobs --all`: every job the master knows, finished ones too."""
+    return {j["id"]: (j["state"], j.get("exit_status")) for j in score.jobs(all=True)}
 
 
 def test_a_running_job_survives_a_restart_of_the_master(score):
+    # Some history first: it must look the same to the new master.
+    assert score.scrun("-nodes=2x1", "true").returncode == 0
+    assert score.scrun("-nodes=1x1", "false").returncode == 1
     m = marker()
-    run = counting_job(score, m)
+    run = counting_job(score, m, status=3)
     job_id = run.job_id()
     score.wait_job(job_id, "running")
     # Part of the output is out before the crash, the rest comes after.
-    wait_for(lambda: "line 5\n" in run.stdout(), 20, "the first lines")
+    wait_for(lambda: "count 20\n" in run.stdout(), 20, "the first lines")
+    before = {k: v for k, v in history(score).items() if k != job_id}
 
     restart_master(score)
 
-    assert run.wait(90) == 0, run.stderr()
+    assert run.wait(90) == 3, run.stderr()
     err = run.stderr()
-    assert f"scrun: lost the scored master" in err and f"re-attaching to job {job_id}" in err, err
+    assert "scrun: lost the scored master" in err and f"re-attaching to job {job_id}" in err, err
     assert f"scrun: re-attached to job {job_id}" in err, err
-    # Every line of every rank exactly once, in order.
-    for rank in range(4):
-        lines = [line.split(": ", 1)[1] for line in run.stdout().splitlines()
-                 if line.startswith(f"{rank}: ")]
-        assert lines == [f"line {i}" for i in range(1, LINES + 1)], (rank, lines)
+    assert_every_line_once(run, 8)
     job = score.job(job_id)
-    assert job["state"] == "completed" and job["exit_status"] == 0, job
+    assert job["state"] == "failed" and job["exit_status"] == 3, job
     score.assert_job_gone(job_id, m)
+    after = history(score)
+    assert {k: v for k, v in after.items() if k != job_id} == before
     # The nodes are up under the new master, and new ids follow the old ones.
     assert {n["state"] for n in score.nodes().values()} == {"up"}
     proc = score.scrun("-v", "-nodes=4x1", "true")
     assert proc.returncode == 0, proc.stderr
     assert int(proc.stderr.split("scrun: job ")[1].split()[0]) > job_id, proc.stderr
+
+
+def test_two_gang_scheduled_jobs_survive_a_restart_of_the_master(score):
+    marks = [marker(), marker()]
+    runs = [counting_job(score, m) for m in marks]
+    ids = [run.job_id() for run in runs]
+    for job_id in ids:
+        score.wait_job(job_id, "running", timeout=30)
+    # Both need every node: they take turns in two rows of the matrix.
+    rows = [[job_id] * 4 for job_id in sorted(ids)]
+    assert [r["jobs"] for r in score.scorectl_json("matrix")["rows"]] == rows
+    wait_for(lambda: all("count 10\n" in r.stdout() for r in runs), 30,
+             "both jobs to have run")
+
+    restart_master(score)
+
+    # The new master has the same matrix, and switches its rows again.
+    wait_for(lambda: [r["jobs"] for r in score.scorectl_json("matrix")["rows"]] == rows, 30,
+             "the restored matrix")
+    seen = set()
+    wait_for(lambda: seen.update(score.scorectl_json("matrix")["running"]) or
+             set(ids) <= seen, 30, "both jobs to run in turn", interval=0.05)
+    for run, job_id, m in zip(runs, ids, marks):
+        assert run.wait(120) == 0, run.stderr()
+        assert f"scrun: re-attached to job {job_id}" in run.stderr(), run.stderr()
+        assert_every_line_once(run, 8)
+        assert score.job(job_id)["state"] == "completed"
+        score.assert_job_gone(job_id, m)
 
 
 def test_a_pm_job_and_a_queued_job_survive_a_restart_of_the_master(score):

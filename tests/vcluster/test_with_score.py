@@ -11,8 +11,10 @@ Three groups:
     which fails a full `make test`) until they are built.
 """
 
+import ast
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -412,6 +414,20 @@ def _score_module():
     sys.path.insert(0, str(VCLUSTER_DIR))
     from vclusterlib import score
     return score
+
+
+def test_the_stand_in_knows_every_key_of_scored():
+    """fake_score/scored refuses unknown keys as scored does: its key list
+    must be score-config's, section by section."""
+    src = (REPO_ROOT / "scored/crates/score-config/src/lib.rs").read_text()
+    real = {}
+    for section, struct in (("master", "MasterConfig"), ("agent", "AgentConfig"),
+                            ("client", "ClientConfig"), ("munge", "MungeConfig")):
+        body = re.search(r"pub struct " + struct + r" \{(.*?)\n\}", src, re.S).group(1)
+        real[section] = set(re.findall(r"^\s*pub (\w+):", body, re.M))
+    text = (FAKE_BIN / "scored").read_text()
+    fake = ast.literal_eval(re.search(r"^KEYS = (\{.*?\n\})", text, re.S | re.M).group(1))
+    assert fake == real
 
 
 def test_readiness_reads_scorectl_json():
