@@ -527,6 +527,46 @@ def render_auth(doc, path):
     return "\n".join(out)
 
 
+# ---------------------------------------------------------------- restart
+
+def render_restart(doc, path):
+    runs = doc.get("runs") or []
+    if "measures" not in doc or not runs:
+        return None
+    measures = doc["measures"]
+    kind = spread_kind(next(iter(measures.values())))
+    job = doc.get("job", {})
+    out = [provenance(doc, path), ""]
+    out.append(f"{doc['repetitions']} repetitions on a virtual cluster of {doc['nodes']} nodes "
+               f"of its own, each a restart of the idle master, a restart of the master while "
+               f"a {job.get('shape')} job runs and a restart of one agent (n1..n4 in turns), "
+               "in turns. Every time runs from the new daemon's exec (`time.time()` just "
+               "before its `Popen`) to the timestamp of a line of the master's log (the "
+               "agent's own log for its first line); median "
+               f"[{kind}] in ms. The agents retry a lost master after 50 ms, then twice as "
+               f"late each time, up to `reconnect_ms` ({doc.get('reconnect_ms')} ms here); "
+               "scrun retries every 250 ms. No target: figures only. JSON: "
+               "`measures.<key>` (every repetition in `samples_s`), every restart in `runs[]`.")
+    out.append("")
+    rows = [[m["title"], spread_cell(m, 1, 1e3),
+             ", ".join(num(x * 1e3, 1) for x in m["samples_s"] if x is not None), "—"]
+            for m in measures.values()]
+    out.append(table(["measurement", "median [spread] ms", "per repetition ms", "verdict"],
+                     rows, ["---", "---:", "---", "---"]))
+    out.append("")
+    kills = spread([r[k]["kill_to_exec_s"] for r in runs for k in ("idle", "job")])
+    ok = sum(1 for r in runs if r["job"].get("scrun_exit") == 0)
+    out.append(f"- From the SIGKILL to the new master's exec (the old one dead): "
+               f"{spread_cell(kills, 1, 1e3)} ms ({spread_kind(kills)} restarts).")
+    out.append(f"- The job ({job.get('lines_per_rank')} counters per rank, one every "
+               f"{job.get('gap_s')} s, the master killed once every rank had printed "
+               f"`count {job.get('restart_after_line')}`) completed with scrun's exit status 0, "
+               f"every line of every rank once and in order, in {ok} of {len(runs)} "
+               "repetitions.")
+    out += ["", commands_block(doc)]
+    return "\n".join(out)
+
+
 # ---------------------------------------------------------------- latency breakdown
 
 def render_latency_breakdown(doc, path):
@@ -557,6 +597,7 @@ RENDERERS = {
     "auth": ("auth", render_auth),
     "gang": ("gang", render_gang),
     "preempt-soak": ("preempt-soak", render_preempt_soak),
+    "restart": ("restart", render_restart),
 }
 
 
