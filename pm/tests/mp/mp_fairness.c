@@ -2,11 +2,15 @@
 /*
  * mp_fairness.c - no sender starves another.
  *
- * Ranks 0 and 1 send to rank 2, each message stamped with its send time
- * (CLOCK_MONOTONIC, one clock for all processes).  Rank 2 records when it
- * took each one.  Afterwards it finds the longest run of messages taken
- * from one sender while the other had a message waiting (sent more than a
- * millisecond before).  pm_recv() starts after the ring it served last, so
+ * Ranks 0 and 1 send to rank 2.  Each message carries the time its
+ * sender's previous pm_send() returned (CLOCK_MONOTONIC, one clock for all
+ * processes): from then on that message was surely in the ring.  (A time
+ * taken before pm_send would date a message that a sender descheduled
+ * between the stamp and the send had not yet published: on a loaded
+ * machine that reported thousands of "unfair" turns that were the sender's
+ * absence.)  Rank 2 records when it took each one.  Afterwards it finds the
+ * longest run of messages taken from one sender while the other had a
+ * message waiting (published more than a millisecond before).  pm_recv() starts after the ring it served last, so
  * with both rings non-empty the senders alternate; a run of more than 2
  * fails the test.  Two phases: (1) both rings filled before rank 2 starts
  * taking, (2) both senders sending continuously while rank 2 takes.
@@ -23,17 +27,19 @@
 #define MARGIN_NS 1000000u
 
 struct stamp {
-	uint64_t sent_ns;
+	uint64_t prev_sent_ns;  /* when pm_send of the sender's previous message returned */
 	uint64_t seq;
 };
 
 struct rec {
 	int peer;
-	uint64_t sent_ns, recv_ns;
+	uint64_t recv_ns;
 };
 
 static void send_stamped(struct mp *m, uint64_t n, uint64_t base)
 {
+	uint64_t prev_sent = 0;
+
 	for (uint64_t i = 0; i < n; i++) {
 		uint8_t *buf;
 		int err;
@@ -41,12 +47,12 @@ static void send_stamped(struct mp *m, uint64_t n, uint64_t base)
 		while ((err = pm_send_buffer(m->ctx, 2, LEN, (void **)&buf)) == -EAGAIN)
 			mp_progress(m, "waiting for send space");
 		CHECK_OK(err);
-		/* Stamped when the buffer is there, just before it is sent. */
-		struct stamp s = { check_now_ns(), base + i };
+		struct stamp s = { prev_sent, base + i };
 
 		memcpy(buf, &s, sizeof(s));
 		check_fill(buf + sizeof(s), LEN - sizeof(s), base + i);
 		CHECK_OK(pm_send(m->ctx, 2, LEN));
+		prev_sent = check_now_ns();
 	}
 }
 
@@ -71,12 +77,16 @@ static int longest_unfair_run(struct mp *m, uint64_t n, uint64_t base, const cha
 		CHECK_EQ(s.seq, base + ((uint64_t)p << 32) + next[p]);
 		CHECK_PATTERN((const uint8_t *)msg.data + sizeof(s), LEN - sizeof(s), s.seq);
 		r[i].peer = p;
-		r[i].sent_ns = s.sent_ns;
-		sent[p][next[p]++] = s.sent_ns;
+		/* This message dates the previous one; it is dated by the next. */
+		if (next[p] > 0)
+			sent[p][next[p] - 1] = s.prev_sent_ns;
+		next[p]++;
 		mp_release(m, &msg);
 	}
 	CHECK_EQ(next[0], n);
 	CHECK_EQ(next[1], n);
+	/* The last message of each sender has no date: never "waiting". */
+	sent[0][n - 1] = sent[1][n - 1] = UINT64_MAX - MARGIN_NS;
 
 	/* Replay: was the other sender's next message waiting? */
 	uint64_t idx[2] = { 0, 0 };
