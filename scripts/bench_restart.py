@@ -40,13 +40,17 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import tomllib
 from pathlib import Path
 
 from bench_stats import spread
-from bench_udp import Cluster
+from bench_udp import ROOT, Cluster
+
+sys.path.insert(0, str(ROOT / "provisioning" / "vcluster"))
+from vclusterlib import procs, score as vscore  # noqa: E402  (vcluster's helpers)
 
 NAME = "brst"
 SUBNET = "10.247.0.0/16"      # outside vcluster's default range 10.250-10.255
@@ -83,30 +87,11 @@ MEASURES = [
 
 # ---------------------------------------------------------------- processes
 
-def cmdline(pid):
-    try:
-        data = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in data.rstrip(b"\0").split(b"\0")] if data else []
-
-
-def dead_or_zombie(pid):
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
-
-
-def scored_pid(role, config):
-    """PID of the live `scored ROLE --config CONFIG`, found by its command line."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        argv = cmdline(pid)
-        if (len(argv) >= 4 and os.path.basename(argv[0]) == "scored" and argv[1] == role
-                and str(config) in argv and not dead_or_zombie(pid)):
-            return int(pid)
-    return None
+def scored_pid(cluster, role, node="head"):
+    """PID of the live scored `role` ("master", "agent") of `node` of
+    `cluster`, found by its command line (vcluster's own way)."""
+    return next((pid for pid, found in vscore.find(cluster).items() if found == (role, node)),
+                None)
 
 
 def wait_until(predicate, timeout, what, interval=POLL):
@@ -233,7 +218,7 @@ class Restarts:
             proc.wait(timeout=DEATH_TIMEOUT)
             del self.started[pid]
         else:
-            wait_until(lambda: dead_or_zombie(pid), DEATH_TIMEOUT, f"death of PID {pid}")
+            wait_until(lambda: not procs.alive(pid), DEATH_TIMEOUT, f"death of PID {pid}")
         return t
 
     def start(self, argv, log):
@@ -248,7 +233,7 @@ class Restarts:
         return t, offset
 
     def restart_master(self):
-        pid = scored_pid("master", self.master_config)
+        pid = scored_pid(self.cl.name, "master")
         if pid is None:
             raise RuntimeError(f"no master of {self.cl.name} runs")
         killed = self.kill(pid)
@@ -347,8 +332,7 @@ class Restarts:
                 "lines_per_rank": JOB_LINES}
 
     def agent(self, node):
-        config = self.agent_config(node)
-        pid = scored_pid("agent", config)
+        pid = scored_pid(self.cl.name, "agent", node)
         if pid is None:
             raise RuntimeError(f"no agent of {node} runs")
         killed = self.kill(pid)

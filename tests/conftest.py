@@ -24,6 +24,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,8 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VCLUSTER_DIR = REPO_ROOT / "provisioning" / "vcluster"
 VCLUSTER = VCLUSTER_DIR / "vcluster"
+# vcluster's library (vclusterlib): its process helpers serve the tests too.
+sys.path.insert(0, str(VCLUSTER_DIR))
 
 # Bounds for every command a test runs; a hung tool fails the test, never the suite.
 COMMAND_TIMEOUT = 60

@@ -28,6 +28,8 @@ import urllib.parse
 from pathlib import Path
 
 from conftest import REPO_ROOT, kill_by_pid
+from vclusterlib import procs
+from vclusterlib import score as vscore
 
 BUILD = Path(os.environ.get("SCORE_BUILD", REPO_ROOT / "build"))
 BUILD_BIN = BUILD / "bin"
@@ -64,32 +66,25 @@ def marker():
     return f"{random.randint(300, 899)}.{random.randint(100000, 999999)}"
 
 
-def _cmdline(pid):
-    try:
-        data = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in data.rstrip(b"\0").split(b"\0")] if data else []
-
-
 def processes_with(text):
     """{pid: argv} of live processes (not scrun itself, not zombies) whose
     command line contains `text`."""
     found = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        argv = _cmdline(pid)
+    for pid in procs.pids():
+        argv = procs.argv(pid)
         if not argv or not any(text in a for a in argv):
             continue
-        if os.path.basename(argv[0]) == "scrun" or int(pid) == os.getpid():
+        if os.path.basename(argv[0]) == "scrun" or not procs.alive(pid):
             continue
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            continue
-        found[int(pid)] = argv
+        found[pid] = argv
     return found
+
+
+def scored_pid(vc, role, node="head"):
+    """The PID of the live scored `role` ("master", "agent") of `node` of
+    cluster `vc`, found by its command line (vcluster's own way), else None."""
+    return next((pid for pid, found in vscore.find(vc.name).items() if found == (role, node)),
+                None)
 
 
 def metric_values(text, name):

@@ -10,11 +10,11 @@ cluster of its own."""
 import os
 import signal
 import subprocess
-from pathlib import Path
 
 import pytest
+from vclusterlib import procs
 
-from .score import PMCHECK, SCORE_BIN, Score, marker, processes_with, wait_for
+from .score import PMCHECK, SCORE_BIN, Score, marker, processes_with, scored_pid, wait_for
 
 # A scrun that does not come back is given up after this (default 30 s).
 REATTACH_TIMEOUT_MS = 8000
@@ -40,16 +40,7 @@ def score(restart_cluster):
 
 
 def master_pid(vc):
-    """The PID of the cluster's live master, found by its command line."""
-    config = str(vc.service_dir / "scored.toml").encode()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"master" in argv and config in argv and argv[0].endswith(b"scored"):
-            return int(pid)
-    return None
+    return scored_pid(vc, "master")
 
 
 def restart_master(score, while_down=None):
@@ -60,8 +51,7 @@ def restart_master(score, while_down=None):
     pid = master_pid(vc)
     assert pid, "no master runs"
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not Path(f"/proc/{pid}").exists() or
-             Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", 10, "the master to die")
+    wait_for(lambda: not procs.alive(pid), 10, "the master to die")
     if while_down:
         while_down()
     with open(vc.service_dir / "head" / "scored.log", "ab") as log:

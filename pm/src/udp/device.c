@@ -81,6 +81,8 @@ struct udp_dev {
 	uint8_t *rxbuf;                 /* UDP_BATCH datagrams */
 	struct udp_rx_batch rx;
 	uint64_t last_yield_ns;         /* idle_yield */
+	/* Per NIC: consecutive receive passes that found data (receive). */
+	unsigned rx_streak[UDP_MAX_NICS];
 	bool remote_only;               /* under composite: peers off this node */
 	struct pm_stats_nic *nic_stats; /* in the statistics page */
 };
@@ -120,6 +122,30 @@ static int send_messages(int fd, struct mmsghdr *mh, unsigned n, bool *waited)
 	}
 }
 
+/*
+ * One message with sendmsg(), the raw system call: for a lone packet (a
+ * ping-pong's reply, an ACK) sendmmsg's batch machinery costs more than it
+ * saves, and libc's wrapper is a cancellation point.  Returns 1 or the
+ * negative errno, with send_messages' one bounded wait on a full buffer.
+ */
+static int send_one(int fd, struct msghdr *mh, bool *waited)
+{
+	for (;;) {
+		if (syscall(SYS_sendmsg, fd, mh, 0) >= 0)
+			return 1;
+		if (errno == EINTR)
+			continue;
+		if ((errno == EAGAIN || errno == ENOBUFS) && !*waited) {
+			struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+
+			poll(&pfd, 1, 10);
+			*waited = true;
+			continue;
+		}
+		return -errno;
+	}
+}
+
 /* One datagram per packet, from packet `from` of the batch on. */
 static void flush_plain(struct udp_dev *u, int nic, struct udp_out *out, int n, int from)
 {
@@ -132,7 +158,9 @@ static void flush_plain(struct udp_dev *u, int nic, struct udp_out *out, int n, 
 						       .msg_iov = out[i].iov,
 						       .msg_iovlen = (size_t)out[i].niov };
 	while (done < n) {
-		int r = send_messages(u->fds[nic], &u->plain[done], (unsigned)(n - done), &waited);
+		int r = n - done == 1 ? send_one(u->fds[nic], &u->plain[done].msg_hdr, &waited)
+				      : send_messages(u->fds[nic], &u->plain[done],
+						      (unsigned)(n - done), &waited);
 
 		if (r > 0) {
 			done += r;
@@ -324,11 +352,29 @@ static bool receive(struct udp_dev *u)
 	for (int round = 0; round < UDP_RX_ROUNDS && more; round++) {
 		more = false;
 		for (int nic = 0; nic < u->nnics; nic++) {
-			/* The raw system call: libc's wrapper is a cancellation
-			 * point, which costs two calls per empty poll. */
-			int r = (int)syscall(SYS_recvmmsg, u->fds[nic], rb->mm, batch,
-					     MSG_DONTWAIT, NULL);
+			/* Sparse traffic (a ping-pong, one message now and then):
+			 * one recvmsg, and what it brings is handled (and answered)
+			 * at once; recvmmsg would look for a second datagram first,
+			 * which costs as much as a system call.  Once data came in
+			 * two passes running, the NIC streams: batches again.  The
+			 * raw system calls: libc's wrappers are cancellation points,
+			 * which cost two calls per empty poll. */
+			bool single = round == 0 && u->rx_streak[nic] < 2;
+			int r;
 
+			if (single) {
+				long len = syscall(SYS_recvmsg, u->fds[nic], &rb->mm[0].msg_hdr,
+						   MSG_DONTWAIT);
+
+				r = len < 0 ? (int)len : 1;
+				if (len >= 0)
+					rb->mm[0].msg_len = (unsigned)len;
+			} else {
+				r = (int)syscall(SYS_recvmmsg, u->fds[nic], rb->mm, batch,
+						 MSG_DONTWAIT, NULL);
+			}
+			if (round == 0)
+				u->rx_streak[nic] = r <= 0 ? 0 : u->rx_streak[nic] < 2 ? u->rx_streak[nic] + 1 : 2;
 			if (r <= 0)
 				continue;
 			got = true;
@@ -362,7 +408,7 @@ static bool receive(struct udp_dev *u)
 			/* Acknowledgements and replies go out after every batch, so
 			 * a sender's window never waits for a whole receive pass. */
 			udp_flush(u);
-			more |= (unsigned)r == batch;
+			more |= !single && (unsigned)r == batch;
 		}
 	}
 	return got;

@@ -32,6 +32,13 @@ def argv0(pid):
     return data.split(b"\0", 1)[0].decode(errors="replace") if data else None
 
 
+def argv(pid):
+    """The command line of a process as a list; [] for a kernel thread, a
+    zombie or a process that is gone."""
+    data = _read(f"/proc/{pid}/cmdline")
+    return [a.decode(errors="replace") for a in data.rstrip(b"\0").split(b"\0")] if data else []
+
+
 def cmdline(pid):
     data = _read(f"/proc/{pid}/cmdline")
     if not data:

@@ -225,15 +225,6 @@ def _write(path, text, mode=0o644):
 
 # --- finding and stopping the daemons ---------------------------------------
 
-def _argv(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            data = f.read()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in data.rstrip(b"\0").split(b"\0")] if data else []
-
-
 def classify(argv, name):
     """(role, node) of a munged/scored command line of cluster `name`, else None.
 
@@ -261,7 +252,7 @@ def find(name):
     """{pid: (role, node)} of the live munged and scored processes of `name`."""
     found = {}
     for pid in procs.pids():
-        parsed = classify(_argv(pid), name)
+        parsed = classify(procs.argv(pid), name)
         if parsed and procs.alive(pid):
             found[pid] = parsed
     return found
@@ -284,7 +275,7 @@ def clusters_with_leftovers():
 def _terminate(name, pids, grace, kill_wait=3.0):
     """SIGTERM, up to `grace` s, then SIGKILL; only PIDs that are still ours."""
     def ours():
-        return [pid for pid in pids if procs.alive(pid) and classify(_argv(pid), name)]
+        return [pid for pid in pids if procs.alive(pid) and classify(procs.argv(pid), name)]
 
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, kill_wait)):
         for pid in ours():
@@ -648,7 +639,7 @@ def _nodes_up(text, want):
 # --- the state and the commands ---------------------------------------------
 
 def _verify(pid, name, role, node):
-    return bool(pid) and procs.alive(pid) and classify(_argv(pid), name) == (role, node)
+    return bool(pid) and procs.alive(pid) and classify(procs.argv(pid), name) == (role, node)
 
 
 def running(current):
