@@ -51,8 +51,12 @@ PM_ITERS = 400000
 SOCKPERF_SECONDS = 4
 DELAY_MS = 1500          # perf starts this long after the program
 
-SEND = ("__x64_sys_sendmmsg", "__x64_sys_sendto", "__x64_sys_sendmsg", "__x64_sys_write")
-RECV = ("__x64_sys_recvmmsg", "__x64_sys_recvfrom", "__x64_sys_recvmsg", "__x64_sys_read")
+# A system call's entry point may be inlined into the kernel's dispatcher
+# (x64_sys_call): its __sys_/ksys_ body is matched as well.
+SEND = ("__x64_sys_sendmmsg", "__x64_sys_sendto", "__x64_sys_sendmsg", "__x64_sys_write",
+        "__sys_sendmmsg", "__sys_sendto", "__sys_sendmsg", "ksys_write")
+RECV = ("__x64_sys_recvmmsg", "__x64_sys_recvfrom", "__x64_sys_recvmsg", "__x64_sys_read",
+        "do_recvmmsg", "__sys_recvmmsg", "__sys_recvfrom", "__sys_recvmsg", "ksys_read")
 YIELD = ("__x64_sys_sched_yield",)
 # A receive that found data copies it out of a socket buffer.
 RECV_DATA = ("skb_copy_datagram_iter", "__skb_datagram_iter", "_copy_to_iter",
@@ -75,7 +79,8 @@ def classify(frames):
         return "delivery" if any(n in RECV_DATA for n in names) else "poll"
     if any(n in YIELD for n in names):
         return "poll"
-    if any(n in CROSSING for n in names) and not any(n.startswith("__x64_sys_") for n in names):
+    if any(n in CROSSING for n in names) and not any(n.startswith(("__x64_sys_", "__sys_"))
+                                                     for n in names):
         return "crossing"
     return "other"
 
