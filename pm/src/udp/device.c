@@ -95,7 +95,7 @@ static inline struct udp_dev *to_udp(struct pm_device *dev)
 /* ---- output: the core's queue, sent ---- */
 
 /*
- * sendmmsg() of n messages: how many went (> 0), or the negative errno why
+ * n messages sent (sendmmsg, or sendmsg for one): how many went (> 0), or the negative errno why
  * the first could not.  Interrupted calls are repeated; a full socket
  * buffer gets one bounded wait per flush (*waited) rather than losing the
  * packets at once.
@@ -103,36 +103,16 @@ static inline struct udp_dev *to_udp(struct pm_device *dev)
 static int send_messages(int fd, struct mmsghdr *mh, unsigned n, bool *waited)
 {
 	for (;;) {
-		int r = sendmmsg(fd, mh, n, 0);
+		/* A lone message (a ping-pong's reply, an ACK) goes with the raw
+		 * sendmsg: sendmmsg's batch machinery costs more than it saves,
+		 * and libc's wrapper is a cancellation point. */
+		int r = n == 1 ? (syscall(SYS_sendmsg, fd, &mh->msg_hdr, 0) < 0 ? -1 : 1)
+			       : sendmmsg(fd, mh, n, 0);
 
 		if (r > 0)
 			return r;
 		if (r == 0)
 			return -EIO;
-		if (errno == EINTR)
-			continue;
-		if ((errno == EAGAIN || errno == ENOBUFS) && !*waited) {
-			struct pollfd pfd = { .fd = fd, .events = POLLOUT };
-
-			poll(&pfd, 1, 10);
-			*waited = true;
-			continue;
-		}
-		return -errno;
-	}
-}
-
-/*
- * One message with sendmsg(), the raw system call: for a lone packet (a
- * ping-pong's reply, an ACK) sendmmsg's batch machinery costs more than it
- * saves, and libc's wrapper is a cancellation point.  Returns 1 or the
- * negative errno, with send_messages' one bounded wait on a full buffer.
- */
-static int send_one(int fd, struct msghdr *mh, bool *waited)
-{
-	for (;;) {
-		if (syscall(SYS_sendmsg, fd, mh, 0) >= 0)
-			return 1;
 		if (errno == EINTR)
 			continue;
 		if ((errno == EAGAIN || errno == ENOBUFS) && !*waited) {
@@ -158,9 +138,7 @@ static void flush_plain(struct udp_dev *u, int nic, struct udp_out *out, int n, 
 						       .msg_iov = out[i].iov,
 						       .msg_iovlen = (size_t)out[i].niov };
 	while (done < n) {
-		int r = n - done == 1 ? send_one(u->fds[nic], &u->plain[done].msg_hdr, &waited)
-				      : send_messages(u->fds[nic], &u->plain[done],
-						      (unsigned)(n - done), &waited);
+		int r = send_messages(u->fds[nic], &u->plain[done], (unsigned)(n - done), &waited);
 
 		if (r > 0) {
 			done += r;
