@@ -95,10 +95,10 @@ static inline struct udp_dev *to_udp(struct pm_device *dev)
 /* ---- output: the core's queue, sent ---- */
 
 /*
- * n messages sent (sendmmsg, or sendmsg for one): how many went (> 0), or the negative errno why
- * the first could not.  Interrupted calls are repeated; a full socket
- * buffer gets one bounded wait per flush (*waited) rather than losing the
- * packets at once.
+ * n messages sent (sendmmsg, or sendmsg for one): how many went (> 0), or
+ * the negative errno why the first could not.  Interrupted calls are
+ * repeated; a full socket buffer gets one bounded wait per flush (*waited)
+ * rather than losing the packets at once.
  */
 static int send_messages(int fd, struct mmsghdr *mh, unsigned n, bool *waited)
 {
