@@ -67,6 +67,15 @@ def restart_master(score, while_down=None):
         raise AssertionError(f"{e}; the master's log ends with:\n{log[-1500:]}\n{ss}") from None
 
 
+def daemon_logs(vc, chars=4000):
+    """The ends of the master's and the agents' logs, for a failure message."""
+    out = []
+    for node in ["head", *vc.nodes]:
+        log = (vc.service_dir / node / "scored.log").read_text(errors="replace")
+        out.append(f"--- {node}/scored.log:\n{log[-chars:]}")
+    return "\n".join(out)
+
+
 def counting_job(score, m, shape="-nodes=4x2", status=0):
     """A job whose ranks print a counter every LINE_GAP s, LINES times, and
     exit with `status`; `m` marks its processes.  With a status, each rank
@@ -151,7 +160,11 @@ def test_two_gang_scheduled_jobs_survive_a_restart_of_the_master(score):
     wait_for(lambda: seen.update(score.scorectl_json("matrix")["running"]) or
              set(ids) <= seen, 30, "both jobs to run in turn", interval=0.05)
     for run, job_id, m in zip(runs, ids, marks):
-        assert run.wait(120) == 0, run.stderr()
+        try:
+            status = run.wait(120)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{daemon_logs(score.vc)}") from None
+        assert status == 0, run.stderr()
         assert f"scrun: re-attached to job {job_id}" in run.stderr(), run.stderr()
         assert_every_line_once(run, 8)
         assert score.job(job_id)["state"] == "completed"
