@@ -210,7 +210,7 @@ class Restarts:
                   "env": {"SCORE_CONFIG": self.env["SCORE_CONFIG"]}})
 
     def kill(self, pid):
-        """SIGKILL `pid` and wait until it is dead or a zombie (reaped if ours)."""
+        """SIGKILL `pid` and wait until every thread of it is gone (reaped if ours)."""
         t = time.time()
         os.kill(pid, signal.SIGKILL)
         proc = self.started.get(pid)
@@ -218,7 +218,7 @@ class Restarts:
             proc.wait(timeout=DEATH_TIMEOUT)
             del self.started[pid]
         else:
-            wait_until(lambda: not procs.alive(pid), DEATH_TIMEOUT, f"death of PID {pid}")
+            wait_until(lambda: procs.exited(pid), DEATH_TIMEOUT, f"death of PID {pid}")
         return t
 
     def start(self, argv, log):

@@ -51,7 +51,7 @@ def restart_master(score, while_down=None):
     pid = master_pid(vc)
     assert pid, "no master runs"
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not procs.alive(pid), 10, "the master to die")
+    wait_for(lambda: procs.exited(pid), 10, "the master to die")
     if while_down:
         while_down()
     with open(vc.service_dir / "head" / "scored.log", "ab") as log:
@@ -62,9 +62,7 @@ def restart_master(score, while_down=None):
     try:
         wait_for(lambda: score.scorectl("nodes").returncode == 0, 10, "the new master to answer")
     except AssertionError as e:
-        log = (vc.service_dir / "head" / "scored.log").read_text(errors="replace")
-        ss = subprocess.run(["ss", "-ltnpa"], capture_output=True, text=True).stdout
-        raise AssertionError(f"{e}; the master's log ends with:\n{log[-1500:]}\n{ss}") from None
+        raise AssertionError(f"{e}\n{daemon_logs(vc)}") from None
 
 
 def daemon_logs(vc, chars=4000):

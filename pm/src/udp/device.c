@@ -352,7 +352,8 @@ static bool receive(struct udp_dev *u)
 						 MSG_DONTWAIT, NULL);
 			}
 			if (round == 0)
-				u->rx_streak[nic] = r <= 0 ? 0 : u->rx_streak[nic] < 2 ? u->rx_streak[nic] + 1 : 2;
+				u->rx_streak[nic] = r <= 0 ? 0
+						  : u->rx_streak[nic] < 2 ? u->rx_streak[nic] + 1 : 2;
 			if (r <= 0)
 				continue;
 			got = true;

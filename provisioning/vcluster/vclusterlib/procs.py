@@ -47,6 +47,17 @@ def cmdline(pid):
     return " ".join(part.decode(errors="replace") for part in data.rstrip(b"\0").split(b"\0"))
 
 
+def exited(pid):
+    """True once every thread of the process is gone, and with them its
+    files and sockets.  A killed process's main thread shows as a zombie
+    while its other threads may still be tearing down (alive() is already
+    False then): a daemon restarted at that moment can find its port taken."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) <= 1 and not alive(pid)
+    except OSError:
+        return True
+
+
 def netns_id(path):
     """(device, inode) of a network namespace file, or None."""
     try:
