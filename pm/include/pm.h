@@ -80,6 +80,24 @@ const char *pm_peer_device(const pm_context_t *ctx, int peer);
 size_t pm_max_message(const pm_context_t *ctx, int peer);
 
 /* ------------------------------------------------------------------------
+ * Addresses, for layers that name peers by address rather than by rank
+ * (libfabric's address vectors: the provider pm in mpi/).
+ *
+ * A context's address is an opaque blob of at most PM_ADDRESS_MAX bytes;
+ * pm_peer_insert() turns an address of a context of the same job back into
+ * its peer number.  Layout: docs/pm/wire.md, "Addresses".
+ */
+#define PM_ADDRESS_MAX 48
+
+/* Write this context's address into buf (*len bytes available); set *len
+ * to its size.  Errors: -ENOBUFS buf too small (*len says how much). */
+int pm_address(const pm_context_t *ctx, void *buf, size_t *len);
+
+/* The peer number of the context whose address is addr, in *peer.
+ * Errors: -EINVAL malformed, -EADDRNOTAVAIL a context of another job. */
+int pm_peer_insert(pm_context_t *ctx, const void *addr, size_t len, int *peer);
+
+/* ------------------------------------------------------------------------
  * Messages: zero-copy hand-off.
  *
  * The sender asks for a buffer that lives where the receiver will read it,

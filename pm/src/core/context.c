@@ -8,6 +8,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,6 +192,68 @@ const char *pm_peer_device(const pm_context_t *ctx, int peer)
 size_t pm_max_message(const pm_context_t *ctx, int peer)
 {
 	return bad_peer(ctx, peer) ? 0 : ctx->dev->ops->max_message(ctx->dev, peer);
+}
+
+/* ---- addresses ----
+ *
+ * A context of a launcher's job is {kind, rank, job tag}.  The tag is a
+ * hash of the launcher's public job name, not the job key (which is
+ * secret): it only tells an address of another job from one of ours.
+ */
+enum { PM_ADDR_JOB = 1 };
+
+struct pm_job_address {         /* little-endian on the wire, 16 bytes */
+	uint8_t kind;           /* PM_ADDR_JOB */
+	uint8_t zero[3];
+	uint32_t rank;
+	uint64_t job_tag;
+};
+
+_Static_assert(sizeof(struct pm_job_address) <= PM_ADDRESS_MAX, "address too long");
+
+/* 64-bit FNV-1a: stable across processes and builds. */
+static uint64_t job_tag(const char *job)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (const unsigned char *p = (const unsigned char *)job; *p; p++)
+		h = (h ^ *p) * 0x100000001b3ull;
+	return h;
+}
+
+int pm_address(const pm_context_t *ctx, void *buf, size_t *len)
+{
+	struct pm_job_address a = {
+		.kind = PM_ADDR_JOB,
+		.rank = htole32((uint32_t)ctx->rank),
+		.job_tag = htole64(job_tag(ctx->boot.job)),
+	};
+
+	if (!buf || !len)
+		return -EINVAL;
+	if (*len < sizeof(a)) {
+		*len = sizeof(a);
+		return -ENOBUFS;
+	}
+	memcpy(buf, &a, sizeof(a));
+	*len = sizeof(a);
+	return 0;
+}
+
+int pm_peer_insert(pm_context_t *ctx, const void *addr, size_t len, int *peer)
+{
+	struct pm_job_address a;
+
+	if (!addr || !peer || len < sizeof(a))
+		return -EINVAL;
+	memcpy(&a, addr, sizeof(a));
+	if (a.kind != PM_ADDR_JOB || a.zero[0] || a.zero[1] || a.zero[2])
+		return -EINVAL;
+	if (le64toh(a.job_tag) != job_tag(ctx->boot.job) ||
+	    le32toh(a.rank) >= (uint32_t)ctx->size)
+		return -EADDRNOTAVAIL;
+	*peer = (int)le32toh(a.rank);
+	return 0;
 }
 
 /* ---- messages ----

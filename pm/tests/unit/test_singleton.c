@@ -432,6 +432,36 @@ static void test_open_failures(void)
 	CHECK_ERR(pm_close(NULL), -EINVAL);
 }
 
+/* An address names its context; another job's is refused, as is garbage. */
+static void test_addresses(pm_context_t *a, pm_context_t *b)
+{
+	unsigned char addr[PM_ADDRESS_MAX], other[PM_ADDRESS_MAX];
+	size_t len = 4, olen = sizeof(other);
+	int peer = -1;
+
+	CHECK_ERR(pm_address(a, addr, &len), -ENOBUFS);
+	CHECK(len > 4 && len <= PM_ADDRESS_MAX);
+	len = sizeof(addr);
+	CHECK_OK(pm_address(a, addr, &len));
+	CHECK_OK(pm_peer_insert(a, addr, len, &peer));
+	CHECK_EQ(peer, 0);
+	CHECK_ERR(pm_peer_insert(a, addr, len - 1, &peer), -EINVAL);
+	/* b is another job (another singleton): same rank, other tag. */
+	CHECK_OK(pm_address(b, other, &olen));
+	CHECK_EQ(olen, len);
+	CHECK(memcmp(addr, other, len) != 0);
+	CHECK_ERR(pm_peer_insert(a, other, olen, &peer), -EADDRNOTAVAIL);
+	CHECK_ERR(pm_peer_insert(b, addr, len, &peer), -EADDRNOTAVAIL);
+	/* A rank beyond the job, and an unknown kind. */
+	memcpy(other, addr, len);
+	other[4] = 1;
+	CHECK_ERR(pm_peer_insert(a, other, len, &peer), -EADDRNOTAVAIL);
+	memcpy(other, addr, len);
+	other[0] = 9;
+	CHECK_ERR(pm_peer_insert(a, other, len, &peer), -EINVAL);
+	CHECK_ERR(pm_peer_insert(a, NULL, len, &peer), -EINVAL);
+}
+
 int main(void)
 {
 	unset_pmix();
@@ -471,6 +501,7 @@ int main(void)
 	CHECK_OK(pm_open(&b, NULL));
 	CHECK_EQ(files_in(dir, "pm-stats."), 2);
 	CHECK(a->boot.jobkey != b->boot.jobkey);
+	test_addresses(a, b);
 	send_pattern(a, 33, 3);
 	CHECK_ERR(pm_recv(b, &(struct pm_msg){ 0 }), -EAGAIN);
 	recv_pattern(a, 33, 3);
