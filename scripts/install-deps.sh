@@ -21,7 +21,7 @@ run_pkgs=(
 )
 test_pkgs=(
   python3 python3-pytest
-  iperf3 netpipe-openmpi netpipe-tcp sockperf linux-perf
+  iperf3 libfabric-bin netpipe-openmpi netpipe-tcp sockperf linux-perf
   ansible-core ansible-lint
   prometheus
 )

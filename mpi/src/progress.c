@@ -1,0 +1,412 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * progress.c - moving data: sending to PM (eager, rendezvous, FIN), taking
+ * PM's messages and matching them, reading rendezvous payloads, and the
+ * completions all of that produces (design §§4-7).
+ *
+ * Every message starts with struct pmfi_hdr.  Eager messages carry their
+ * payload; a rendezvous send exposes its buffer and sends RTS {rkey,
+ * cookie}; the matching receiver pm_read()s straight into its buffer and
+ * answers FIN {cookie, status}, on which the sender completes.
+ */
+#include "pmfi.h"
+
+#include <endian.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PMFI_PROGRESS_BATCH 64
+
+static bool tx_wants_completion(const struct pmfi_ep *ep, uint64_t flags)
+{
+	return !ep->tx_selective || (flags & FI_COMPLETION);
+}
+
+static bool rx_wants_completion(const struct pmfi_ep *ep, uint64_t flags)
+{
+	return !ep->rx_selective || (flags & FI_COMPLETION);
+}
+
+/* ---- completions ---- */
+
+void pmfi_send_complete(struct pmfi_ep *ep, struct pmfi_req *r, int err)
+{
+	struct fi_cq_tagged_entry e = {
+		.op_context = r->context,
+		.flags = (r->tagged ? FI_TAGGED : FI_MSG) | FI_SEND,
+	};
+
+	if (err)
+		pmfi_cq_write_err(ep->tx_cq, &e, FI_EIO, -err, 0);
+	else if (tx_wants_completion(ep, r->flags))
+		pmfi_cq_write(ep->tx_cq, &e, FI_ADDR_NOTAVAIL);
+}
+
+void pmfi_recv_complete(struct pmfi_ep *ep, struct pmfi_req *r, size_t msg_len, uint64_t tag,
+			uint64_t data, bool has_data, int err)
+{
+	size_t got = msg_len < r->len ? msg_len : r->len;
+	struct fi_cq_tagged_entry e = {
+		.op_context = r->context,
+		.flags = (r->tagged ? FI_TAGGED : FI_MSG) | FI_RECV |
+			 (has_data ? FI_REMOTE_CQ_DATA : 0),
+		.len = got,
+		.buf = r->buf,
+		.data = has_data ? data : 0,
+		.tag = r->tagged ? tag : 0,
+	};
+
+	if (err)
+		pmfi_cq_write_err(ep->rx_cq, &e, FI_EIO, -err, 0);
+	else if (msg_len > r->len)
+		pmfi_cq_write_err(ep->rx_cq, &e, FI_ETRUNC, 0, msg_len - r->len);
+	else if (rx_wants_completion(ep, r->flags))
+		pmfi_cq_write(ep->rx_cq, &e, pmfi_av_source(ep->av, r->peer));
+}
+
+/* ---- sending ---- */
+
+/* One PM message: header and payload; 0, -EAGAIN, or another PM error. */
+int pmfi_send_eager(struct pmfi_ep *ep, int peer, const struct pmfi_hdr *h, const void *body,
+		    size_t len)
+{
+	void *buf;
+	int err = pm_send_buffer(ep->pm, peer, sizeof(*h) + len, &buf);
+
+	if (err)
+		return err;
+	memcpy(buf, h, sizeof(*h));
+	if (len)
+		memcpy((char *)buf + sizeof(*h), body, len);
+	return pm_send(ep->pm, peer, sizeof(*h) + len);
+}
+
+/* Try to hand the head request of a peer's queue to PM. */
+static int transmit(struct pmfi_ep *ep, struct pmfi_req *r)
+{
+	if (r->kind == REQ_CTRL)
+		return pmfi_send_eager(ep, r->peer, &r->hdr, NULL, 0);
+	if (r->hdr.op == PMFI_OP_EAGER) {
+		if (tx_wants_completion(ep, r->flags) && !pmfi_cq_room(ep->tx_cq, 1))
+			return -EAGAIN;
+		return pmfi_send_eager(ep, r->peer, &r->hdr, r->buf, r->msg_len);
+	}
+	/* Rendezvous: expose the buffer once, then announce it. */
+	if (!r->mr) {
+		int err = pm_mr_register(ep->pm, r->buf, r->msg_len, &r->mr);
+
+		if (err) {
+			r->mr = NULL;
+			/* Every window is taken by sends awaiting FIN: wait. */
+			return err == -ENOSPC || err == -ENOMEM ? -EAGAIN : err;
+		}
+		r->cookie = ++ep->cookie_gen;
+	}
+
+	struct pmfi_rts rts = { .rkey = htole64(pm_mr_key(r->mr)), .cookie = htole64(r->cookie) };
+
+	return pmfi_send_eager(ep, r->peer, &r->hdr, &rts, sizeof(rts));
+}
+
+/* A send is over: PM took it (eager), the receiver said FIN, or it failed. */
+static void send_done(struct pmfi_ep *ep, struct pmfi_req *r, int err)
+{
+	if (r->mr) {
+		pm_mr_deregister(ep->pm, r->mr);
+		r->mr = NULL;
+	}
+	pmfi_send_complete(ep, r, err);
+	pmfi_req_put(ep, r);
+}
+
+/* What follows a request's hand-off to PM, or its failure. */
+static void transmitted(struct pmfi_ep *ep, struct pmfi_req *r, int err)
+{
+	if (r->kind == REQ_CTRL) {
+		pmfi_req_put(ep, r);
+		return;
+	}
+	if (!err && r->hdr.op == PMFI_OP_RTS) {
+		pmfi_list_add_tail(&ep->rndv, &r->link);
+		return;
+	}
+	send_done(ep, r, err);
+}
+
+static void flush_peer(struct pmfi_ep *ep, struct pmfi_peer_q *q)
+{
+	while (!pmfi_list_empty(&q->pending)) {
+		struct pmfi_req *r = pmfi_container_of(q->pending.next, struct pmfi_req, link);
+		int err = transmit(ep, r);
+
+		if (err == -EAGAIN)
+			return;
+		pmfi_list_del(&r->link);
+		transmitted(ep, r, err);
+	}
+	pmfi_list_del(&q->active);
+}
+
+static void queue(struct pmfi_ep *ep, struct pmfi_req *r)
+{
+	struct pmfi_peer_q *q = &ep->peers[r->peer];
+
+	if (pmfi_list_empty(&q->pending))
+		pmfi_list_add_tail(&ep->active, &q->active);
+	pmfi_list_add_tail(&q->pending, &r->link);
+}
+
+ssize_t pmfi_send_post(struct pmfi_ep *ep, struct pmfi_req *r)
+{
+	struct pmfi_peer_q *q = &ep->peers[r->peer];
+
+	queue(ep, r);
+	if (q->pending.next == &r->link)
+		flush_peer(ep, q);
+	return 0;
+}
+
+/* FIN {cookie, status} to the sender of a rendezvous; r becomes the control
+ * request that carries it when PM has no room now. */
+static void send_fin(struct pmfi_ep *ep, struct pmfi_req *r, int peer, uint64_t cookie,
+		     int status)
+{
+	struct pmfi_hdr h = {
+		.op = PMFI_OP_FIN,
+		.data = htole64((uint64_t)(int64_t)status),
+		.arg = htole64(cookie),
+	};
+	struct pmfi_peer_q *q = &ep->peers[peer];
+
+	if (pmfi_list_empty(&q->pending) && pmfi_send_eager(ep, peer, &h, NULL, 0) != -EAGAIN) {
+		pmfi_req_put(ep, r);
+		return;
+	}
+	r->kind = REQ_CTRL;
+	r->peer = peer;
+	r->hdr = h;
+	queue(ep, r);
+}
+
+/* ---- receiving ---- */
+
+static void read_done(struct pmfi_ep *ep, struct pmfi_req *r, int status)
+{
+	pmfi_recv_complete(ep, r, r->rts_len, r->tag, r->data, r->flags & FI_REMOTE_CQ_DATA,
+			   status);
+	send_fin(ep, r, r->peer, r->cookie, status);
+}
+
+/* Start reading an RTS's payload into receive r. */
+static void start_read(struct pmfi_ep *ep, struct pmfi_req *r)
+{
+	size_t n = r->rts_len < r->len ? r->rts_len : r->len;
+
+	if (n == 0) {
+		read_done(ep, r, 0);
+		return;
+	}
+	int err = pm_read(ep->pm, r->peer, r->buf, n, r->rkey, 0, &r->op);
+
+	if (err == -EAGAIN) {
+		pmfi_list_add_tail(&ep->read_wait, &r->link);
+		return;
+	}
+	if (err) {
+		read_done(ep, r, err);
+		return;
+	}
+	pmfi_list_add_tail(&ep->reads, &r->link);
+}
+
+/* Receive r takes an RTS now: its tag and source become the message's. */
+static void take_rts(struct pmfi_ep *ep, struct pmfi_req *r, int peer, uint64_t tag,
+		     uint64_t data, bool has_data, size_t len, const struct pmfi_rts *rts)
+{
+	r->peer = peer;
+	r->tag = tag;
+	r->data = data;
+	r->flags = (r->flags & ~FI_REMOTE_CQ_DATA) | (has_data ? FI_REMOTE_CQ_DATA : 0);
+	r->rts_len = len;
+	r->rkey = le64toh(rts->rkey);
+	r->cookie = le64toh(rts->cookie);
+	start_read(ep, r);
+}
+
+void pmfi_recv_take(struct pmfi_ep *ep, struct pmfi_req *r, struct pmfi_unexp *u)
+{
+	if (u->op == PMFI_OP_EAGER) {
+		memcpy(r->buf, u->payload, u->len < r->len ? u->len : r->len);
+		r->peer = u->peer;
+		pmfi_recv_complete(ep, r, u->len, u->tag, u->data, u->has_data, 0);
+		pmfi_req_put(ep, r);
+	} else {
+		take_rts(ep, r, u->peer, u->tag, u->data, u->has_data, u->len, &u->rts);
+	}
+	free(u);
+}
+
+static void unexpected(struct pmfi_ep *ep, int peer, const struct pmfi_hdr *h, bool tagged,
+		       const void *body, size_t len)
+{
+	size_t copy = h->op == PMFI_OP_EAGER ? len : 0;
+	struct pmfi_unexp *u = malloc(sizeof(*u) + copy);
+
+	if (!u) {
+		/* Nowhere to keep it: the message is lost, and said so. */
+		PMFI_WARN("no memory for an unexpected message from %d: dropped", peer);
+		ep->dropped++;
+		return;
+	}
+	u->peer = peer;
+	u->op = h->op;
+	u->tagged = tagged;
+	u->tag = le64toh(h->tag);
+	u->data = le64toh(h->data);
+	u->has_data = h->flags & PMFI_HDR_CQ_DATA;
+	if (h->op == PMFI_OP_EAGER) {
+		u->len = len;
+		memcpy(u->payload, body, len);
+	} else {
+		u->len = le64toh(h->arg);
+		memcpy(&u->rts, body, sizeof(u->rts));
+	}
+	pmfi_list_add_tail(&ep->match.unexp[tagged], &u->link);
+	ep->match.unexp_count++;
+	ep->match.unexp_bytes += copy;
+}
+
+void pmfi_unexp_discard(struct pmfi_ep *ep, struct pmfi_unexp *u)
+{
+	if (u->op == PMFI_OP_RTS) {
+		/* The sender waits for FIN to complete: tell it we are done. */
+		struct pmfi_req *r = pmfi_req_get(ep);
+
+		if (r)
+			send_fin(ep, r, u->peer, le64toh(u->rts.cookie), 0);
+		else
+			PMFI_WARN("no request for the FIN of a discarded message from %d",
+				  u->peer);
+	}
+	free(u);
+}
+
+static void on_fin(struct pmfi_ep *ep, int peer, const struct pmfi_hdr *h)
+{
+	uint64_t cookie = le64toh(h->arg);
+
+	for (struct pmfi_list *l = ep->rndv.next; l != &ep->rndv; l = l->next) {
+		struct pmfi_req *r = pmfi_container_of(l, struct pmfi_req, link);
+
+		if (r->peer == peer && r->cookie == cookie) {
+			pmfi_list_del(l);
+			send_done(ep, r, (int)(int64_t)le64toh(h->data));
+			return;
+		}
+	}
+	ep->dropped++;
+}
+
+/* One message from PM: match it, keep it, or drop it. */
+static void dispatch(struct pmfi_ep *ep, const struct pm_msg *m)
+{
+	struct pmfi_hdr h;
+
+	if (m->len < sizeof(h)) {
+		ep->dropped++;
+		return;
+	}
+	memcpy(&h, m->data, sizeof(h));
+
+	const char *body = (const char *)m->data + sizeof(h);
+	size_t len = m->len - sizeof(h);
+	bool tagged = !(h.flags & PMFI_HDR_UNTAGGED);
+
+	if (le16toh(h.dst_ep) != 0 || (h.op == PMFI_OP_RTS && len < sizeof(struct pmfi_rts))) {
+		ep->dropped++;
+		return;
+	}
+	switch (h.op) {
+	case PMFI_OP_EAGER:
+	case PMFI_OP_RTS: {
+		struct pmfi_req *r = pmfi_match_posted(&ep->match, tagged, m->peer,
+						       le64toh(h.tag));
+
+		if (!r) {
+			unexpected(ep, m->peer, &h, tagged, body, len);
+		} else if (h.op == PMFI_OP_EAGER) {
+			memcpy(r->buf, body, len < r->len ? len : r->len);
+			r->peer = m->peer;
+			pmfi_recv_complete(ep, r, len, le64toh(h.tag), le64toh(h.data),
+					   h.flags & PMFI_HDR_CQ_DATA, 0);
+			pmfi_req_put(ep, r);
+		} else {
+			struct pmfi_rts rts;
+
+			memcpy(&rts, body, sizeof(rts));
+			take_rts(ep, r, m->peer, le64toh(h.tag), le64toh(h.data),
+				 h.flags & PMFI_HDR_CQ_DATA, le64toh(h.arg), &rts);
+		}
+		break;
+	}
+	case PMFI_OP_FIN:
+		on_fin(ep, m->peer, &h);
+		break;
+	default:
+		ep->dropped++;
+	}
+}
+
+static void poll_reads(struct pmfi_ep *ep)
+{
+	for (struct pmfi_list *l = ep->reads.next, *n; l != &ep->reads; l = n) {
+		struct pmfi_req *r = pmfi_container_of(l, struct pmfi_req, link);
+
+		n = l->next;
+		if (pm_test(ep->pm, &r->op)) {
+			pmfi_list_del(l);
+			read_done(ep, r, r->op.status);
+		}
+	}
+	/* Reads that met -EAGAIN (PM's operation slots were taken) start
+	 * again; those that meet it again go back to read_wait. */
+	struct pmfi_list wait;
+
+	pmfi_list_init(&wait);
+	while (!pmfi_list_empty(&ep->read_wait)) {
+		struct pmfi_list *l = ep->read_wait.next;
+
+		pmfi_list_del(l);
+		pmfi_list_add_tail(&wait, l);
+	}
+	while (!pmfi_list_empty(&wait)) {
+		struct pmfi_req *r = pmfi_container_of(wait.next, struct pmfi_req, link);
+
+		pmfi_list_del(&r->link);
+		start_read(ep, r);
+	}
+}
+
+void pmfi_progress(struct pmfi_ep *ep)
+{
+	if (!ep->enabled)
+		return;
+	for (int i = 0; i < PMFI_PROGRESS_BATCH; i++) {
+		struct pm_msg m;
+
+		/* Keep room for what one message can complete (a receive, and
+		 * the send its FIN finishes). */
+		if (!pmfi_cq_room(ep->rx_cq, 2) || !pmfi_cq_room(ep->tx_cq, 2))
+			break;
+		if (pm_recv(ep->pm, &m) != 0)
+			break;
+		dispatch(ep, &m);
+		pm_release(ep->pm, &m);
+	}
+	for (struct pmfi_list *l = ep->active.next, *n; l != &ep->active; l = n) {
+		n = l->next;
+		flush_peer(ep, pmfi_container_of(l, struct pmfi_peer_q, active));
+	}
+	if (!pmfi_list_empty(&ep->reads) || !pmfi_list_empty(&ep->read_wait))
+		poll_reads(ep);
+}

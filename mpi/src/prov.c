@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * prov.c - the provider's entry point: fi_prov_ini, its struct fi_provider
+ * and its tunables.  libfabric dlopen()s libpm-fi.so from FI_PROVIDER_PATH
+ * and calls fi_prov_ini() once.
+ */
+#include "pmfi.h"
+
+#include <limits.h>
+
+struct pmfi_params pmfi_params = {
+	.eager_max = 16384,
+};
+
+struct fi_provider pmfi_prov = {
+	.version = PMFI_PROV_VERSION,
+	.fi_version = PMFI_API_VERSION,
+	.name = PMFI_NAME,
+	.getinfo = pmfi_getinfo,
+	.fabric = pmfi_fabric_open,
+	.cleanup = NULL,
+};
+
+void pmfi_lock(struct pmfi_domain *d)
+{
+	if (d->locking)
+		pthread_mutex_lock(&d->lock);
+}
+
+void pmfi_unlock(struct pmfi_domain *d)
+{
+	if (d->locking)
+		pthread_mutex_unlock(&d->lock);
+}
+
+int pmfi_no_bind(struct fid *fid, struct fid *bfid, uint64_t flags)
+{
+	(void)fid; (void)bfid; (void)flags;
+	return -FI_ENOSYS;
+}
+
+int pmfi_no_control(struct fid *fid, int command, void *arg)
+{
+	(void)fid; (void)command; (void)arg;
+	return -FI_ENOSYS;
+}
+
+int pmfi_no_ops_open(struct fid *fid, const char *name, uint64_t flags, void **ops,
+		     void *context)
+{
+	(void)fid; (void)name; (void)flags; (void)ops; (void)context;
+	return -FI_ENOSYS;
+}
+
+int pmfi_errno(int pm_err)
+{
+	switch (pm_err) {
+	case 0: return 0;
+	case -EAGAIN: return -FI_EAGAIN;
+	case -ENOMEM: return -FI_ENOMEM;
+	case -EMSGSIZE: return -FI_EMSGSIZE;
+	case -EINVAL: return -FI_EINVAL;
+	case -EPIPE: return -FI_EIO;
+	case -ENOENT: return -FI_ENOENT;
+	case -ERANGE: return -FI_EINVAL;
+	default: return -FI_EIO;
+	}
+}
+
+FI_EXT_INI
+{
+	size_t eager = pmfi_params.eager_max;
+
+	fi_param_define(&pmfi_prov, "eager_max", FI_PARAM_SIZE_T,
+			"Largest message sent eagerly (copied at the receiver); larger ones "
+			"are read by the receiver from the sender's memory (default: 16384)");
+	if (fi_param_get_size_t(&pmfi_prov, "eager_max", &eager) == 0)
+		pmfi_params.eager_max = eager;
+	return &pmfi_prov;
+}
