@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * mpi_ring.c - an ordinary MPI program, nothing of PM in it: a token goes
+ * mpi_transfer.c - an ordinary MPI program, nothing of PM in it: a token goes
  * round the ring of ranks, then every rank exchanges messages of growing
  * sizes (eager and rendezvous) with its neighbours and checks every byte,
- * then a few collectives.  Prints "mpi_ring: N ranks passed" from rank 0
+ * then a few collectives.  Prints "mpi_transfer: N ranks passed" from rank 0
  * and exits non-zero on any mismatch.
  *
- *   mpi_ring [--laps N] [--max-size BYTES]
+ *   mpi_transfer [--laps N] [--max-size BYTES]
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -18,7 +18,7 @@ static int failures;
 
 #define CHECK(cond, ...) do { \
 	if (!(cond)) { \
-		fprintf(stderr, "mpi_ring: rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
+		fprintf(stderr, "mpi_transfer: rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
 		fprintf(stderr, __VA_ARGS__); \
 		fputc('\n', stderr); \
 		failures++; \
@@ -41,7 +41,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--max-size") && i + 1 < argc)
 			max_size = strtoull(argv[++i], NULL, 0);
 		else {
-			fprintf(stderr, "usage: mpi_ring [--laps N] [--max-size BYTES]\n");
+			fprintf(stderr, "usage: mpi_transfer [--laps N] [--max-size BYTES]\n");
 			return 2;
 		}
 	}
@@ -129,7 +129,7 @@ int main(int argc, char **argv)
 
 	MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
 	if (rank == 0 && total == 0)
-		printf("mpi_ring: %d ranks passed\n", size);
+		printf("mpi_transfer: %d ranks passed\n", size);
 	free(out);
 	free(in);
 	MPI_Finalize();
