@@ -1,0 +1,308 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_getinfo.c - the provider "pm" as its consumers meet it first:
+ * through the real fi_getinfo of the system's libfabric, which loads
+ * libpm-fi.so from FI_PROVIDER_PATH (design §9, §10).
+ *
+ * Usage: test_getinfo DIR, DIR holding the freshly built libpm-fi.so.
+ * FI_PROVIDER=pm (set by meson, else here) keeps every other provider out.
+ *
+ * Only objects that never open PM are opened: fabric, domain, EQ, CQs and
+ * MRs.  Endpoints and AVs open the process's PM context and belong to the
+ * multi-process tests.
+ */
+#include "check.h"
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A fresh hints structure (fi_allocinfo fills every sub-attribute). */
+static struct fi_info *hints_new(void)
+{
+	struct fi_info *h = fi_allocinfo();
+
+	CHECK(h);
+	CHECK(h->ep_attr && h->domain_attr && h->tx_attr && h->rx_attr && h->fabric_attr);
+	return h;
+}
+
+/* Hints in the state a plain RDM consumer would ask with. */
+static struct fi_info *hints_rdm(void)
+{
+	struct fi_info *h = hints_new();
+
+	h->ep_attr->type = FI_EP_RDM;
+	return h;
+}
+
+/* What Open MPI 4.1's mtl ofi asks (ompi_mtl_ofi_component_init), at 1.5. */
+static struct fi_info *hints_ompi(void)
+{
+	struct fi_info *h = hints_new();
+
+	h->mode = FI_CONTEXT;
+	h->ep_attr->type = FI_EP_RDM;
+	h->caps = FI_TAGGED;
+	h->tx_attr->msg_order = FI_ORDER_SAS;
+	h->rx_attr->msg_order = FI_ORDER_SAS;
+	h->tx_attr->op_flags = FI_COMPLETION;
+	h->rx_attr->op_flags = FI_COMPLETION;
+	h->domain_attr->threading = FI_THREAD_DOMAIN;
+	h->domain_attr->av_type = FI_AV_MAP;
+	h->domain_attr->resource_mgmt = FI_RM_ENABLED;
+	return h;
+}
+
+/* fi_getinfo(version, no node, no service, no flags, hints) must refuse. */
+static void check_refused(uint32_t version, struct fi_info *h, int line)
+{
+	struct fi_info *info = NULL;
+	int ret = fi_getinfo(version, NULL, NULL, 0, h, &info);
+
+	if (ret != -FI_ENODATA || info)
+		check_fail(__FILE__, line, "fi_getinfo returned %d (%s), info %p; expected %d",
+			   ret, fi_strerror(-ret), (void *)info, -FI_ENODATA);
+	fi_freeinfo(h);
+}
+
+#define CHECK_REFUSED(version, hints) check_refused((version), (hints), __LINE__)
+
+/* fi_getinfo must answer with exactly one info of ours. */
+static struct fi_info *answered(uint32_t version, const struct fi_info *h, int line)
+{
+	struct fi_info *info = NULL;
+	int ret = fi_getinfo(version, NULL, NULL, 0, h, &info);
+
+	if (ret != 0 || !info)
+		check_fail(__FILE__, line, "fi_getinfo returned %d (%s), info %p", ret,
+			   fi_strerror(-ret), (void *)info);
+	if (info->next)
+		check_fail(__FILE__, line, "more than one info (second: %s)",
+			   info->next->fabric_attr ? info->next->fabric_attr->prov_name : "?");
+	if (!info->fabric_attr || !info->fabric_attr->prov_name ||
+	    strcmp(info->fabric_attr->prov_name, "pm") != 0)
+		check_fail(__FILE__, line, "prov_name %s, expected pm",
+			   info->fabric_attr ? info->fabric_attr->prov_name : "(no fabric_attr)");
+	return info;
+}
+
+#define ANSWERED(version, hints) answered((version), (hints), __LINE__)
+
+static void test_null_hints(void)
+{
+	struct fi_info *info = ANSWERED(FI_VERSION(1, 17), NULL);
+
+	CHECK(info->fabric_attr->name && strcmp(info->fabric_attr->name, "pm") == 0);
+	CHECK(info->domain_attr->name && strcmp(info->domain_attr->name, "pm") == 0);
+	CHECK_EQ(info->ep_attr->type, FI_EP_RDM);
+	uint64_t caps = FI_TAGGED | FI_MSG | FI_DIRECTED_RECV | FI_SOURCE;
+
+	CHECK_MSG((info->caps & caps) == caps, "caps %#llx lack %#llx",
+		  (unsigned long long)info->caps, (unsigned long long)(caps & ~info->caps));
+	CHECK_EQ(info->domain_attr->data_progress, FI_PROGRESS_MANUAL);
+	CHECK_EQ(info->domain_attr->mr_mode, 0);
+	CHECK_U64(info->domain_attr->cq_data_size, >=, 4);
+	CHECK_U64(info->ep_attr->mem_tag_format, ==, ~(uint64_t)0);
+	CHECK_U64(info->tx_attr->inject_size, ==, 4096);
+	CHECK_U64(info->domain_attr->max_ep_tx_ctx, ==, 1);
+	fi_freeinfo(info);
+}
+
+static void test_ompi_hints(void)
+{
+	struct fi_info *h = hints_ompi();
+	struct fi_info *info = ANSWERED(FI_VERSION(1, 5), h);
+
+	CHECK_EQ(info->ep_attr->type, FI_EP_RDM);
+	CHECK(info->caps & FI_TAGGED);
+	/* The answer may drop mode bits asked for, never add any. */
+	CHECK_U64(info->mode & ~h->mode, ==, 0);
+	CHECK_EQ(info->domain_attr->threading, FI_THREAD_DOMAIN);
+	CHECK_EQ(info->domain_attr->av_type, FI_AV_MAP);
+	CHECK_U64(info->tx_attr->op_flags, ==, FI_COMPLETION);
+	CHECK_U64(info->tx_attr->msg_order & FI_ORDER_SAS, ==, FI_ORDER_SAS);
+	CHECK_EQ(info->domain_attr->resource_mgmt, FI_RM_ENABLED);
+	fi_freeinfo(info);
+
+	/* Open MPI's second query, once it knows the provider. */
+	h->caps |= FI_DIRECTED_RECV;
+	h->domain_attr->cq_data_size = 4;
+	info = ANSWERED(FI_VERSION(1, 5), h);
+	CHECK(info->caps & FI_DIRECTED_RECV);
+	CHECK_U64(info->domain_attr->cq_data_size, >=, 4);
+	CHECK_EQ(info->domain_attr->threading, FI_THREAD_DOMAIN);
+	fi_freeinfo(info);
+
+	/* MPI_THREAD_MULTIPLE. */
+	h->domain_attr->threading = FI_THREAD_SAFE;
+	info = ANSWERED(FI_VERSION(1, 5), h);
+	CHECK_EQ(info->domain_attr->threading, FI_THREAD_SAFE);
+	fi_freeinfo(info);
+	fi_freeinfo(h);
+}
+
+/* ofi_rxm and ofi_rxd look for a core provider of MSG or DGRAM endpoints. */
+static void test_rxm_probes(void)
+{
+	struct fi_info *h = hints_new();
+
+	h->ep_attr->type = FI_EP_MSG;
+	CHECK_REFUSED(FI_VERSION(1, 17), h);
+	h = hints_new();
+	h->ep_attr->type = FI_EP_DGRAM;
+	CHECK_REFUSED(FI_VERSION(1, 17), h);
+}
+
+static void test_caps_beyond(void)
+{
+	struct fi_info *h = hints_rdm();
+
+	h->caps = FI_TAGGED | FI_RMA;
+	CHECK_REFUSED(FI_VERSION(1, 17), h);
+	h = hints_rdm();
+	h->caps = FI_TAGGED | FI_ATOMIC;
+	CHECK_REFUSED(FI_VERSION(1, 17), h);
+}
+
+static void test_old_api(void)
+{
+	CHECK_REFUSED(FI_VERSION(1, 4), NULL);
+}
+
+static void test_auto_progress(void)
+{
+	struct fi_info *h = hints_rdm();
+
+	h->domain_attr->data_progress = FI_PROGRESS_AUTO;
+	CHECK_REFUSED(FI_VERSION(1, 17), h);
+}
+
+static void test_msg_order(void)
+{
+	struct fi_info *h = hints_rdm();
+
+	h->tx_attr->msg_order = FI_ORDER_SAS | FI_ORDER_RAW;
+	CHECK_REFUSED(FI_VERSION(1, 17), h);
+	h = hints_rdm();
+	h->rx_attr->msg_order = FI_ORDER_SAS | FI_ORDER_RAW;
+	CHECK_REFUSED(FI_VERSION(1, 17), h);
+}
+
+static void test_foreign_fabric(void)
+{
+	struct fi_info *h = hints_rdm();
+
+	h->fabric_attr->name = strdup("tcp");
+	CHECK(h->fabric_attr->name);
+	CHECK_REFUSED(FI_VERSION(1, 17), h);
+}
+
+static void test_node_service(void)
+{
+	struct fi_info *info = NULL;
+	int ret = fi_getinfo(FI_VERSION(1, 17), "127.0.0.1", "9228", 0, NULL, &info);
+
+	CHECK_MSG(ret == -FI_ENODATA && !info, "fi_getinfo returned %d (%s), info %p", ret,
+		  fi_strerror(-ret), (void *)info);
+}
+
+/* Fabric, domain, EQ, a CQ of each format and an MR: none opens PM. */
+static void test_objects(void)
+{
+	static const enum fi_cq_format formats[] = {
+		FI_CQ_FORMAT_CONTEXT, FI_CQ_FORMAT_MSG, FI_CQ_FORMAT_DATA, FI_CQ_FORMAT_TAGGED,
+	};
+	enum { NCQ = sizeof(formats) / sizeof(formats[0]) };
+	struct fi_info *info = ANSWERED(FI_VERSION(1, 17), NULL);
+	struct fid_fabric *fabric = NULL;
+	struct fid_domain *domain = NULL;
+	struct fid_eq *eq = NULL;
+	struct fid_cq *cq[NCQ] = { NULL };
+	struct fid_mr *mr = NULL, *rmr = NULL;
+	static char buf[4096];
+
+	CHECK_OK(fi_fabric(info->fabric_attr, &fabric, NULL));
+	CHECK_OK(fi_domain(fabric, info, &domain, NULL));
+
+	struct fi_eq_attr eq_attr = { .size = 16, .wait_obj = FI_WAIT_NONE };
+
+	CHECK_OK(fi_eq_open(fabric, &eq_attr, &eq, NULL));
+	for (int i = 0; i < NCQ; i++) {
+		struct fi_cq_attr cq_attr = { .format = formats[i], .wait_obj = FI_WAIT_NONE };
+
+		CHECK_OK(fi_cq_open(domain, &cq_attr, &cq[i], NULL));
+	}
+	CHECK_OK(fi_mr_reg(domain, buf, sizeof(buf), FI_SEND | FI_RECV, 0, 0, 0, &mr, NULL));
+	CHECK_ERR(fi_mr_reg(domain, buf, sizeof(buf), FI_REMOTE_READ, 0, 0, 0, &rmr, NULL),
+		  -FI_ENOSYS);
+
+	/* Nothing bound, nothing to progress: empty, not blocked, not failed. */
+	for (int i = 0; i < NCQ; i++) {
+		struct fi_cq_tagged_entry e[4];
+
+		CHECK_ERR(fi_cq_read(cq[i], e, 4), -FI_EAGAIN);
+	}
+
+	uint32_t event = 0;
+	char ebuf[64];
+
+	CHECK_ERR(fi_eq_read(eq, &event, ebuf, sizeof(ebuf), 0), -FI_EAGAIN);
+
+	CHECK_OK(fi_close(&mr->fid));
+	for (int i = NCQ - 1; i >= 0; i--)
+		CHECK_OK(fi_close(&cq[i]->fid));
+	CHECK_OK(fi_close(&eq->fid));
+	CHECK_OK(fi_close(&domain->fid));
+	CHECK_OK(fi_close(&fabric->fid));
+	fi_freeinfo(info);
+}
+
+/* A domain outlives what was opened from it. */
+static void test_domain_busy(void)
+{
+	struct fi_info *info = ANSWERED(FI_VERSION(1, 17), NULL);
+	struct fid_fabric *fabric = NULL;
+	struct fid_domain *domain = NULL;
+	struct fid_cq *cq = NULL;
+	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE };
+
+	CHECK_OK(fi_fabric(info->fabric_attr, &fabric, NULL));
+	CHECK_OK(fi_domain(fabric, info, &domain, NULL));
+	CHECK_OK(fi_cq_open(domain, &cq_attr, &cq, NULL));
+	CHECK_ERR(fi_close(&domain->fid), -FI_EBUSY);
+	CHECK_OK(fi_close(&cq->fid));
+	CHECK_OK(fi_close(&domain->fid));
+	CHECK_OK(fi_close(&fabric->fid));
+	fi_freeinfo(info);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s DIR (the directory of libpm-fi.so)\n", argv[0]);
+		return 2;
+	}
+	/* Read by libfabric at its first call, so set before any. */
+	CHECK_OK(setenv("FI_PROVIDER_PATH", argv[1], 1));
+	CHECK_OK(setenv("FI_PROVIDER", "pm", 0));
+
+	test_null_hints();
+	test_ompi_hints();
+	test_rxm_probes();
+	test_caps_beyond();
+	test_old_api();
+	test_auto_progress();
+	test_msg_order();
+	test_foreign_fabric();
+	test_node_service();
+	test_objects();
+	test_domain_busy();
+	printf("getinfo tests passed\n");
+	return 0;
+}
