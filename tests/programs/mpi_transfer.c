@@ -6,13 +6,17 @@
  * then a few collectives.  Prints "mpi_transfer: N ranks passed" from rank 0
  * and exits non-zero on any mismatch.
  *
- *   mpi_transfer [--laps N] [--max-size BYTES]
+ *   mpi_transfer [--laps N] [--max-size BYTES] [--linger-ms MS]
+ *
+ * --linger-ms keeps every rank alive that long before MPI_Finalize, so that
+ * a test can look at the transport's counters (pminfo) while they exist.
  */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int failures;
 
@@ -32,7 +36,7 @@ static unsigned char pattern(int from, size_t i, size_t len)
 
 int main(int argc, char **argv)
 {
-	int rank, size, laps = 10;
+	int rank, size, laps = 10, linger_ms = 0;
 	size_t max_size = 4u << 20;
 
 	for (int i = 1; i < argc; i++) {
@@ -40,8 +44,10 @@ int main(int argc, char **argv)
 			laps = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--max-size") && i + 1 < argc)
 			max_size = strtoull(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--linger-ms") && i + 1 < argc)
+			linger_ms = atoi(argv[++i]);
 		else {
-			fprintf(stderr, "usage: mpi_transfer [--laps N] [--max-size BYTES]\n");
+			fprintf(stderr, "usage: mpi_transfer [--laps N] [--max-size BYTES] [--linger-ms MS]\n");
 			return 2;
 		}
 	}
@@ -130,6 +136,9 @@ int main(int argc, char **argv)
 	MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
 	if (rank == 0 && total == 0)
 		printf("mpi_transfer: %d ranks passed\n", size);
+	fflush(stdout);
+	if (linger_ms > 0)
+		nanosleep(&(struct timespec){ linger_ms / 1000, (linger_ms % 1000) * 1000000L }, NULL);
 	free(out);
 	free(in);
 	MPI_Finalize();

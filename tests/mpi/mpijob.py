@@ -1,0 +1,103 @@
+"""Running MPI programs over the libfabric provider pm (mpi/, issue 12).
+
+`over_pm_args()` is the mpirun command line that selects PM for Open MPI's
+point-to-point traffic: pml cm, mtl ofi, provider pm, found through
+FI_PROVIDER_PATH in build/lib/libfabric.  Command-line MCA values override
+Debian's /etc/openmpi/openmpi-mca-params.conf (`mtl = ^ofi`), so no system
+file is edited.  `run()` starts mpirun in its own session and, whatever
+happens, ends the whole session by its process group when the time is up.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import REPO_ROOT
+
+BUILD = Path(os.environ.get("SCORE_BUILD", REPO_ROOT / "build"))
+PROVIDER_DIR = BUILD / "lib" / "libfabric"
+PMINFO = BUILD / "bin" / "pminfo"
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def over_pm_args(**pm_env):
+    """mpirun arguments: Open MPI's traffic over the provider pm, with PM's
+    knobs (PM_DEVICE=..., PM_UDP_NICS=...) passed to every rank."""
+    args = ["--mca", "pml", "cm", "--mca", "mtl", "ofi",
+            "--mca", "mtl_ofi_provider_include", "pm",
+            "-x", f"FI_PROVIDER_PATH={PROVIDER_DIR}"]
+    for k, v in pm_env.items():
+        args += ["-x", f"{k}={v}"]
+    return args
+
+
+class Run:
+    """One mpirun in the background, in its own session."""
+
+    def __init__(self, argv, env=None, timeout=90):
+        self.argv = [str(a) for a in argv]
+        self.timeout = timeout
+        self.start = time.monotonic()
+        self.proc = subprocess.Popen(self.argv, env=dict(os.environ, **MPI_ENV, **(env or {})),
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+
+    def wait(self):
+        left = max(1.0, self.timeout - (time.monotonic() - self.start))
+        try:
+            self.stdout, self.stderr = self.proc.communicate(timeout=left)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.stdout, self.stderr = self.proc.communicate()
+            self.stderr += f"\n(test: mpirun killed after {self.timeout} s)"
+        return self
+
+    def running(self):
+        return self.proc.poll() is None
+
+    def kill(self):
+        """SIGTERM to mpirun's whole session (it takes its ranks down), then SIGKILL."""
+        if self.proc.poll() is not None:
+            return
+        for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.proc.wait(timeout=grace)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    @property
+    def returncode(self):
+        return self.proc.returncode
+
+    def describe(self):
+        return (f"{' '.join(self.argv)}\nexit {self.proc.returncode}\n"
+                f"stdout: {self.stdout}\nstderr: {self.stderr[-4000:]}")
+
+
+def pm_contexts(stats_dir):
+    """The PM contexts pminfo sees in stats_dir: a list of its JSON objects."""
+    proc = subprocess.run([str(PMINFO), "--contexts", "--json"], capture_output=True, text=True,
+                          timeout=30, env=dict(os.environ, PM_STATS_DIR=str(stats_dir)))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["contexts"]
+
+
+def wait_for_contexts(stats_dir, n, run, limit=60.0):
+    """Poll pminfo until n contexts exist and each has sent something; None
+    when mpirun ended or time ran out first."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and run.running():
+        ctxs = pm_contexts(stats_dir)
+        if len(ctxs) == n and all(c["counters"]["msgs_sent"] > 0 for c in ctxs):
+            return ctxs
+        time.sleep(0.2)
+    return None
