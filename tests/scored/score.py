@@ -25,6 +25,7 @@ import tempfile
 import time
 import tomllib
 import urllib.parse
+import urllib.request
 from pathlib import Path
 
 from conftest import REPO_ROOT, kill_by_pid
@@ -293,6 +294,19 @@ def build_pmix_program(dest_dir, name):
     flags = subprocess.run(["pkg-config", "--cflags", "--libs", "pmix"], capture_output=True,
                            text=True, timeout=30, check=True).stdout.split()
     return build_program(dest_dir, name, flags=flags)
+
+
+def scrape(url):
+    """The text of a Prometheus /metrics page."""
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        assert resp.status == 200
+        assert resp.headers.get_content_type() in ("text/plain",
+                                                   "application/openmetrics-text"), resp.headers
+        return resp.read().decode()
+
+
+def agent_metrics_url(score, node):
+    return score.nodes()[node]["metrics_url"]
 
 
 def grpc_frame(message):

@@ -8,22 +8,14 @@ import signal
 import subprocess
 import tomllib
 import urllib.parse
-import urllib.request
 
 import pytest
 
-from .score import PMCHECK, grpc_call, grpc_frame, marker, metric_values, wait_for
+from .score import (PMCHECK, agent_metrics_url, grpc_call, grpc_frame, marker, metric_values,
+                    scrape, wait_for)
 
 pytestmark = pytest.mark.skipif(not shutil.which("promtool"),
                                 reason="promtool is not installed (prometheus)")
-
-
-def scrape(url):
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        assert resp.status == 200
-        assert resp.headers.get_content_type() in ("text/plain",
-                                                   "application/openmetrics-text"), resp.headers
-        return resp.read().decode()
 
 
 def promtool_check(text, what):
@@ -36,10 +28,6 @@ def promtool_check(text, what):
 def master_metrics_url(score):
     conf = tomllib.loads((score.vc.service_dir / "scored.toml").read_text())
     return f"http://{conf['master']['metrics_listen']}/metrics"
-
-
-def agent_metrics_url(score, node):
-    return score.nodes()[node]["metrics_url"]
 
 
 def test_master_metrics(score):

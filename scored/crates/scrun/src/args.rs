@@ -5,18 +5,14 @@ use std::ffi::OsString;
 use std::fmt;
 use std::time::Duration;
 
-/// scrun's options that take a value as a separate word (`--nodes 4`): the
-/// word after them is not the program.  Keep in step with `Cli` in main.rs.
-const OPTIONS_WITH_VALUE: &[&str] = &[
-    "-N", "--nodes", "-p", "--ppn", "-t", "--time", "-e", "--env", "-J", "--name", "--master",
-    "--config",
-];
-
 /// Rewrites SCore's single-dash `-nodes=4x2` (and `-nodes 4x2`) into clap's
 /// `--nodes=4x2`, but only among scrun's own options: everything from the
 /// program name on belongs to the program and is passed through untouched,
 /// so `scrun -nodes=2 ./prog -nodes=9` gives `-nodes=9` to `prog`.
-pub fn preprocess_args<I>(args: I) -> Vec<OsString>
+/// `with_value` names scrun's options that take a value as a separate word
+/// (`--nodes 4`): the word after them is not the program (main.rs reads
+/// them off clap's own description of the command line).
+pub fn preprocess_args<I>(args: I, with_value: &[String]) -> Vec<OsString>
 where
     I: IntoIterator<Item = OsString>,
 {
@@ -37,7 +33,7 @@ where
         } else if s == "-nodes" {
             out.push("--nodes".into());
             out.extend(it.next());
-        } else if OPTIONS_WITH_VALUE.contains(&s) {
+        } else if with_value.iter().any(|o| o == s) {
             out.push(arg);
             out.extend(it.next());
         } else {
@@ -201,6 +197,32 @@ pub fn parse_env_arg(s: &str) -> Result<EnvArg, String> {
     })
 }
 
+/// How the job's MPI programs communicate (`--mpi`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum MpiTransport {
+    /// Over PM, through the libfabric provider pm (docs/mpi/guide.md).
+    #[default]
+    Pm,
+    /// With the MPI library's own transports and settings.
+    Own,
+}
+
+/// The environment that makes Open MPI's point-to-point traffic go over PM:
+/// the cm PML with the ofi MTL restricted to the provider pm.  Variables
+/// the user set win (they are added only where absent), and Open MPI lets
+/// the environment override its system-wide parameter file, whose Debian
+/// default excludes ofi.
+pub fn mpi_env(transport: MpiTransport) -> &'static [(&'static str, &'static str)] {
+    match transport {
+        MpiTransport::Pm => &[
+            ("OMPI_MCA_pml", "cm"),
+            ("OMPI_MCA_mtl", "ofi"),
+            ("OMPI_MCA_mtl_ofi_provider_include", "pm"),
+        ],
+        MpiTransport::Own => &[],
+    }
+}
+
 /// Resolves `--env NAME` against `lookup` (scrun's environment).
 pub fn resolve_env_args(
     args: &[EnvArg],
@@ -223,8 +245,22 @@ pub fn resolve_env_args(
 mod tests {
     use super::*;
 
+    #[test]
+    fn mpi_over_pm_is_the_default_and_own_adds_nothing() {
+        assert_eq!(MpiTransport::default(), MpiTransport::Pm);
+        let pm: std::collections::HashMap<_, _> =
+            mpi_env(MpiTransport::Pm).iter().copied().collect();
+        assert_eq!(pm.get("OMPI_MCA_pml"), Some(&"cm"));
+        assert_eq!(pm.get("OMPI_MCA_mtl"), Some(&"ofi"));
+        assert_eq!(pm.get("OMPI_MCA_mtl_ofi_provider_include"), Some(&"pm"));
+        assert!(mpi_env(MpiTransport::Own).is_empty());
+    }
+
     fn pre(args: &[&str]) -> Vec<String> {
-        preprocess_args(args.iter().map(OsString::from))
+        let with_value: Vec<String> = ["-N", "--nodes", "--name", "--time", "--mpi"]
+            .map(String::from)
+            .to_vec();
+        preprocess_args(args.iter().map(OsString::from), &with_value)
             .into_iter()
             .map(|a| a.into_string().unwrap())
             .collect()

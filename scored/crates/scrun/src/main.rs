@@ -7,8 +7,8 @@ mod label;
 mod run;
 
 use anyhow::{bail, Context, Result};
-use args::{EnvArg, NodeShape};
-use clap::Parser;
+use args::{EnvArg, MpiTransport, NodeShape};
+use clap::{CommandFactory, Parser};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,6 +49,11 @@ EXAMPLES:
 
     scrun --env OMP_NUM_THREADS=4 -N 8 ./hybrid < params.txt
         params.txt is read by rank 0.
+
+    scrun -nodes=4x2 ./mpi_app
+        An Open MPI program: its messages go over PM (shared memory within a
+        node, PM's udp device between nodes). --mpi own leaves Open MPI's own
+        transports (vader, tcp).
 
     scrun -v --name sweep -N 16 ./sweep --nodes 3
         \"--nodes 3\" is an argument of ./sweep, not of scrun.
@@ -111,6 +116,12 @@ struct Cli {
     #[arg(short = 'e', long = "env", value_name = "NAME[=VALUE]", value_parser = args::parse_env_arg)]
     env: Vec<EnvArg>,
 
+    /// How MPI programs communicate: pm (Open MPI over PM, through the
+    /// libfabric provider pm) or own (the MPI library's own transports).
+    /// Variables set in the environment or with --env win
+    #[arg(long, value_enum, value_name = "TRANSPORT", default_value_t = MpiTransport::Pm)]
+    mpi: MpiTransport,
+
     /// Prefix every output line with the rank that wrote it ("3: text")
     #[arg(short = 'l', long)]
     label: bool,
@@ -150,7 +161,10 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse_from(args::preprocess_args(std::env::args_os())) {
+    let cli = match Cli::try_parse_from(args::preprocess_args(
+        std::env::args_os(),
+        &options_with_value(),
+    )) {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
             // "scrun: error: ..." like every other error of scrun's.
@@ -210,6 +224,19 @@ async fn real_main(cli: Cli) -> Result<u8> {
     run::run(&target, spec, opts).await
 }
 
+/// scrun's options that take a value as a separate word, as clap knows them.
+fn options_with_value() -> Vec<String> {
+    Cli::command()
+        .get_arguments()
+        .filter(|a| !a.is_positional() && a.get_action().takes_values())
+        .flat_map(|a| {
+            let short = a.get_short().map(|c| format!("-{c}"));
+            let long = a.get_long().map(|l| format!("--{l}"));
+            short.into_iter().chain(long)
+        })
+        .collect()
+}
+
 fn job_spec(cli: &Cli) -> Result<score_proto::v1::JobSpec> {
     let (nodes, ppn) = args::resolve_shape(cli.nodes, cli.ppn).map_err(anyhow::Error::msg)?;
     if cli.command.first().is_none_or(|p| p.is_empty()) {
@@ -230,6 +257,10 @@ fn job_spec(cli: &Cli) -> Result<score_proto::v1::JobSpec> {
     let extra =
         args::resolve_env_args(&cli.env, |n| std::env::var(n).ok()).map_err(anyhow::Error::msg)?;
     env.extend(extra);
+    for (k, v) in args::mpi_env(cli.mpi) {
+        env.entry((*k).to_string())
+            .or_insert_with(|| (*v).to_string());
+    }
     let cwd = std::env::current_dir().context("cannot get the current directory")?;
     let cwd = cwd
         .into_os_string()
@@ -254,13 +285,50 @@ mod tests {
     use super::*;
 
     fn parse(argv: &[&str]) -> Result<Cli, clap::Error> {
-        Cli::try_parse_from(args::preprocess_args(argv.iter().map(|s| s.into())))
+        Cli::try_parse_from(args::preprocess_args(
+            argv.iter().map(|s| s.into()),
+            &options_with_value(),
+        ))
     }
 
     #[test]
     fn clap_definition_is_valid() {
-        use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_option_with_a_value_is_known_to_the_preprocessor() {
+        let with_value = options_with_value();
+        for o in [
+            "-N",
+            "--nodes",
+            "-p",
+            "--ppn",
+            "-t",
+            "--time",
+            "-e",
+            "--env",
+            "-J",
+            "--name",
+            "--master",
+            "--config",
+            "--mpi",
+            "--reattach-timeout",
+        ] {
+            assert!(
+                with_value.iter().any(|w| w == o),
+                "{o} missing from {with_value:?}"
+            );
+        }
+        assert!(!with_value.iter().any(|w| w == "-l" || w == "--no-stdin"));
+    }
+
+    #[test]
+    fn mpi_takes_its_value_before_the_score_nodes_form() {
+        let cli = parse(&["scrun", "--mpi", "own", "-nodes=2x1", "prog", "-nodes=9"]).unwrap();
+        assert_eq!(cli.mpi, MpiTransport::Own);
+        assert_eq!(cli.command, ["prog", "-nodes=9"]);
+        assert!(parse(&["scrun", "--mpi", "tcp", "prog"]).is_err());
     }
 
     #[test]

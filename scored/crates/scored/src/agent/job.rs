@@ -163,6 +163,10 @@ impl AgentJob {
             // rank's would stay.
             env.entry("OMPI_MCA_btl_vader_backing_directory".into())
                 .or_insert_with(|| self.tmpdir.display().to_string());
+            if let Some(dir) = super::provider::provider_dir() {
+                env.entry("FI_PROVIDER_PATH".into())
+                    .or_insert_with(|| dir.display().to_string());
+            }
             for (k, v) in [
                 ("SCORE_JOB_ID", info.id.to_string()),
                 ("SCORE_RANK", rank.to_string()),

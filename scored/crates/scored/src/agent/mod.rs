@@ -16,6 +16,7 @@ mod job;
 mod metrics;
 mod pmstats;
 mod preempt;
+mod provider;
 mod rank;
 mod retained;
 mod spawn;

@@ -1,0 +1,66 @@
+"""Open MPI programs started by scrun go over PM by default (scrun --mpi pm:
+pml cm, mtl ofi, the libfabric provider pm, which the agent points libfabric
+at), with no flag and nothing of PM in the program; `--mpi own` leaves Open
+MPI's own transports.  The agents' metrics show the job's PM contexts and
+counters while it runs (docs/mpi/guide.md)."""
+
+import shutil
+
+import pytest
+
+from .score import agent_metrics_url, build_mpi_program, metric_values, scrape, wait_for
+
+needs_mpicc = pytest.mark.skipif(shutil.which("mpicc") is None,
+                                 reason="Open MPI is not installed (libopenmpi-dev)")
+
+ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def pm_samples(score, node, job_id, metric):
+    """{labels: value} of one PM metric of job_id on node's agent."""
+    text = scrape(agent_metrics_url(score, node))
+    return {k: v for k, v in metric_values(text, metric).items() if f'job="{job_id}"' in k}
+
+
+@needs_mpicc
+def test_open_mpi_program_goes_over_pm_with_no_flag(score):
+    exe = build_mpi_program(score.workdir, "mpi_transfer")
+    run = score.start("-v", "-nodes=2x2", exe, "--linger-ms", "5000",
+                      env=dict(score.env, **ROOT_OK))
+    job_id = run.job_id()
+    nodes = score.wait_job(job_id, "running")["nodes"]
+
+    def every_rank_reads():
+        got = {n: pm_samples(score, n, job_id, "score_pm_rma_reads_total") for n in nodes}
+        return got if all(len(s) == 2 and all(v > 0 for v in s.values())
+                          for s in got.values()) else None
+    # 2 ranks a node, each with its PM context; up to 4 MiB per message went
+    # through the provider's rendezvous (PM reads).
+    reads = wait_for(every_rank_reads, 60, f"PM counters of job {job_id} on {nodes}",
+                     interval=0.3)
+    assert run.wait(120) == 0, run.stderr()
+    assert "mpi_transfer: 4 ranks passed" in run.stdout(), run.stdout() + run.stderr()
+    print(f"\nPM reads per rank: {reads}")
+
+
+@needs_mpicc
+def test_mpi_own_leaves_open_mpi_its_own_transports(score):
+    exe = build_mpi_program(score.workdir, "mpi_transfer")
+    subnet = score.vc.state["networks"][0]["subnet"]
+    env = dict(score.env, **ROOT_OK, OMPI_MCA_btl_tcp_if_include=subnet,
+               OMPI_MCA_oob_tcp_if_include=subnet)
+    run = score.start("-v", "--mpi", "own", "-nodes=2x1", exe, "--linger-ms", "3000",
+                      "--max-size", "65536", env=env)
+    job_id = run.job_id()
+    nodes = score.wait_job(job_id, ("running", "completed", "failed"), timeout=60)["nodes"]
+    assert run.wait(120) == 0, run.stderr()
+    assert "mpi_transfer: 2 ranks passed" in run.stdout(), run.stdout() + run.stderr()
+    # It lingered 3 s before MPI_Finalize: no PM context was ever seen.
+    for node in nodes:
+        assert not pm_samples(score, node, job_id, "score_pm_messages_sent_total")
+
+
+def test_a_bad_mpi_transport_is_refused(score):
+    proc = score.scrun("--mpi", "tcp", "-nodes=1", "/bin/true")
+    assert proc.returncode == 255, proc.stderr      # scrun's own errors (scrun(1))
+    assert "invalid value 'tcp'" in proc.stderr and "pm" in proc.stderr and "own" in proc.stderr
