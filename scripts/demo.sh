@@ -88,15 +88,22 @@ print("pmcheck: %d ranks, all-to-all, %d messages verified exactly once and in o
       % (len(ranks), n, "ok" if ok else "FAILED"))
 sys.exit(0 if ok and ranks else 1)'
 
-step "scrun: an Open MPI program (Debian's mpicc, Open MPI's own transports) on ${NODES}x2 processes"
+step "scrun: an Open MPI program (Debian's mpicc, nothing of PM in it) on ${NODES}x2 processes, over PM"
 net0=$("$VCLUSTER" status --name "$NAME" --json | /usr/bin/python3 -c \
   'import json, sys; print(json.load(sys.stdin)["clusters"][0]["networks"][0]["subnet"])')
 work=$(mktemp -d)
 trap 'rm -rf "$work"; cleanup' EXIT
 mpicc -O2 -o "$work/mpi_ring" "$ROOT/tests/programs/mpi_ring.c"
 chmod 755 "$work"
+# scrun's default --mpi pm: Open MPI's messages go over PM through the
+# libfabric provider pm (docs/mpi/guide.md).
 (cd "$work" && "$SCRUN" -nodes=$NODES"x2" --label \
-  --env OMPI_MCA_pml=ob1 --env OMPI_MCA_btl=self,vader,tcp --env OMPI_MCA_btl_tcp_if_include="$net0" \
+  --env OMPI_MCA_oob_tcp_if_include="$net0" \
+  --env OMPI_ALLOW_RUN_AS_ROOT=1 --env OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ./mpi_ring)
+
+step "the same with Open MPI's own transports (scrun --mpi own: vader within a node, tcp between)"
+(cd "$work" && "$SCRUN" --mpi own -nodes=$NODES"x2" --label \
+  --env OMPI_MCA_btl=self,vader,tcp --env OMPI_MCA_btl_tcp_if_include="$net0" \
   --env OMPI_ALLOW_RUN_AS_ROOT=1 --env OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ./mpi_ring)
 
 step "gang scheduling: two jobs on the same 4 nodes take turns (network preemption at every switch)"
