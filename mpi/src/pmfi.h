@@ -319,6 +319,7 @@ struct pmfi_peer_q {
 	struct pmfi_list pending;       /* struct pmfi_req waiting for PM room */
 	struct pmfi_list active;        /* in ep->active while pending is not empty */
 	size_t eager_limit;             /* largest eager payload to this peer */
+	bool gone;                      /* PM says it exited or died */
 };
 
 struct pmfi_ep {
@@ -342,6 +343,7 @@ struct pmfi_ep {
 	struct pmfi_list free_reqs;
 	size_t pool_size;
 	uint64_t cookie_gen;
+	uint64_t passes;        /* of progress: a peer check every so many */
 	uint64_t dropped;       /* malformed messages, logged at close */
 };
 

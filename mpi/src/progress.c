@@ -16,6 +16,7 @@
 #include <string.h>
 
 #define PMFI_PROGRESS_BATCH 64
+#define PMFI_PEER_CHECK_PASSES 4096
 
 static bool tx_wants_completion(const struct pmfi_ep *ep, uint64_t flags)
 {
@@ -387,10 +388,78 @@ static void poll_reads(struct pmfi_ep *ep)
 	}
 }
 
+/* Fail everything that waits on a peer that is gone: directed receives,
+ * queued sends, rendezvous sends awaiting FIN and reads from it.  PM sees
+ * deaths on this node; remote ones are the launcher's to act on. */
+static void fail_peer(struct pmfi_ep *ep, int peer)
+{
+	struct pmfi_peer_q *q = &ep->peers[peer];
+
+	for (int t = 0; t < 2; t++) {
+		struct pmfi_list *posted = &ep->match.posted[t];
+
+		for (struct pmfi_list *l = posted->next, *n; l != posted; l = n) {
+			struct pmfi_req *r = pmfi_container_of(l, struct pmfi_req, link);
+
+			n = l->next;
+			if (r->peer == peer) {
+				pmfi_list_del(l);
+				pmfi_recv_complete(ep, r, 0, r->tag, 0, false, -EPIPE);
+				pmfi_req_put(ep, r);
+			}
+		}
+	}
+	while (!pmfi_list_empty(&q->pending)) {
+		struct pmfi_req *r = pmfi_container_of(q->pending.next, struct pmfi_req, link);
+
+		pmfi_list_del(&r->link);
+		transmitted(ep, r, -EPIPE);
+	}
+	pmfi_list_del(&q->active);
+	for (struct pmfi_list *l = ep->rndv.next, *n; l != &ep->rndv; l = n) {
+		struct pmfi_req *r = pmfi_container_of(l, struct pmfi_req, link);
+
+		n = l->next;
+		if (r->peer == peer) {
+			pmfi_list_del(l);
+			send_done(ep, r, -EPIPE);
+		}
+	}
+	struct pmfi_list *lists[2] = { &ep->reads, &ep->read_wait };
+
+	for (int i = 0; i < 2; i++)
+		for (struct pmfi_list *l = lists[i]->next, *n; l != lists[i]; l = n) {
+			struct pmfi_req *r = pmfi_container_of(l, struct pmfi_req, link);
+
+			n = l->next;
+			if (r->peer == peer) {
+				pmfi_list_del(l);
+				pmfi_recv_complete(ep, r, r->rts_len, r->tag, r->data,
+						   r->flags & FI_REMOTE_CQ_DATA, -EPIPE);
+				pmfi_req_put(ep, r);
+			}
+		}
+}
+
+static void check_peers(struct pmfi_ep *ep)
+{
+	for (int p = 0; p < ep->npeers; p++) {
+		if (ep->peers[p].gone || p == ep->self || pm_peer_alive(ep->pm, p) != 0)
+			continue;
+		ep->peers[p].gone = true;
+		PMFI_WARN("peer %d is gone: its operations fail", p);
+		fail_peer(ep, p);
+	}
+}
+
 void pmfi_progress(struct pmfi_ep *ep)
 {
 	if (!ep->enabled)
 		return;
+	/* Now and then (not on every pass: it looks at every peer), ask PM
+	 * whether a peer died, so that nothing waits for it for ever. */
+	if (++ep->passes % PMFI_PEER_CHECK_PASSES == 0)
+		check_peers(ep);
 	for (int i = 0; i < PMFI_PROGRESS_BATCH; i++) {
 		struct pm_msg m;
 

@@ -162,6 +162,17 @@ static ssize_t post_recv(struct pmfi_ep *ep, const struct recv_args *a)
 		if (!e)
 			return -FI_EINVAL;
 		peer = e->peer;
+		if (ep->peers[peer].gone && !(a->flags & (FI_PEEK | FI_CLAIM))) {
+			/* Nothing will ever come from it. */
+			struct fi_cq_tagged_entry c = {
+				.op_context = a->context,
+				.flags = (a->tagged ? FI_TAGGED : FI_MSG) | FI_RECV,
+				.buf = a->buf,
+				.tag = a->tag,
+			};
+
+			return pmfi_cq_write_err(ep->rx_cq, &c, FI_EIO, EPIPE, 0);
+		}
 	}
 
 	struct pmfi_req want = {

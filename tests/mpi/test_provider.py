@@ -30,7 +30,8 @@ def programs():
     assert (PROVIDER_DIR / "libpm-fi.so").exists(), f"{PROVIDER_DIR}/libpm-fi.so: run `make`"
     d = tempfile.mkdtemp(prefix="score-mpi-")
     try:
-        yield {name: build_mpi_program(d, name) for name in ("mpi_transfer", "mpi_errors")}
+        yield {name: build_mpi_program(d, name)
+               for name in ("mpi_transfer", "mpi_errors", "mpi_peerdeath")}
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -95,6 +96,15 @@ def test_truncation_cancel_and_probe_as_mpi_defines_them(programs, device):
     run = Run([*LOCAL, "-n", 2, *over_pm_args(**pm_env), programs["mpi_errors"]]).wait()
     assert run.returncode == 0, run.describe()
     assert "mpi_errors: passed" in run.stdout, run.describe()
+
+
+def test_a_dead_peer_fails_the_receive_instead_of_hanging(programs):
+    """Rank 1 exits without closing anything; rank 0's MPI_Recv from it
+    returns an error (PM sees the death on its node and the provider fails
+    what waits on that peer)."""
+    run = Run([*LOCAL, "-n", 2, "--mca", "orte_allowed_exit_without_sync", "1",
+               *over_pm_args(PM_DEVICE="shm"), programs["mpi_peerdeath"]], timeout=60).wait()
+    assert "mpi_peerdeath: the receive failed" in run.stdout, run.describe()
 
 
 @pytest.fixture(scope="module")
