@@ -6,8 +6,9 @@
  * then a few collectives.  Prints "mpi_transfer: N ranks passed" from rank 0
  * and exits non-zero on any mismatch.
  *
- *   mpi_transfer [--laps N] [--max-size BYTES] [--linger-ms MS]
+ *   mpi_transfer [--laps N] [--rounds N] [--max-size BYTES] [--linger-ms MS]
  *
+ * --rounds repeats the exchange of every size (a longer job).
  * --linger-ms keeps every rank alive that long before MPI_Finalize, so that
  * a test can look at the transport's counters (pminfo) while they exist.
  */
@@ -36,7 +37,7 @@ static unsigned char pattern(int from, size_t i, size_t len)
 
 int main(int argc, char **argv)
 {
-	int rank, size, laps = 10, linger_ms = 0;
+	int rank, size, laps = 10, rounds = 1, linger_ms = 0;
 	size_t max_size = 4u << 20;
 
 	for (int i = 1; i < argc; i++) {
@@ -44,10 +45,12 @@ int main(int argc, char **argv)
 			laps = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--max-size") && i + 1 < argc)
 			max_size = strtoull(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+			rounds = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--linger-ms") && i + 1 < argc)
 			linger_ms = atoi(argv[++i]);
 		else {
-			fprintf(stderr, "usage: mpi_transfer [--laps N] [--max-size BYTES] [--linger-ms MS]\n");
+			fprintf(stderr, "usage: mpi_transfer [--laps N] [--rounds N] [--max-size BYTES] [--linger-ms MS]\n");
 			return 2;
 		}
 	}
@@ -77,6 +80,7 @@ int main(int argc, char **argv)
 	 * to the next rank and from the previous one at once. */
 	unsigned char *out = malloc(max_size + 1), *in = malloc(max_size + 1);
 
+	for (int round = 0; round < rounds; round++)
 	for (size_t len = 0; len <= max_size; len = len < 4 ? len + 1 : len * 2) {
 		size_t lens[3] = { len ? len - 1 : 0, len, len + 1 <= max_size ? len + 1 : len };
 

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from .score import (PMCHECK, Score, agent_pid, marker, metric_values,
-                    processes_with, start_agent, wait_for)
+from .score import (PMCHECK, Score, agent_metrics_url, agent_pid, build_mpi_program, marker,
+                    metric_values, processes_with, scrape, start_agent, wait_for)
 
 MASTER = {"quantum_ms": 100, "quiesce_timeout_ms": 500, "gang_slots": 4,
           "kill_grace_ms": 30000}
@@ -651,6 +651,62 @@ def test_a_process_without_pm_is_counted_as_unanswered(busy_loop):
         f"unanswered grew by {busy_loop.watch.unanswered} over " \
         f"{busy_loop.watch.switches} switches: the 4 processes of the busy loop " \
         f"(job {busy_loop.busy_id}, not PM programs) never answer the quiesce request"
+
+
+# Two Open MPI jobs over PM (scrun's default --mpi pm): each exchanges every
+# size up to 256 KiB (eager and rendezvous) MPI_ROUNDS times, several
+# seconds alone.
+MPI_ROUNDS = 150
+
+
+def pm_job_counters(score, job_id, metric):
+    """{labels: value} of one PM metric of a job, over every node's agent."""
+    out = {}
+    for node in score.nodes():
+        text = scrape(agent_metrics_url(score, node))
+        out.update({k: v for k, v in metric_values(text, metric).items() if f'job="{job_id}"' in k})
+    return out
+
+
+@pytest.mark.skipif(shutil.which("mpicc") is None, reason="Open MPI is not installed")
+def test_two_mpi_jobs_over_pm_share_their_nodes_with_no_retransmission(score):
+    """Unmodified MPI programs gang-scheduled with network preemption: both
+    complete with every byte checked, they were frozen in turns, and their
+    PM contexts (read off the agents' metrics while they lingered at the
+    end) sent through PM and never retransmitted."""
+    exe = build_mpi_program(score.workdir, "mpi_transfer")
+    watch = Watch(score)
+    env = dict(score.env, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    runs = [score.start("-v", "-J", f"gang-mpi-{i}", "-nodes=4x1", exe, "--rounds", MPI_ROUNDS,
+                        "--max-size", 262144, "--linger-ms", 4000, env=env) for i in range(2)]
+    ids = [r.job_id() for r in runs]
+    score.job_ids.update(ids)
+    last = {}
+
+    def sample():
+        """The latest PM counters of each job while its ranks are alive."""
+        for job_id in ids:
+            sent = pm_job_counters(score, job_id, "score_pm_messages_sent_total")
+            if len(sent) == 4:
+                last[job_id] = {
+                    "sent": sum(sent.values()),
+                    "retransmits": sum(pm_job_counters(
+                        score, job_id, "score_pm_retransmits_total").values()),
+                }
+        return all(r.proc.poll() is not None for r in runs)
+    watch.until(sample, RUN_TIMEOUT, "the MPI jobs to end")
+    for run, job_id in zip(runs, ids):
+        rc = run.wait(10)
+        assert rc == 0 and "mpi_transfer: 4 ranks passed" in run.stdout(), \
+            f"job {job_id} exited {rc}: {run.stderr()[-2000:]}"
+    print(f"\ntwo MPI jobs: {watch.switches} switches, PM counters {last}")
+    assert watch.max_rows >= 2 and watch.switches >= 4, \
+        f"{watch.switches} switches, {watch.max_rows} rows: the jobs did not share their nodes"
+    assert all(True in watch.frozen[i] for i in ids), dict(watch.frozen)
+    assert sorted(last) == sorted(ids), f"PM counters never seen for every job: {last}"
+    assert all(c["sent"] > 0 for c in last.values()), last
+    assert all(c["retransmits"] == 0 for c in last.values()), \
+        f"PM retransmitted under network preemption: {last} over {watch.switches} switches"
 
 
 def test_network_preemption_causes_no_retransmission(many_switches, record_property):
