@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """Write the result tables of the benchmark reports from the suites' JSON.
 
-    scripts/bench_report.py [--build BUILD] [--check]
+    scripts/bench_report.py [--build BUILD] [--check] [--suite NAME ...]
 
-scripts/bench (make bench) calls it after its suites.  It reads
-BUILD/bench/<suite>.json and rewrites, in docs/pm/bench.md,
-docs/pm/bench-udp.md and docs/scored/bench.md, every region between
+scripts/bench (make bench) calls it after its suites, for the regions of the
+suites that ran.  It reads BUILD/bench/<suite>.json and rewrites, in
+docs/pm/bench.md, docs/pm/bench-udp.md, docs/scored/bench.md and
+docs/mpi/bench.md, every region (of the suites named with --suite, or all)
+between
 
     <!-- bench:NAME begin -->   and   <!-- bench:NAME end -->
 
@@ -33,7 +35,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_stats import spread  # noqa: E402
 
 DOCS = [ROOT / "docs" / "pm" / "bench.md", ROOT / "docs" / "pm" / "bench-udp.md",
-        ROOT / "docs" / "scored" / "bench.md"]
+        ROOT / "docs" / "scored" / "bench.md", ROOT / "docs" / "mpi" / "bench.md"]
 
 
 # ---------------------------------------------------------------- formatting
@@ -589,7 +591,93 @@ def render_latency_breakdown(doc, path):
     return "\n".join(out)
 
 
+# ---------------------------------------------------------------- mpi
+
+def render_mpi(doc, path):
+    results = doc.get("results")
+    if not results or "targets" not in doc:
+        return None
+    rounds = doc.get("rounds", [])
+    n = len(rounds)
+    sizes = doc.get("bw_sizes", [])
+    versions = doc.get("versions", {})
+    cluster = doc.get("cluster", {})
+    out = [provenance(doc, path), ""]
+    cpus = []
+    for key in ("pmbench_shm", "pmbench_udp"):
+        ids = next((r[key]["cpu_ids"] for r in rounds if (r.get(key) or {}).get("cpu_ids")),
+                   None)
+        if ids:
+            cpus.append(f"{results[key]['title']} reported CPUs {ids[0]} and {ids[1]}")
+    out.append(table(["setting", "value"], [
+        ["Open MPI / NetPIPE / libfabric",
+         ", ".join(f"`{p} {v}`" for p, v in versions.items() if v) or "?"],
+        ["virtual cluster", f"`{cluster.get('name')}`, {cluster.get('nodes')} nodes, "
+                            f"{cluster.get('nics')} NIC, subnet {cluster.get('subnet')} "
+                            f"(net0 {cluster.get('net0', '?')}), {cluster.get('rate')} link, "
+                            f"MTU {cluster.get('mtu')}; up once for the suite"],
+        ["placement", doc.get("placement", "") + (f" ({'; '.join(cpus)})" if cpus else "")],
+        ["per round", f"NetPIPE's best of its trials at each size (`-l S -u S -p 0`); "
+                      f"pmbench's best of {doc.get('pm_reps')} repetitions of about "
+                      f"{doc.get('pm_min_time_s')} s, receiver copying "
+                      f"(`--recv {doc.get('recv')}`)"],
+        ["machine idle before / after", f"{num(doc.get('idle_before_pct'), 0)} % / "
+                                        f"{num(doc.get('idle_after_pct'), 0)} %"],
+    ] + ([["binaries measured", "; ".join(
+        f"`{name}` {b['mtime']}, sha256 `{b['sha256'][:12]}`" if b else f"`{name}` missing"
+        for name, b in doc["binaries"].items())
+        + (f"; **changed during the run: {', '.join(doc['binaries_rebuilt'])}**"
+           if doc.get("binaries_rebuilt") else "")]] if doc.get("binaries") else []),
+        ["---", "---"]))
+    kind = spread_kind(next((r["latency_us"] for r in results.values() if r["latency_us"]["n"]),
+                            None))
+    out += ["", f"Latency is one-way (round trip / 2) at {doc.get('lat_size')} B in µs, "
+            "bandwidth the stream test in MB/s (10^6 B/s); each cell is the median over the "
+            f"{n} round(s) with the [{kind}] in brackets. JSON: `results.<row>` (with "
+            "`samples`), every round's raw figures in `rounds[].<row>`.", ""]
+    rows = []
+    for key, res in results.items():
+        where = "one node" if res["where"] == "node" else "2 nodes"
+        status = "ran"
+        if res["failed"]:
+            status = (f"**failed** in {res['rounds_without_result']} of {n} round(s)"
+                      + ("" if res.get("required") else " (not fatal)") + ", see below")
+        rows.append([where, res["title"], f"`{key}`", spread_cell(res["latency_us"])]
+                    + [spread_cell(res["bandwidth_MBps"][str(s)], 0) for s in sizes] + [status])
+    out.append(table(["where", "row", "key", f"{doc.get('lat_size')} B latency µs"]
+                     + [f"{size_label(s)} MB/s" for s in sizes] + ["status"], rows,
+                     ["---", "---", "---", "---:"] + ["---:"] * len(sizes) + ["---"]))
+    out += ["", "Targets (issue 12, \"Performance\"), ratios taken round by round (the two rows "
+            "of the same round); \"within 10 % or 0.3 µs\" is judged as MPI over pm's latency "
+            "divided by native + max(10 % of native, 0.3 µs), at most 1. JSON: `targets[]`.", ""]
+    rows = []
+    for v in doc["targets"]:
+        why = f" ({v['why']})" if v.get("why") else ""
+        rows.append([v["what"], v["issue"], spread_cell(v, 3),
+                     f"{target_text(v['op'], v['bound'])}",
+                     f"{verdict_cell(v)}{why}"])
+    out.append(table(["comparison", "target (issue)", "measured", "judged as", "verdict"], rows,
+                     ["---", "---", "---:", "---", "---"]))
+    if any(v["n"] for v in doc.get("info", [])):
+        out += ["", "Informational, round by round (no target; JSON: `info[]`):", ""]
+        out.append(table(["comparison", "median [spread]"],
+                         [[v["what"], spread_cell(v, 3)] for v in doc["info"] if v["n"]],
+                         ["---", "---:"]))
+    failures = [(res["title"], res["error"]) for res in results.values() if res["failed"]]
+    if failures:
+        out += ["", "Rows that failed to run (the first error; a row that failed is not run "
+                "again in later rounds):", ""]
+        for title, error in failures:
+            lines = [ln for ln in error.splitlines() if ln.strip()]
+            out.append(f"- {title}: {relative(lines[0]) if lines else '?'}")
+            if len(lines) > 1:
+                out += ["", "  ```", *[f"  {relative(ln)}" for ln in lines[1:21]], "  ```"]
+    out += ["", commands_block(doc)]
+    return "\n".join(out)
+
+
 RENDERERS = {
+    "mpi": ("mpi", render_mpi),
     "latency-breakdown": ("latency-breakdown", render_latency_breakdown),
     "pm-shm": ("pm-shm", render_pm_shm),
     "pm-udp": ("pm-udp", render_pm_udp),
@@ -644,14 +732,17 @@ def render(name, out_dir):
     return text, None
 
 
-def update(out_dir, check=False, docs=DOCS):
-    """Rewrite the regions of `docs` from out_dir/*.json; the documents
-    that changed (or, with check, that would)."""
+def update(out_dir, check=False, docs=DOCS, suites=None):
+    """Rewrite the regions of `docs` from out_dir/*.json (only those of
+    `suites` when given); the documents that changed (or, with check, that
+    would)."""
     changed = []
     for doc_path in docs:
         text = doc_path.read_text()
         new, pos = [], 0
         for name, start, end in regions(text):
+            if suites is not None and RENDERERS.get(name, (name,))[0] not in suites:
+                continue
             body, why = render(name, Path(out_dir))
             new.append(text[pos:start])
             if body is None:
@@ -677,8 +768,10 @@ def main():
                     help="build prefix whose bench/ holds the JSON (default: %(default)s)")
     ap.add_argument("--check", action="store_true",
                     help="change nothing; exit 1 when a document differs from the JSON")
+    ap.add_argument("--suite", action="append", choices=sorted({s for s, _ in RENDERERS.values()}),
+                    help="only the regions of this suite (repeatable; default: all)")
     args = ap.parse_args()
-    changed = update(args.build.resolve() / "bench", check=args.check)
+    changed = update(args.build.resolve() / "bench", check=args.check, suites=args.suite)
     if args.check and changed:
         print("bench_report: not up to date: "
               + ", ".join(str(p.relative_to(ROOT)) for p in changed), file=sys.stderr)
