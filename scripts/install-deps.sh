@@ -20,7 +20,7 @@ run_pkgs=(
   munge openmpi-bin libopenmpi-dev
 )
 test_pkgs=(
-  python3 python3-pytest
+  python3 python3-mpi4py python3-pip python3-pytest
   iperf3 libfabric-bin netpipe-openmpi netpipe-tcp sockperf linux-perf
   ansible-core ansible-lint
   prometheus

@@ -1,0 +1,97 @@
+"""mpi4py's own test suite, run in every rank of an MPI job.
+
+    mpirun -n 2 python3 mpi4py_runner.py TESTDIR OUTDIR [REGEX]
+
+TESTDIR is test/ of the pinned mpi4py source distribution; the mpi4py
+module is Debian's python3-mpi4py of the same version (built against
+Debian's Open MPI).  Every rank runs the same tests in the same order (they
+are collective), minus EXCLUDED, and writes OUTDIR/rank-N.json:
+{"rank", "size", "passed": [ids], "failed": [ids], "errors": [ids],
+"skipped": n}, and OUTDIR/rank-N.log, a line per test (the last one names a
+test that hung).  REGEX keeps only the test ids it matches (to look at one
+test).  The exclusions apply to every provider alike; each says why.
+"""
+import json
+import re
+import sys
+import unittest
+from pathlib import Path
+
+# Modules left out whole: {module: reason}.
+EXCLUDED_MODULES = {
+    "test_dynproc": "MPI_Comm_spawn/connect/accept: dynamic processes need a runtime "
+                    "that starts them (neither scrun nor this test gives one)",
+    "test_spawn": "MPI_Comm_spawn: as test_dynproc",
+}
+# Tests left out, by a regular expression on the test id: {regex: reason}.
+SSEND_MPROBE = ("a synchronous send received with a matched probe (MPI_Mprobe + "
+                "MPI_Mrecv, which mpi4py's pickled recv uses) is never acknowledged by "
+                "Open MPI 4.1.4's mtl ofi, so the send never completes and the test "
+                "hangs, with libfabric's tcp provider as with pm (tests/programs have "
+                "no such case; ob1 completes it)")
+EXCLUDED_TESTS = {
+    r"\.testAlltoallwBottom$":
+        "Open MPI 4.1.4 with pml cm segfaults in PMPI_Alltoallw with MPI_BOTTOM, "
+        "with libfabric's tcp provider as with pm (ob1 takes another path)",
+    r"^test_p2p_obj\..*\.testCancel$":
+        "cancelling an issend in Open MPI 4.1.4's mtl ofi (it cannot cancel sends) "
+        "crashes or fails after the issend tests, with tcp as with pm",
+    r"^test_p2p_obj\..*\.(testISSendAndRecv|testSSendAndRecv|testProbe|testTestSomeSend"
+    r"|testWaitSomeSend)$": SSEND_MPROBE,
+    r"^test_util_pkl5\..*\.(testISSendAndRecv|testISSendCancel|testMProbe"
+    r"|testMessageProbeIProbe|testProbe|testSSendAndMProbe|testSSendAndRecv|testTestAll"
+    r"|testWaitAll|testIMProbe)$": SSEND_MPROBE,
+}
+
+
+def cases(suite):
+    for t in suite:
+        if isinstance(t, unittest.TestSuite):
+            yield from cases(t)
+        else:
+            yield t
+
+
+class Collect(unittest.TextTestResult):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.passed = []
+
+    def addSuccess(self, test):
+        super().addSuccess(test)
+        self.passed.append(test.id())
+
+
+def main():
+    testdir, outdir = Path(sys.argv[1]), Path(sys.argv[2])
+    only = re.compile(sys.argv[3]).search if len(sys.argv) > 3 else (lambda _: True)
+    sys.path.insert(0, str(testdir))
+    from mpi4py import MPI  # noqa: E402  (after the path: mpiunittest lives there)
+
+    excluded = re.compile("|".join(f"(?:{r})" for r in EXCLUDED_TESTS)).search
+    loader = unittest.TestLoader()
+    suite = unittest.TestSuite()
+    for path in sorted(testdir.glob("test_*.py")):
+        if path.stem in EXCLUDED_MODULES:
+            continue
+        for case in cases(loader.loadTestsFromName(path.stem)):
+            if not excluded(case.id()) and only(case.id()):
+                suite.addTest(case)
+    rank = MPI.COMM_WORLD.Get_rank()
+    # Each rank's progress, one line a test: the last line names a test that hung.
+    with open(outdir / f"rank-{rank}.log", "w", buffering=1) as log:
+        result = unittest.TextTestRunner(stream=log, verbosity=2, resultclass=Collect).run(suite)
+    report = {
+        "rank": rank,
+        "size": MPI.COMM_WORLD.Get_size(),
+        "passed": result.passed,
+        "failed": [t.id() for t, _ in result.failures],
+        "errors": [t.id() for t, _ in result.errors],
+        "skipped": len(result.skipped),
+        "details": [f"{t.id()}: {tb[-600:]}" for t, tb in result.failures + result.errors],
+    }
+    (outdir / f"rank-{rank}.json").write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
