@@ -1,126 +1,19 @@
-"""mpi4py's own test suite over the provider pm, judged against libfabric's
-tcp provider under the same Open MPI, the same exclusions (listed with their
-reasons in mpi4py_runner.py) and the same layout: every test that passes
-with tcp must pass with pm.
-
-The tests come from mpi4py's source distribution on PyPI, version pinned to
-Debian's python3-mpi4py (the module under test, built against Debian's Open
-MPI) and checked by its SHA-256; it is downloaded once into
-BUILD/cache/.  Layouts: 2 and 4 ranks on one node (PM's shm device), and 2
-virtual-cluster nodes with 1 and 2 ranks each (PM's udp device over two
-NICs, plus shm within a node), under mpirun; and 2x2 under scrun, where it
-is judged against the same layout's tcp results under mpirun.
-"""
-
-import hashlib
-import json
-import os
-import shutil
-import subprocess
-import tarfile
-import tempfile
-from pathlib import Path
+"""mpi4py's own test suite over pm against libfabric's tcp provider under
+mpirun (mpi4py_suite.py says how they are judged): 2 and 4 ranks on one node
+(PM's shm device), and 2 virtual-cluster nodes with 1 and 2 ranks each (PM's
+udp device over two NICs, plus shm within a node)."""
 
 import pytest
 
 from conftest import VCLUSTER
 
-from .mpijob import BUILD, PROVIDER_DIR, Run
-
-MPI4PY_VERSION = "3.1.4"
-MPI4PY_SHA256 = "17858f2ebc623220d0120d1fa8d428d033dde749c4bc35b33d81a66ad7f93480"
-PYTHON = "/usr/bin/python3"
-RUNNER = Path(__file__).resolve().parent / "mpi4py_runner.py"
-# The whole suite takes some 10-30 s per run here; a hang (a regression)
-# must not take the suite down with it.
-RUN_TIMEOUT = 300
-
-
-def debian_mpi4py_version():
-    proc = subprocess.run([PYTHON, "-c", "import mpi4py; print(mpi4py.__version__)"],
-                          capture_output=True, text=True, timeout=30)
-    return proc.stdout.strip() if proc.returncode == 0 else None
+from .mpi4py_suite import assert_pm_passes_what_tcp_passes, provider_args, run_suite, suite_dir
 
 
 @pytest.fixture(scope="module")
 def testdir():
-    """test/ of the pinned sdist, extracted into a temporary directory."""
-    got = debian_mpi4py_version()
-    assert got == MPI4PY_VERSION, \
-        f"python3-mpi4py {MPI4PY_VERSION} is needed (found {got}): scripts/install-deps.sh"
-    cache = BUILD / "cache"
-    cache.mkdir(parents=True, exist_ok=True)
-    sdist = cache / f"mpi4py-{MPI4PY_VERSION}.tar.gz"
-    if not sdist.exists():
-        proc = subprocess.run([PYTHON, "-m", "pip", "download", "--quiet", "--no-deps",
-                               "--no-binary", ":all:", "--dest", str(cache),
-                               f"mpi4py=={MPI4PY_VERSION}"],
-                              capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, f"cannot fetch mpi4py's sdist: {proc.stderr}"
-    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
-    if digest != MPI4PY_SHA256:
-        sdist.unlink()
-        raise AssertionError(f"{sdist}: SHA-256 {digest}, want {MPI4PY_SHA256}")
-    d = tempfile.mkdtemp(prefix="score-mpi4py-")
-    try:
-        with tarfile.open(sdist) as tar:
-            members = [m for m in tar.getmembers()
-                       if m.name.startswith(f"mpi4py-{MPI4PY_VERSION}/test/") and m.isfile()]
-            tar.extractall(d, members=members)
-        yield Path(d) / f"mpi4py-{MPI4PY_VERSION}" / "test"
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-def provider_args(provider):
-    return ["--mca", "pml", "cm", "--mca", "mtl", "ofi",
-            "--mca", "mtl_ofi_provider_include", provider,
-            "-x", f"FI_PROVIDER_PATH={PROVIDER_DIR}"]
-
-
-class Outcome:
-    def __init__(self, what, run, outdir, nranks):
-        self.what = what
-        self.reports = {}
-        for r in range(nranks):
-            path = Path(outdir) / f"rank-{r}.json"
-            if path.exists():
-                self.reports[r] = json.loads(path.read_text())
-        tails = {p.name: p.read_text().splitlines()[-1:] for p in Path(outdir).glob("rank-*.log")}
-        assert len(self.reports) == nranks, \
-            f"{what}: {len(self.reports)}/{nranks} ranks reported; last test of each: " \
-            f"{tails}\n{run.describe()}"
-
-    def passed(self):
-        """Tests that passed on every rank."""
-        sets = [set(r["passed"]) for r in self.reports.values()]
-        return set.intersection(*sets)
-
-    def broken(self):
-        return {t for r in self.reports.values() for t in r["failed"] + r["errors"]}
-
-    def details(self):
-        return [d for r in self.reports.values() for d in r["details"]][:10]
-
-
-def run_suite(testdir, argv_prefix, what, nranks, env=None):
-    outdir = tempfile.mkdtemp(prefix="score-mpi4py-out-")
-    try:
-        run = Run([*argv_prefix, PYTHON, RUNNER, testdir, outdir], env=env,
-                  timeout=RUN_TIMEOUT).wait()
-        return Outcome(what, run, outdir, nranks)
-    finally:
-        shutil.rmtree(outdir, ignore_errors=True)
-
-
-def assert_pm_passes_what_tcp_passes(pm, tcp):
-    missing = sorted(tcp.passed() - pm.passed())
-    assert not missing, \
-        f"{len(missing)} tests pass with tcp and not with pm: {missing[:20]}\n{pm.details()}"
-    assert len(pm.passed()) > 1000, f"only {len(pm.passed())} tests passed: the suite did not run"
-    print(f"\n{pm.what}: {len(pm.passed())} passed (tcp {len(tcp.passed())}); "
-          f"failed or errors: pm {len(pm.broken())}, tcp {len(tcp.broken())}, "
-          f"with pm only {sorted(pm.broken() - tcp.broken())}")
+    with suite_dir() as d:
+        yield d
 
 
 LOCAL = ["mpirun", "--oversubscribe", "--bind-to", "none"]

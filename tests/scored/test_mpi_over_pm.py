@@ -8,6 +8,9 @@ import shutil
 
 import pytest
 
+from mpi.mpi4py_suite import (assert_pm_passes_what_tcp_passes, provider_env, run_suite,
+                              suite_dir)
+
 from .score import agent_metrics_url, build_mpi_program, metric_values, scrape, wait_for
 
 needs_mpicc = pytest.mark.skipif(shutil.which("mpicc") is None,
@@ -64,3 +67,31 @@ def test_a_bad_mpi_transport_is_refused(score):
     proc = score.scrun("--mpi", "tcp", "-nodes=1", "/bin/true")
     assert proc.returncode == 255, proc.stderr      # scrun's own errors (scrun(1))
     assert "invalid value 'tcp'" in proc.stderr and "pm" in proc.stderr and "own" in proc.stderr
+
+
+class ScrunSuite:
+    """mpi4py's suite as a scrun job of 2 nodes x 2 ranks (mpi4py_suite.run_suite)."""
+
+    def __init__(self, score, argv, env):
+        self.run = score.start("-nodes=2x2", *argv, env=env)
+
+    def wait(self):
+        self.rc = self.run.wait(300)
+        return self
+
+    def describe(self):
+        return f"scrun exited {self.rc}\nstderr: {self.run.stderr()[-3000:]}"
+
+
+@needs_mpicc
+def test_mpi4py_under_scrun_over_pm_passes_what_tcp_passes(score):
+    """mpi4py's own suite as a 2x2 scrun job: over pm (scrun's default)
+    every test passes that passes with libfabric's tcp provider, same job."""
+    with suite_dir() as testdir:
+        outcomes = {}
+        for provider in ("tcp", "pm"):
+            env = dict(score.env, **ROOT_OK, **provider_env(provider), FI_TCP_IFACE="eth0")
+            outcomes[provider] = run_suite(
+                testdir, [], f"{provider}, scrun -nodes=2x2", 4,
+                start=lambda argv, env=env: ScrunSuite(score, argv, env).wait())
+    assert_pm_passes_what_tcp_passes(outcomes["pm"], outcomes["tcp"])
