@@ -147,8 +147,11 @@ static int ep_enable(struct pmfi_ep *ep)
 
 		pmfi_list_init(&q->pending);
 		pmfi_list_init(&q->active);
+		size_t want = pmfi_params.eager_max ? pmfi_params.eager_max :
+			      pmfi_eager_default(pm_peer_device(ep->pm, p));
+
 		room = room > sizeof(struct pmfi_hdr) ? room - sizeof(struct pmfi_hdr) : 0;
-		q->eager_limit = pmfi_params.eager_max < room ? pmfi_params.eager_max : room;
+		q->eager_limit = want < room ? want : room;
 	}
 	ep->enabled = true;
 	return 0;

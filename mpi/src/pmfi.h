@@ -57,9 +57,11 @@ extern struct fi_provider pmfi_prov;
 
 /* Tunables (FI_PM_<NAME> in the environment), read once at load. */
 struct pmfi_params {
-	size_t eager_max;       /* largest message sent eagerly */
+	size_t eager_max;       /* largest message sent eagerly; 0: by device */
 };
 extern struct pmfi_params pmfi_params;
+/* The eager threshold for peers that a PM device (pm_peer_device()) serves. */
+size_t pmfi_eager_default(const char *device);
 
 #define PMFI_WARN(fmt, ...) FI_WARN(&pmfi_prov, FI_LOG_CORE, fmt "\n", ##__VA_ARGS__)
 #define PMFI_INFO(fmt, ...) FI_INFO(&pmfi_prov, FI_LOG_CORE, fmt "\n", ##__VA_ARGS__)

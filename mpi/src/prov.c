@@ -7,10 +7,9 @@
 #include "pmfi.h"
 
 #include <limits.h>
+#include <string.h>
 
-struct pmfi_params pmfi_params = {
-	.eager_max = 16384,
-};
+struct pmfi_params pmfi_params;
 
 struct fi_provider pmfi_prov = {
 	.version = PMFI_PROV_VERSION,
@@ -67,13 +66,23 @@ int pmfi_errno(int pm_err)
 	}
 }
 
+/* Eager thresholds when FI_PM_EAGER_MAX is not set, by PM device, measured
+ * with NetPIPE streams (docs/mpi/bench.md): within a node the read-based
+ * rendezvous (one copy by process_vm_readv) beats two copies from 16 KiB
+ * on; over udp its round trip costs more than sending 64 KiB eagerly. */
+size_t pmfi_eager_default(const char *device)
+{
+	return device && strcmp(device, "udp") == 0 ? 65536 : 16384;
+}
+
 FI_EXT_INI
 {
-	size_t eager = pmfi_params.eager_max;
+	size_t eager;
 
 	fi_param_define(&pmfi_prov, "eager_max", FI_PARAM_SIZE_T,
 			"Largest message sent eagerly (copied at the receiver); larger ones "
-			"are read by the receiver from the sender's memory (default: 16384)");
+			"are read by the receiver from the sender's memory (default: 16384 "
+			"within a node, 65536 over udp)");
 	if (fi_param_get_size_t(&pmfi_prov, "eager_max", &eager) == 0)
 		pmfi_params.eager_max = eager;
 	return &pmfi_prov;
