@@ -217,6 +217,11 @@ static void start_read(struct pmfi_ep *ep, struct pmfi_req *r)
 		read_done(ep, r, err);
 		return;
 	}
+	/* shm reads are done when pm_read returns: finish now, not a pass later. */
+	if (r->op.status != 1) {
+		read_done(ep, r, r->op.status);
+		return;
+	}
 	pmfi_list_add_tail(&ep->reads, &r->link);
 }
 
