@@ -21,7 +21,7 @@ run_pkgs=(
 )
 test_pkgs=(
   python3 python3-mpi4py python3-pip python3-pytest
-  iperf3 libfabric-bin netpipe-openmpi netpipe-tcp sockperf linux-perf
+  hpcc iperf3 libfabric-bin netpipe-openmpi netpipe-tcp sockperf linux-perf
   ansible-core ansible-lint
   prometheus
 )

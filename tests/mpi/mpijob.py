@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, VCLUSTER
 
 BUILD = Path(os.environ.get("SCORE_BUILD", REPO_ROOT / "build"))
 PROVIDER_DIR = BUILD / "lib" / "libfabric"
@@ -37,13 +37,13 @@ def over_pm_args(**pm_env):
 class Run:
     """One mpirun in the background, in its own session."""
 
-    def __init__(self, argv, env=None, timeout=90):
+    def __init__(self, argv, env=None, timeout=90, cwd=None):
         self.argv = [str(a) for a in argv]
         self.timeout = timeout
         self.start = time.monotonic()
         self.proc = subprocess.Popen(self.argv, env=dict(os.environ, **MPI_ENV, **(env or {})),
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True,
+                                     stderr=subprocess.PIPE, text=True, cwd=cwd,
                                      start_new_session=True)
 
     def wait(self):
@@ -101,3 +101,13 @@ def wait_for_contexts(stats_dir, n, run, limit=60.0):
             return ctxs
         time.sleep(0.2)
     return None
+
+
+def across(vc, ppn):
+    """mpirun over every node of vc, ppn ranks each (Open MPI's own traffic
+    on net 0); the caller adds its options, the program and env=vc.env."""
+    net0 = vc.state["networks"][0]["subnet"]
+    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+            "--host", ",".join(f"{n}.{vc.name}:{ppn}" for n in vc.nodes),
+            "--mca", "plm_rsh_agent", f"{VCLUSTER} rsh --name {vc.name}",
+            "--mca", "oob_tcp_if_include", net0, "-n", str(len(vc.nodes) * ppn)]

@@ -5,9 +5,8 @@ udp device over two NICs, plus shm within a node)."""
 
 import pytest
 
-from conftest import VCLUSTER
-
 from .mpi4py_suite import assert_pm_passes_what_tcp_passes, provider_args, run_suite, suite_dir
+from .mpijob import across
 
 
 @pytest.fixture(scope="module")
@@ -26,19 +25,6 @@ def test_mpi4py_on_one_node(testdir, nranks):
     pm = run_suite(testdir, [*LOCAL, "-n", nranks, *provider_args("pm")],
                    f"pm, {nranks} ranks on one node", nranks)
     assert_pm_passes_what_tcp_passes(pm, tcp)
-
-
-@pytest.fixture(scope="module")
-def two_nodes(vcluster_module):
-    return vcluster_module(nodes=2, nics=2)
-
-
-def across(vc, ppn):
-    net0 = vc.state["networks"][0]["subnet"]
-    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-            "--host", ",".join(f"{n}.{vc.name}:{ppn}" for n in vc.nodes),
-            "--mca", "plm_rsh_agent", f"{VCLUSTER} rsh --name {vc.name}",
-            "--mca", "oob_tcp_if_include", net0, "-n", str(2 * ppn)]
 
 
 @pytest.mark.parametrize("ppn", [1, 2])

@@ -9,14 +9,14 @@ import os
 import shutil
 import subprocess
 import tempfile
+from pathlib import Path
 
 import pytest
 
-from conftest import VCLUSTER
 from scored.score import build_mpi_program
 from pm.pmjob import grown, nic_counters
 
-from .mpijob import PROVIDER_DIR, Run, over_pm_args, wait_for_contexts
+from .mpijob import PROVIDER_DIR, Run, across, over_pm_args, wait_for_contexts
 
 pytestmark = pytest.mark.skipif(shutil.which("mpicc") is None,
                                 reason="Open MPI is not installed (libopenmpi-dev, "
@@ -107,23 +107,13 @@ def test_a_dead_peer_fails_the_receive_instead_of_hanging(programs):
     assert "mpi_peerdeath: the receive failed" in run.stdout, run.describe()
 
 
-@pytest.fixture(scope="module")
-def two_nodes(vcluster_module):
-    return vcluster_module(nodes=2, nics=2)
-
-
 @pytest.mark.parametrize("ppn", [1, 2])
 def test_mpi_program_over_pm_across_nodes(two_nodes, programs, ppn):
     """2 nodes x ppn ranks: udp between the nodes, striped over both NICs;
     with 2 ranks a node, shm between them as well."""
     vc = two_nodes
-    net0 = vc.state["networks"][0]["subnet"]
     before = {n: nic_counters(vc, n) for n in vc.nodes}
-    run = Run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-               "--host", ",".join(f"{n}.{vc.name}:{ppn}" for n in vc.nodes),
-               "--mca", "plm_rsh_agent", f"{VCLUSTER} rsh --name {vc.name}",
-               "--mca", "oob_tcp_if_include", net0,
-               "-n", 2 * ppn, *over_pm_args(), programs["mpi_transfer"]],
+    run = Run([*across(vc, ppn), *over_pm_args(), programs["mpi_transfer"]],
               env=vc.env, timeout=120).wait()
     assert run.returncode == 0, run.describe()
     assert f"mpi_transfer: {2 * ppn} ranks passed" in run.stdout, run.describe()
@@ -133,3 +123,59 @@ def test_mpi_program_over_pm_across_nodes(two_nodes, programs, ppn):
     for node in vc.nodes:
         for nic in ("eth0", "eth1"):
             assert grown(before[node], after[node], nic) > 200, (node, nic, before, after)
+
+
+# --- HPC Challenge (Debian's hpcc, built with Open MPI) over pm ------------------
+
+HPCC_INPUT = Path("/usr/share/doc/hpcc/examples/_hpccinf.txt")
+
+
+def hpcc_dir(n):
+    """A working directory with hpcc's example input, the problem made small
+    (N = n) so that the whole suite takes seconds."""
+    assert shutil.which("hpcc"), "hpcc is missing (scripts/install-deps.sh)"
+    d = Path(tempfile.mkdtemp(prefix="score-hpcc-"))
+    os.chmod(d, 0o777)
+    lines = HPCC_INPUT.read_text().splitlines()
+    assert lines[5].split()[-1] == "Ns", lines[5]
+    lines[5] = f"{n}          Ns"
+    (d / "hpccinf.txt").write_text("\n".join(lines) + "\n")
+    return d
+
+
+def assert_hpcc_checks_pass(d, run, nranks):
+    out = (d / "hpccoutf.txt").read_text(errors="replace")
+    summary = dict(l.split("=", 1) for l in out.splitlines() if "=" in l and " " not in l)
+    assert run.returncode == 0, run.describe()
+    assert summary.get("Success") == "1", f"hpcc says it failed:\n{out[-3000:]}"
+    assert summary.get("CommWorldProcs") == str(nranks), summary.get("CommWorldProcs")
+    assert "FAILED" not in out, out
+    for key in ("MPIRandomAccess_Errors", "MPIRandomAccess_LCG_Errors"):
+        assert float(summary.get(key, "nan")) == 0, (key, summary.get(key))
+    assert float(summary["PTRANS_residual"]) == 0, summary["PTRANS_residual"]
+    assert float(summary["MPIFFT_maxErr"]) < 1e-10, summary["MPIFFT_maxErr"]
+    print(f"\nhpcc over pm, {nranks} ranks: HPL {summary['HPL_Tflops']} Tflops, "
+          f"PTRANS {summary['PTRANS_GBs']} GB/s, "
+          f"RandomRing {summary.get('RandomlyOrderedRingLatency_usec')} us")
+
+
+def test_hpcc_checks_pass_over_pm_on_one_node():
+    d = hpcc_dir(500)
+    try:
+        run = Run([*LOCAL, "-n", 4, "--mca", "mpi_yield_when_idle", "1", *over_pm_args(), "hpcc"],
+                  timeout=240, cwd=d).wait()
+        assert_hpcc_checks_pass(d, run, 4)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_hpcc_checks_pass_over_pm_across_nodes(two_nodes):
+    """2 nodes x 2 ranks: udp between the nodes over both NICs, shm within."""
+    vc = two_nodes
+    d = hpcc_dir(500)
+    try:
+        run = Run([*across(vc, 2), "--mca", "mpi_yield_when_idle", "1", *over_pm_args(), "hpcc"],
+                  env=vc.env, timeout=240, cwd=d).wait()
+        assert_hpcc_checks_pass(d, run, 4)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
