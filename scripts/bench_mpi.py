@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 
 from bench_stats import spread, verdict
-from bench_udp import VCLUSTER, Cluster, pin
+from bench_udp import VCLUSTER, Cluster, cell, pin
 
 NAME = "bmpi"                  # no other suite or test uses it
 SUBNET = "10.246.0.0/16"       # outside vcluster's default 10.250-10.255; restart has .247
@@ -513,14 +513,6 @@ def run(ctx):
 
 
 # ---------------------------------------------------------------- printing
-
-def cell(s, spec):
-    if not s or s.get("median") is None:
-        return "-"
-    if s["n"] == 1:
-        return format(s["median"], spec)
-    return f"{format(s['median'], spec)} [{format(s['lo'], spec)}-{format(s['hi'], spec)}]"
-
 
 def print_tables(doc):
     n = len(doc["rounds"])

@@ -365,7 +365,8 @@ def run(ctx):
 
 
 def cell(s, spec):
-    if s.get("median") is None:
+    """A spread as "median [min-max]" ("-" when nothing was measured)."""
+    if not s or s.get("median") is None:
         return "-"
     if s["n"] == 1:
         return format(s["median"], spec)

@@ -199,13 +199,7 @@ static const char *cq_strerror(struct fid_cq *fid, int prov_errno, const void *e
 			       char *buf, size_t len)
 {
 	(void)fid; (void)err_data;
-	const char *s = pm_strerror(-prov_errno);
-
-	if (buf && len) {
-		strncpy(buf, s, len - 1);
-		buf[len - 1] = '\0';
-	}
-	return s;
+	return pmfi_strerror(prov_errno, buf, len);
 }
 
 static int cq_close(struct fid *fid)

@@ -205,14 +205,7 @@ static ssize_t ep_cancel(fid_t fid, void *context)
 	struct pmfi_req *r = pmfi_match_cancel(&ep->match, context);
 
 	if (r) {
-		struct fi_cq_tagged_entry e = {
-			.op_context = r->context,
-			.flags = (r->tagged ? FI_TAGGED : FI_MSG) | FI_RECV,
-			.buf = r->buf,
-			.tag = r->tag,
-		};
-
-		pmfi_cq_write_err(ep->rx_cq, &e, FI_ECANCELED, 0, 0);
+		pmfi_recv_error(ep, r->context, r->tagged, r->buf, r->tag, FI_ECANCELED, 0);
 		pmfi_req_put(ep, r);
 		ret = 0;
 	}

@@ -52,13 +52,7 @@ static const char *eq_strerror(struct fid_eq *eq, int prov_errno, const void *er
 			       char *buf, size_t len)
 {
 	(void)eq; (void)err_data;
-	const char *s = pm_strerror(-prov_errno);
-
-	if (buf && len) {
-		strncpy(buf, s, len - 1);
-		buf[len - 1] = '\0';
-	}
-	return s;
+	return pmfi_strerror(prov_errno, buf, len);
 }
 
 static struct fi_ops eq_fi_ops = {

@@ -373,6 +373,10 @@ void pmfi_recv_take(struct pmfi_ep *ep, struct pmfi_req *r, struct pmfi_unexp *u
 /* Complete receive r with len bytes of a message from peer (error < 0). */
 void pmfi_recv_complete(struct pmfi_ep *ep, struct pmfi_req *r, size_t msg_len,
 			uint64_t tag, uint64_t data, bool has_data, int err);
+/* A receive that ends in error before any data: cancelled, no match for a
+ * peek, or its peer gone.  -FI_ENOMEM when the error completion is lost. */
+int pmfi_recv_error(struct pmfi_ep *ep, void *context, bool tagged, void *buf, uint64_t tag,
+		    int err, int prov_errno);
 /* Complete a send. */
 void pmfi_send_complete(struct pmfi_ep *ep, struct pmfi_req *r, int err);
 
@@ -381,6 +385,10 @@ int pmfi_no_bind(struct fid *fid, struct fid *bfid, uint64_t flags);
 int pmfi_no_control(struct fid *fid, int command, void *arg);
 int pmfi_no_ops_open(struct fid *fid, const char *name, uint64_t flags, void **ops,
 		     void *context);
+
+/* What a completion's prov_errno (PM's errno, positive) means, for the CQ's
+ * and EQ's strerror: also copied into buf when one is given. */
+const char *pmfi_strerror(int prov_errno, char *buf, size_t len);
 
 /* FI errors from PM's negative errnos. */
 int pmfi_errno(int pm_err);

@@ -43,6 +43,19 @@ void pmfi_send_complete(struct pmfi_ep *ep, struct pmfi_req *r, int err)
 		pmfi_cq_write(ep->tx_cq, &e, FI_ADDR_NOTAVAIL);
 }
 
+int pmfi_recv_error(struct pmfi_ep *ep, void *context, bool tagged, void *buf, uint64_t tag,
+		    int err, int prov_errno)
+{
+	struct fi_cq_tagged_entry e = {
+		.op_context = context,
+		.flags = (tagged ? FI_TAGGED : FI_MSG) | FI_RECV,
+		.buf = buf,
+		.tag = tag,
+	};
+
+	return pmfi_cq_write_err(ep->rx_cq, &e, err, prov_errno, 0);
+}
+
 void pmfi_recv_complete(struct pmfi_ep *ep, struct pmfi_req *r, size_t msg_len, uint64_t tag,
 			uint64_t data, bool has_data, int err)
 {

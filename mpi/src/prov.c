@@ -51,6 +51,17 @@ int pmfi_no_ops_open(struct fid *fid, const char *name, uint64_t flags, void **o
 	return -FI_ENOSYS;
 }
 
+const char *pmfi_strerror(int prov_errno, char *buf, size_t len)
+{
+	const char *s = pm_strerror(-prov_errno);
+
+	if (buf && len) {
+		strncpy(buf, s, len - 1);
+		buf[len - 1] = '\0';
+	}
+	return s;
+}
+
 int pmfi_errno(int pm_err)
 {
 	switch (pm_err) {

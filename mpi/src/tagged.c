@@ -126,18 +126,19 @@ static ssize_t peek(struct pmfi_ep *ep, const struct pmfi_req *want, const struc
 	pmfi_progress(ep);
 
 	struct pmfi_unexp *u = pmfi_match_unexp(&ep->match, want, true);
-	struct fi_cq_tagged_entry c = {
-		.op_context = a->context,
-		.flags = (a->tagged ? FI_TAGGED : FI_MSG) | FI_RECV,
-		.tag = a->tag,
-	};
 
 	if (!u)
-		return pmfi_cq_write_err(ep->rx_cq, &c, FI_ENOMSG, 0, 0);
-	c.flags |= u->has_data ? FI_REMOTE_CQ_DATA : 0;
-	c.len = u->len;
-	c.data = u->has_data ? u->data : 0;
-	c.tag = u->tagged ? u->tag : 0;
+		return pmfi_recv_error(ep, a->context, a->tagged, NULL, a->tag, FI_ENOMSG, 0);
+
+	struct fi_cq_tagged_entry c = {
+		.op_context = a->context,
+		.flags = (a->tagged ? FI_TAGGED : FI_MSG) | FI_RECV |
+			 (u->has_data ? FI_REMOTE_CQ_DATA : 0),
+		.len = u->len,
+		.data = u->has_data ? u->data : 0,
+		.tag = u->tagged ? u->tag : 0,
+	};
+
 	pmfi_cq_write(ep->rx_cq, &c, pmfi_av_source(ep->av, u->peer));
 	if (a->flags & (FI_CLAIM | FI_DISCARD)) {
 		pmfi_list_del(&u->link);
@@ -162,17 +163,10 @@ static ssize_t post_recv(struct pmfi_ep *ep, const struct recv_args *a)
 		if (!e)
 			return -FI_EINVAL;
 		peer = e->peer;
-		if (ep->peers[peer].gone && !(a->flags & (FI_PEEK | FI_CLAIM))) {
+		if (ep->peers[peer].gone && !(a->flags & (FI_PEEK | FI_CLAIM)))
 			/* Nothing will ever come from it. */
-			struct fi_cq_tagged_entry c = {
-				.op_context = a->context,
-				.flags = (a->tagged ? FI_TAGGED : FI_MSG) | FI_RECV,
-				.buf = a->buf,
-				.tag = a->tag,
-			};
-
-			return pmfi_cq_write_err(ep->rx_cq, &c, FI_EIO, EPIPE, 0);
-		}
+			return pmfi_recv_error(ep, a->context, a->tagged, a->buf, a->tag, FI_EIO,
+					       EPIPE);
 	}
 
 	struct pmfi_req want = {

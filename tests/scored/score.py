@@ -309,6 +309,18 @@ def agent_metrics_url(score, node):
     return score.nodes()[node]["metrics_url"]
 
 
+def job_metrics(score, job_id, metrics, nodes=None):
+    """{metric: {labels: value}} of one job's samples of `metrics` on the
+    agents of `nodes` (default: every node), each agent scraped once."""
+    out = {m: {} for m in metrics}
+    for node in nodes if nodes is not None else score.nodes():
+        text = scrape(agent_metrics_url(score, node))
+        for m in metrics:
+            out[m].update({k: v for k, v in metric_values(text, m).items()
+                           if f'job="{job_id}"' in k})
+    return out
+
+
 def grpc_frame(message):
     """A gRPC length-prefixed message (uncompressed)."""
     return b"\x00" + struct.pack(">I", len(message)) + message

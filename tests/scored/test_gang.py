@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from .score import (PMCHECK, Score, agent_metrics_url, agent_pid, build_mpi_program, marker,
-                    metric_values, processes_with, scrape, start_agent, wait_for)
+from .score import (PMCHECK, Score, agent_pid, build_mpi_program, job_metrics, marker,
+                    metric_values, processes_with, start_agent, wait_for)
 
 MASTER = {"quantum_ms": 100, "quiesce_timeout_ms": 500, "gang_slots": 4,
           "kill_grace_ms": 30000}
@@ -659,15 +659,6 @@ def test_a_process_without_pm_is_counted_as_unanswered(busy_loop):
 MPI_ROUNDS = 150
 
 
-def pm_job_counters(score, job_id, metric):
-    """{labels: value} of one PM metric of a job, over every node's agent."""
-    out = {}
-    for node in score.nodes():
-        text = scrape(agent_metrics_url(score, node))
-        out.update({k: v for k, v in metric_values(text, metric).items() if f'job="{job_id}"' in k})
-    return out
-
-
 @pytest.mark.skipif(shutil.which("mpicc") is None, reason="Open MPI is not installed")
 def test_two_mpi_jobs_over_pm_share_their_nodes_with_no_retransmission(score):
     """Unmodified MPI programs gang-scheduled with network preemption: both
@@ -686,12 +677,12 @@ def test_two_mpi_jobs_over_pm_share_their_nodes_with_no_retransmission(score):
     def sample():
         """The latest PM counters of each job while its ranks are alive."""
         for job_id in ids:
-            sent = pm_job_counters(score, job_id, "score_pm_messages_sent_total")
-            if len(sent) == 4:
+            m = job_metrics(score, job_id, ("score_pm_messages_sent_total",
+                                            "score_pm_retransmits_total"))
+            if len(m["score_pm_messages_sent_total"]) == 4:
                 last[job_id] = {
-                    "sent": sum(sent.values()),
-                    "retransmits": sum(pm_job_counters(
-                        score, job_id, "score_pm_retransmits_total").values()),
+                    "sent": sum(m["score_pm_messages_sent_total"].values()),
+                    "retransmits": sum(m["score_pm_retransmits_total"].values()),
                 }
         return all(r.proc.poll() is not None for r in runs)
     watch.until(sample, RUN_TIMEOUT, "the MPI jobs to end")

@@ -11,7 +11,7 @@ import pytest
 from mpi.mpi4py_suite import (assert_pm_passes_what_tcp_passes, provider_env, run_suite,
                               suite_dir)
 
-from .score import agent_metrics_url, build_mpi_program, metric_values, scrape, wait_for
+from .score import build_mpi_program, job_metrics, wait_for
 
 needs_mpicc = pytest.mark.skipif(shutil.which("mpicc") is None,
                                  reason="Open MPI is not installed (libopenmpi-dev)")
@@ -21,8 +21,7 @@ ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 def pm_samples(score, node, job_id, metric):
     """{labels: value} of one PM metric of job_id on node's agent."""
-    text = scrape(agent_metrics_url(score, node))
-    return {k: v for k, v in metric_values(text, metric).items() if f'job="{job_id}"' in k}
+    return job_metrics(score, job_id, [metric], nodes=[node])[metric]
 
 
 @needs_mpicc
