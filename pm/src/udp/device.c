@@ -36,6 +36,7 @@
 #define UDP_GSO_SEGS       64       /* segments per GSO message (UDP_MAX_SEGMENTS) */
 #define UDP_GSO_BYTES      65000    /* bytes per GSO message: under 64 KiB with headers */
 #define UDP_RX_SLOT        65536    /* receive buffer per message with GRO on */
+#define UDP_LONE_MAX       512      /* a lone packet up to this size goes by sendto */
 
 struct udp_blob {
 	uint32_t nnics;
@@ -80,6 +81,7 @@ struct udp_dev {
 	size_t rx_slot;                 /* bytes per receive buffer (more with GRO) */
 	uint8_t *rxbuf;                 /* UDP_BATCH datagrams */
 	struct udp_rx_batch rx;
+	uint8_t lone[UDP_LONE_MAX];     /* a lone small packet, gathered (send_lone) */
 	uint64_t last_yield_ns;         /* idle_yield */
 	/* Per NIC: consecutive receive passes that found data (receive). */
 	unsigned rx_streak[UDP_MAX_NICS];
@@ -126,11 +128,58 @@ static int send_messages(int fd, struct mmsghdr *mh, unsigned n, bool *waited)
 	}
 }
 
+static size_t out_bytes(const struct udp_out *o)
+{
+	size_t b = 0;
+
+	for (int i = 0; i < o->niov; i++)
+		b += o->iov[i].iov_len;
+	return b;
+}
+
+/*
+ * A lone small packet (a ping-pong's message or reply, an ACK): gathered
+ * into one buffer and sent with sendto(), which, unlike sendmsg(), copies
+ * no message header or iovec in from user space: on the latency path every
+ * system call's set-up counts.  Returns as send_messages() does.
+ */
+static int send_lone(struct udp_dev *u, int fd, const struct udp_out *o, bool *waited)
+{
+	size_t len = 0;
+
+	for (int i = 0; i < o->niov; i++) {
+		memcpy(u->lone + len, o->iov[i].iov_base, o->iov[i].iov_len);
+		len += o->iov[i].iov_len;
+	}
+	for (;;) {
+		if (syscall(SYS_sendto, fd, u->lone, len, 0, o->to, sizeof(*o->to)) >= 0)
+			return 1;
+		if (errno == EINTR)
+			continue;
+		if ((errno == EAGAIN || errno == ENOBUFS) && !*waited) {
+			struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+
+			poll(&pfd, 1, 10);
+			*waited = true;
+			continue;
+		}
+		return -errno;
+	}
+}
+
 /* One datagram per packet, from packet `from` of the batch on. */
 static void flush_plain(struct udp_dev *u, int nic, struct udp_out *out, int n, int from)
 {
 	int done = from;
 	bool waited = false;
+
+	if (n - from == 1 && out_bytes(&out[from]) <= UDP_LONE_MAX) {
+		int r = send_lone(u, u->fds[nic], &out[from], &waited);
+
+		if (r < 0)
+			udp_proto_send_failed(&u->pr, &out[from], -r);
+		return;
+	}
 
 	for (int i = from; i < n; i++)
 		u->plain[i].msg_hdr = (struct msghdr){ .msg_name = out[i].to,
@@ -149,15 +198,6 @@ static void flush_plain(struct udp_dev *u, int nic, struct udp_out *out, int n, 
 		udp_proto_send_failed(&u->pr, &out[done], -r);
 		done++;
 	}
-}
-
-static size_t out_bytes(const struct udp_out *o)
-{
-	size_t b = 0;
-
-	for (int i = 0; i < o->niov; i++)
-		b += o->iov[i].iov_len;
-	return b;
 }
 
 static bool same_to(const struct udp_out *a, const struct udp_out *b)
@@ -310,10 +350,83 @@ static int rx_batch_init(struct udp_dev *u)
 	return 0;
 }
 
+/* One message as read: len bytes, which with GRO are several of the peer's
+ * datagrams of seg bytes each (the last may be shorter); seg 0 means one
+ * datagram.  truncated: it did not fit the buffer. */
+static void deliver(struct udp_dev *u, int nic, const uint8_t *buf, size_t len, size_t seg,
+		    bool truncated, const struct sockaddr_in *from)
+{
+	u->nic_stats[nic].rx_bytes += len;
+	if (truncated) {
+		u->nic_stats[nic].rx_packets++;
+		udp_proto_drop(&u->pr, WIRE_BAD_LEN);
+		return;
+	}
+	if (seg == 0 || seg > len)
+		seg = len;
+	/* An empty datagram is a packet too (too short: dropped, counted). */
+	size_t off = 0;
+
+	do {
+		size_t n = len - off < seg ? len - off : seg;
+
+		u->nic_stats[nic].rx_packets++;
+		udp_proto_input(&u->pr, nic, buf + off, n, from);
+		off += n;
+	} while (off < len);
+}
+
+/*
+ * Sparse traffic (a ping-pong, one message now and then): one datagram is
+ * read with the plainest call there is, and what it brings is handled (and
+ * answered) at once.  An empty poll is most of a waiting process's time,
+ * and its cost is what a message that arrives meanwhile waits: recvfrom()
+ * copies no message header, iovec or control buffer in from user space, as
+ * recvmsg() does on every call, and the raw system call skips libc's
+ * cancellation point.  Without the control message a GRO buffer is cut by
+ * the length of its first packet (wire_gro_segment).  Returns what
+ * recvfrom returned.
+ */
+static long receive_one(struct udp_dev *u, int nic)
+{
+	struct udp_rx_batch *rb = &u->rx;
+	uint8_t *buf = rb->iov[0].iov_base;
+	socklen_t flen = sizeof(rb->from[0]);
+	/* MSG_TRUNC: the datagram's real length, so that one too long for the
+	 * buffer is seen and dropped. */
+	long len = syscall(SYS_recvfrom, u->fds[nic], buf, u->rx_slot, MSG_DONTWAIT | MSG_TRUNC,
+			   &rb->from[0], &flen);
+
+	if (len < 0)
+		return len;
+	bool truncated = (size_t)len > u->rx_slot;
+	size_t n = truncated ? u->rx_slot : (size_t)len;
+
+	deliver(u, nic, buf, n, truncated ? 0 : wire_gro_segment(buf, n, u->pr.jobkey), truncated,
+		&rb->from[0]);
+	return len;
+}
+
+/* Up to batch messages read with one recvmmsg() and handled; how many. */
+static int receive_batch(struct udp_dev *u, int nic, unsigned batch)
+{
+	struct udp_rx_batch *rb = &u->rx;
+	int r = (int)syscall(SYS_recvmmsg, u->fds[nic], rb->mm, batch, MSG_DONTWAIT, NULL);
+
+	for (int i = 0; i < r; i++) {
+		struct msghdr *mh = &rb->mm[i].msg_hdr;
+
+		deliver(u, nic, rb->iov[i].iov_base, rb->mm[i].msg_len, gro_size(mh),
+			mh->msg_flags & MSG_TRUNC, &rb->from[i]);
+	}
+	for (int i = 0; i < r; i++)
+		rx_entry_reset(u, i);
+	return r;
+}
+
 /* Reads and handles what the sockets hold; whether anything came. */
 static bool receive(struct udp_dev *u)
 {
-	struct udp_rx_batch *rb = &u->rx;
 	bool got = false;
 
 	/* One batch per NIC in turn: reading one NIC dry first would make
@@ -330,60 +443,19 @@ static bool receive(struct udp_dev *u)
 	for (int round = 0; round < UDP_RX_ROUNDS && more; round++) {
 		more = false;
 		for (int nic = 0; nic < u->nnics; nic++) {
-			/* Sparse traffic (a ping-pong, one message now and then):
-			 * one recvmsg, and what it brings is handled (and answered)
-			 * at once; recvmmsg would look for a second datagram first,
-			 * which costs as much as a system call.  Once data came in
-			 * two passes running, the NIC streams: batches again.  The
-			 * raw system calls: libc's wrappers are cancellation points,
-			 * which cost two calls per empty poll. */
+			/* Once data came in two passes running, the NIC
+			 * streams: batches (receive_batch) instead of one
+			 * datagram at a time (receive_one). */
 			bool single = round == 0 && u->rx_streak[nic] < 2;
-			int r;
+			int r = single ? (receive_one(u, nic) < 0 ? -1 : 1)
+				       : receive_batch(u, nic, batch);
 
-			if (single) {
-				long len = syscall(SYS_recvmsg, u->fds[nic], &rb->mm[0].msg_hdr,
-						   MSG_DONTWAIT);
-
-				r = len < 0 ? (int)len : 1;
-				if (len >= 0)
-					rb->mm[0].msg_len = (unsigned)len;
-			} else {
-				r = (int)syscall(SYS_recvmmsg, u->fds[nic], rb->mm, batch,
-						 MSG_DONTWAIT, NULL);
-			}
 			if (round == 0)
 				u->rx_streak[nic] = r <= 0 ? 0
 						  : u->rx_streak[nic] < 2 ? u->rx_streak[nic] + 1 : 2;
 			if (r <= 0)
 				continue;
 			got = true;
-			for (int i = 0; i < r; i++) {
-				const uint8_t *buf = rb->iov[i].iov_base;
-				size_t len = rb->mm[i].msg_len, seg = gro_size(&rb->mm[i].msg_hdr);
-
-				u->nic_stats[nic].rx_bytes += len;
-				if (rb->mm[i].msg_hdr.msg_flags & MSG_TRUNC) {
-					u->nic_stats[nic].rx_packets++;
-					udp_proto_drop(&u->pr, WIRE_BAD_LEN);
-					continue;
-				}
-				/* With GRO one message is several datagrams of
-				 * seg bytes (the last may be shorter), each one
-				 * of the peer's packets. */
-				size_t off = 0;
-
-				if (seg == 0 || seg > len)
-					seg = len;
-				do {
-					size_t n = len - off < seg ? len - off : seg;
-
-					u->nic_stats[nic].rx_packets++;
-					udp_proto_input(&u->pr, nic, buf + off, n, &rb->from[i]);
-					off += n;
-				} while (off < len);
-			}
-			for (int i = 0; i < r; i++)
-				rx_entry_reset(u, i);
 			/* Acknowledgements and replies go out after every batch, so
 			 * a sender's window never waits for a whole receive pass. */
 			udp_flush(u);

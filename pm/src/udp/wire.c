@@ -116,6 +116,17 @@ int wire_decode_msg(const uint8_t *buf, size_t n, struct wire_msg_hdr *m)
 	return m->kind > WIRE_KIND_MAX ? -1 : 0;
 }
 
+size_t wire_gro_segment(const uint8_t *buf, size_t n, uint64_t jobkey)
+{
+	if (n < WIRE_HDR_BYTES || get16(buf + 0) != WIRE_MAGIC || buf[2] != WIRE_VERSION ||
+	    get64(buf + 8) != jobkey)
+		return 0;
+
+	size_t seg = WIRE_HDR_BYTES + get16(buf + 6);
+
+	return seg < n ? seg : 0;
+}
+
 const char *wire_verdict_name(enum wire_verdict v)
 {
 	static const char *const names[WIRE_VERDICTS] = {

@@ -103,6 +103,16 @@ int wire_decode_msg(const uint8_t *buf, size_t n, struct wire_msg_hdr *m);
 
 const char *wire_verdict_name(enum wire_verdict v);
 
+/*
+ * The segment size of a GRO buffer of n bytes read without its control
+ * message: the length of its first packet when that packet is one of this
+ * job's (magic, version and job key) and shorter than the buffer, else 0
+ * (one datagram).  GRO joins datagrams of one size only (the last may be
+ * shorter), so the first packet's length is every segment's.  A foreign or
+ * malformed datagram is never cut, and so is dropped and counted once.
+ */
+size_t wire_gro_segment(const uint8_t *buf, size_t n, uint64_t jobkey);
+
 /* Serial-number arithmetic on 32-bit sequence numbers (RFC 1982). */
 static inline int32_t seq_diff(uint32_t a, uint32_t b)
 {

@@ -151,6 +151,26 @@ static void verdicts(void)
 	CHECK_EQ(wire_decode_msg(b, WIRE_MSG_HDR_BYTES - 1, &m), -1);
 }
 
+/* A GRO buffer read without its control message is cut where its first
+ * packet ends, and only when that packet is this job's. */
+static void gro_segments(void)
+{
+	struct wire_hdr h = { WIRE_MAGIC, WIRE_VERSION, WIRE_DATA, WIRE_F_ACK, 100, JOBKEY, 1, 0, 1, 0 };
+	uint8_t b[3 * 132] = { 0 };
+
+	for (int i = 0; i < 3; i++) {
+		h.seq = (uint32_t)i + 1;
+		h.len = i < 2 ? 100 : 40;       /* the last segment may be shorter */
+		wire_encode(&h, b + i * 132);
+	}
+	CHECK_EQ(wire_gro_segment(b, 2 * 132 + 72, JOBKEY), 132);
+	CHECK_EQ(wire_gro_segment(b, 132, JOBKEY), 0);           /* one datagram */
+	CHECK_EQ(wire_gro_segment(b, 31, JOBKEY), 0);            /* shorter than a header */
+	CHECK_EQ(wire_gro_segment(b, 2 * 132, JOBKEY + 1), 0);   /* another job's: never cut */
+	b[0] ^= 1;
+	CHECK_EQ(wire_gro_segment(b, 2 * 132, JOBKEY), 0);       /* garbage: never cut */
+}
+
 static void serial_arithmetic(void)
 {
 	CHECK_MSG(seq_diff(1, 0xffffffffu) == 2, "wrap: 1 follows 0xffffffff by 2");
@@ -165,8 +185,9 @@ int main(int argc, char **argv)
 	load_doc(argv[1]);
 	vectors();
 	verdicts();
+	gro_segments();
 	serial_arithmetic();
 	free(doc);
-	printf("wire: vectors, verdicts and serial arithmetic ok\n");
+	printf("wire: vectors, verdicts, GRO segments and serial arithmetic ok\n");
 	return 0;
 }
