@@ -11,13 +11,14 @@ set -euo pipefail
 # Grouped by the part that needs them; keep each list sorted.
 build_pkgs=(
   build-essential pkg-config meson ninja-build
-  libpmix-dev libfabric-dev libmunge-dev
+  libpmix-dev libfabric-dev libmunge-dev libslurm-dev
   clang libclang-rt-14-dev
   protobuf-compiler
 )
 run_pkgs=(
   iproute2 iputils-ping nftables procps psmisc util-linux
   munge openmpi-bin libopenmpi-dev
+  slurm-client slurmctld slurmd
 )
 test_pkgs=(
   python3 python3-mpi4py python3-pip python3-pytest

@@ -6,7 +6,7 @@ import shlex
 import signal
 import sys
 
-from . import build, enter, log, naming, rsh, score, shape as shape_mod, status, teardown
+from . import build, enter, log, naming, rsh, score, shape as shape_mod, slurm, status, teardown
 from .addressing import parse_subnet
 from .errors import VclusterError
 from .shape import Shape
@@ -35,6 +35,8 @@ examples:
 
   vcluster up --nodes 4 --with-score               # plus munged everywhere, scored master + agents
   eval "$(vcluster env)"; scrun -nodes=4x1 hostname
+  vcluster up --nodes 4 --with-slurm               # plus munged, slurmctld and a slurmd per node
+  eval "$(vcluster env)"; srun -N4 hostname
 
 State: /run/score/vcluster/NAME.json and /run/score/vcluster/NAME/.  Documentation: docs/admin/vcluster.md."""
 
@@ -56,7 +58,11 @@ If anything fails, whatever was created is removed again.
 all with one key made for the cluster.  --with-score does that and starts the
 scored master on the host and a scored agent in every node, then waits until
 every node is up (see 'vcluster score-up --help').  Both also work on a
-cluster that is already up; running services are left alone."""
+cluster that is already up; running services are left alone.
+
+--with-slurm (alone, or with --with-score or --with-munge) starts munged if it
+does not run yet, then slurmctld on the host and one slurmd per node, and
+waits until every node is idle (see 'vcluster slurm-up --help')."""
 
 UP_EPILOG = """\
 exit status: 0 if the cluster is up (created or already there), 1 on error,
@@ -65,7 +71,28 @@ exit status: 0 if the cluster is up (created or already there), 1 on error,
 examples:
   vcluster up --nodes 4
   vcluster up --name big --nodes 16 --nics 2 --rate 1gbit --mtu 9000
-  vcluster up --nodes 2 --with-score --score-bin target/debug"""
+  vcluster up --nodes 2 --with-score --score-bin target/debug
+  vcluster up --nodes 4 --nics 2 --with-score --with-slurm"""
+
+SLURM_UP_HELP = """\
+Start Slurm (Debian's slurm-wlm) on cluster NAME, which must be up with MUNGE
+running (idempotent): slurmctld on the host, one 'slurmd -D -N nI' per node,
+in the node's network and UTS namespaces; then wait until 'sinfo' shows every
+node idle.  Every daemon and client reads /run/score/vcluster/NAME/slurm/slurm.conf
+(SLURM_CONF, printed by 'vcluster env' and set by 'vcluster exec'); the
+partition 'vc' holds every node, whole nodes are allocated (select/linear);
+'srun --mpi=pmix' starts PMIx jobs, PM's among them.
+
+Only one cluster at a time can run Slurm: the slurmds' cgroups are named
+slurm_nI.  Logs: slurm/ctld/slurmctld.log and slurm/nI/slurmd.log under
+/run/score/vcluster/NAME/.  Reference: docs/admin/slurm.md."""
+
+SLURM_UP_EPILOG = """\
+exit status: 0 if Slurm runs, 1 on error.
+
+examples:
+  vcluster slurm-up --name vc
+  SLURM_CONF=/run/score/vcluster/vc/slurm/slurm.conf srun -N2 --mpi=pmix build/bin/pmcheck"""
 
 SCORE_UP_HELP = """\
 Start MUNGE and score on cluster NAME, which must be up (idempotent):
@@ -103,7 +130,8 @@ Print the environment for using score on cluster NAME, as shell commands:
 
 SCORE_CONFIG names client.toml (with --node nI: the node's scored.toml);
 MUNGE_SOCKET the munged socket for 'munge -S' and 'unmunge -S'; SCORE_BIN the
-directory of scored, scrun and scorectl; VCLUSTER_NAME the cluster.
+directory of scored, scrun and scorectl; SLURM_CONF the cluster's slurm.conf
+(when Slurm runs on it); VCLUSTER_NAME the cluster.
 'vcluster exec' and 'rsh' set SCORE_CONFIG to the node's configuration by themselves."""
 
 DOWN_HELP = """\
@@ -213,6 +241,9 @@ def parser():
                                "an agent per node)")
     services.add_argument("--with-munge", action="store_true",
                           help="also start munged everywhere (no scored)")
+    up.add_argument("--with-slurm", action="store_true",
+                    help="also start munged if needed, slurmctld on the host and a slurmd "
+                         "per node")
     up.add_argument("--score-bin", metavar="DIR",
                     help="directory of scored and scorectl (default: build/bin of the "
                          "repository if scored is there, else PATH)")
@@ -247,6 +278,25 @@ def parser():
                        help=f"cluster (default {naming.DEFAULT_CLUSTER})")
     sdown.add_argument("--grace", type=float, default=score.DEFAULT_GRACE, metavar="SECONDS",
                        help=f"time between SIGTERM and SIGKILL (default {score.DEFAULT_GRACE:g})")
+
+    slup = sub.add_parser("slurm-up", parents=[common], help="start Slurm on a cluster",
+                          description=SLURM_UP_HELP, epilog=SLURM_UP_EPILOG,
+                          formatter_class=_formatter)
+    slup.add_argument("--name", default=naming.DEFAULT_CLUSTER, metavar="NAME",
+                      help=f"cluster (default {naming.DEFAULT_CLUSTER})")
+    slup.add_argument("--ready-timeout", type=float, default=slurm.READY_TIMEOUT,
+                      metavar="SECONDS",
+                      help=f"how long to wait for every node to be idle "
+                           f"(default {slurm.READY_TIMEOUT:g})")
+    sldown = sub.add_parser("slurm-down", parents=[common], help="stop Slurm on a cluster",
+                            description="Stop slurmd in every node, then slurmctld (SIGTERM, "
+                                        "then SIGKILL after --grace seconds); remove their "
+                                        "cgroups and files.  The network and MUNGE stay up.",
+                            formatter_class=_formatter)
+    sldown.add_argument("--name", default=naming.DEFAULT_CLUSTER, metavar="NAME",
+                        help=f"cluster (default {naming.DEFAULT_CLUSTER})")
+    sldown.add_argument("--grace", type=float, default=slurm.DEFAULT_GRACE, metavar="SECONDS",
+                        help=f"time between SIGTERM and SIGKILL (default {slurm.DEFAULT_GRACE:g})")
 
     env = sub.add_parser("env", help="print the environment for score on a cluster",
                          description=ENV_HELP, formatter_class=_formatter)
@@ -311,7 +361,8 @@ def main(argv=None):
         args = parser().parse_args(argv)
         log.set_quiet(getattr(args, "quiet", False))
         return {"up": _up, "down": _down, "exec": _exec, "status": _status,
-                "score-up": _score_up, "score-down": _score_down, "env": _env}[args.command](args)
+                "score-up": _score_up, "score-down": _score_down, "env": _env,
+                "slurm-up": _slurm_up, "slurm-down": _slurm_down}[args.command](args)
     except VclusterError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return e.status
@@ -333,14 +384,20 @@ def _up(args):
     if args.score_master and not args.with_score:
         raise VclusterError("--score-master needs --with-score", 2)
     overrides = score.parse_overrides(args.score_master)
-    if args.with_score or args.with_munge:  # before building anything: fail early and cheaply
+    if args.with_score or args.with_munge or args.with_slurm:  # fail early and cheaply
         score.munged_tool()
     if args.with_score:
         score.find_bin(args.score_bin)
+    if args.with_slurm:
+        for t in ("slurmctld", "slurmd", "sinfo"):
+            slurm.tool(t)
     changed, record = build.up(name, shape, subnet)
-    if args.with_score or args.with_munge:
+    if args.with_score or args.with_munge or args.with_slurm:
         started, record = score.up(name, args.with_score, args.score_bin, args.ready_timeout,
                                    overrides)
+        changed = changed or started
+    if args.with_slurm:
+        started, record = slurm.up(name)
         changed = changed or started
     if args.json:
         print(json.dumps({"changed": changed, "cluster": record}, indent=2))
@@ -364,6 +421,18 @@ def _score_down(args):
     if args.grace < 0:
         raise VclusterError("--grace must not be negative")
     score.down(naming.validate_cluster_name(args.name), grace=args.grace)
+    return 0
+
+
+def _slurm_up(args):
+    changed, record = slurm.up(naming.validate_cluster_name(args.name), args.ready_timeout)
+    return 0
+
+
+def _slurm_down(args):
+    if args.grace < 0:
+        raise VclusterError("--grace must not be negative")
+    slurm.down(naming.validate_cluster_name(args.name), grace=args.grace)
     return 0
 
 

@@ -758,12 +758,17 @@ def environment(current, node=None):
     if svc.get("scored"):
         env["SCORE_CONFIG"] = str(paths.config_of(node or HEAD))
         env["SCORE_BIN"] = svc["scored"]["bin"]
+    if current.get("slurm"):
+        env["SLURM_CONF"] = current["slurm"]["conf"]
     return env
 
 
 def exec_environment(current, node, environ):
     """The environment for a command run in `node`: SCORE_CONFIG names the
-    node's configuration unless the caller chose one outside this cluster."""
+    node's configuration unless the caller chose one outside this cluster;
+    SLURM_CONF the cluster's slurm.conf unless the caller chose one."""
+    if current.get("slurm") and not environ.get("SLURM_CONF"):
+        environ = dict(environ, SLURM_CONF=current["slurm"]["conf"])
     if not (current.get("score") or {}).get("scored"):
         return environ
     mine = str(service_dir(current["name"])) + "/"

@@ -15,8 +15,11 @@ by its name (see naming.py), so `down` cleans up after a crash, a half-built
     services    munged and scored processes whose command line names a path
                 under /run/score/vcluster/NAME/ (see score.py), the cgroup
                 <cgroup2>/score-vcluster-NAME and that directory
+    Slurm       slurmctld and slurmd processes whose command line names the
+                cluster's slurm.conf, and the cgroup v1 directories slurm_nI
+                of its nodes (see slurm.py)
 
-Services go first (agents, master, munged: score.stop), then the other
+Services go first (slurmd, slurmctld, agents, master, munged), then the other
 processes, while their network still works, so that daemons can shut
 down cleanly.  Namespaces go before links: the kernel removes all interfaces
 of a dying namespace in one batch (and with them the veths' host ends), while
@@ -29,7 +32,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from . import holder, hosts, log, naming, procs, score, state, system
+from . import holder, hosts, log, naming, procs, score, slurm, state, system
 from .errors import VclusterError
 
 DEFAULT_GRACE = 3.0
@@ -48,11 +51,13 @@ class Found:
     services: dict = field(default_factory=dict)   # pid -> (role, node)
     service_dir: bool = False
     cgroup: bool = False
+    slurm: dict = field(default_factory=dict)      # pid -> "slurmctld" | "slurmd"
+    slurm_cgroups: bool = False                    # cgroup v1 slurm_nI of this cluster
 
     def empty(self):
         return not (self.netns or self.links or self.holders or self.node_dirs
                     or self.host_block or self.state_file or self.services
-                    or self.service_dir or self.cgroup)
+                    or self.service_dir or self.cgroup or self.slurm or self.slurm_cgroups)
 
     def summary(self):
         parts = [_count(len(items), *words) for items, words in (
@@ -60,11 +65,13 @@ class Found:
             (self.links, ("link", "links")),
             (self.holders, ("holder process", "holder processes")),
             (self.node_dirs, ("/etc/netns directory", "/etc/netns directories")),
-            (self.services, ("munged/scored process", "munged/scored processes"))) if items]
+            (self.services, ("munged/scored process", "munged/scored processes")),
+            (self.slurm, ("Slurm daemon", "Slurm daemons"))) if items]
         parts += [what for present, what in ((self.host_block, "/etc/hosts block"),
                                              (self.state_file, "state file"),
                                              (self.service_dir, "service directory"),
-                                             (self.cgroup, "cgroup")) if present]
+                                             (self.cgroup, "cgroup"),
+                                             (self.slurm_cgroups, "Slurm cgroups")) if present]
         return ", ".join(parts) or "nothing"
 
 
@@ -87,6 +94,8 @@ def discover(name, include_state=True):
     found.host_block = name in hosts.host_block_clusters()
     found.state_file = include_state and state.exists(name)
     found.services = score.find(name)
+    found.slurm = slurm.find(name)
+    found.slurm_cgroups = bool(slurm.node_cgroups(slurm.node_names(name)))
     found.service_dir = score.service_dir(name).exists()
     cgroup = score.cgroup_dir(name)
     found.cgroup = bool(cgroup and cgroup.exists())
@@ -148,6 +157,10 @@ def _wait_for_veths_to_go(found, timeout=VETH_WAIT):
 
 
 def _remove(found, grace):
+    if found.slurm:
+        survivors = slurm.stop(found.name, grace)
+        if survivors:
+            log.warn("Slurm daemons that ignored SIGKILL: " + ", ".join(map(str, survivors)))
     if found.services:
         survivors = score.stop(found.name, grace)
         if survivors:
@@ -172,6 +185,11 @@ def _remove(found, grace):
         log.step(f"deleting {len(links)} links")
         links.sort(key=lambda link: link[1] == "bridge")  # bridges after their ports
         system.batch("ip", [f"link del dev {ifname}" for ifname, _ in links], force=True)
+    if found.slurm_cgroups:
+        try:
+            slurm.teardown(found.name, grace)
+        except VclusterError as e:
+            log.warn(str(e))
     if found.cgroup:
         try:
             score.remove_cgroups(found.name)
