@@ -11,7 +11,8 @@ pass or fail:
 With `vcluster(nodes=2, with_score=True)` the cluster also runs munged on
 every node and scored (master on the host, an agent per node), from
 `score_bin` (default: build/bin, else PATH); `with_munge=True` starts munged
-only.  `vc.score_env()` is the environment for scrun/scorectl on the host.
+only; `with_slurm=True` adds slurmctld and a slurmd per node (`vc.slurm_env()`
+holds SLURM_CONF).  `vc.score_env()` is the environment for scrun/scorectl on the host.
 
 Every cluster gets a unique name (t<pid><counter>), so tests never touch a
 cluster somebody else has up, and every process a test starts with
@@ -130,6 +131,12 @@ class VirtualCluster:
         assert proc.returncode == 0, proc.stderr
         return dict(self.env, **json.loads(proc.stdout))
 
+    def slurm_env(self):
+        """os.environ plus SLURM_CONF (and the rest of `vcluster env`)."""
+        env = self.score_env()
+        assert "SLURM_CONF" in env, f"Slurm does not run on cluster {self.name}"
+        return env
+
     def status(self):
         proc = run_vcluster("status", "--name", self.name, "--json")
         assert proc.returncode == 0, proc.stderr
@@ -187,7 +194,7 @@ class ClusterFactory:
         self.names, self.clusters = [], []
 
     def __call__(self, nodes=2, nics=1, rate=None, mtu=None, with_score=False, with_munge=False,
-                 score_bin=None, score_master=None):
+                 score_bin=None, score_master=None, with_slurm=False):
         name = unique_cluster_name()
         args = ["up", "--json", "--name", name, "--nodes", nodes, "--nics", nics]
         if rate:
@@ -204,8 +211,11 @@ class ClusterFactory:
                 args += ["--score-master", f"{key}={value}"]
         elif with_munge:
             args.append("--with-munge")
+        if with_slurm:
+            args.append("--with-slurm")
         self.names.append(name)  # before `up`: close() also cleans a half-failed up
-        proc = run_vcluster(*args, timeout=COMMAND_TIMEOUT + (30 if with_score else 0))
+        proc = run_vcluster(*args, timeout=COMMAND_TIMEOUT + (30 if with_score else 0)
+                            + (40 if with_slurm else 0))
         assert proc.returncode == 0, f"vcluster {' '.join(map(str, args))} failed: {proc.stderr}"
         cluster = VirtualCluster(name, json.loads(proc.stdout)["cluster"])
         self.clusters.append(cluster)
@@ -225,7 +235,7 @@ class ClusterFactory:
 @pytest.fixture
 def vcluster(require_root):
     """Factory: vcluster(nodes=2, nics=1, rate=None, mtu=None, with_score=False,
-    with_munge=False, score_bin=None, score_master=None) -> VirtualCluster.
+    with_munge=False, score_bin=None, score_master=None, with_slurm=False) -> VirtualCluster.
     score_master: {key: value} of scored.toml's [master], e.g. {"gang_slots": 1}.
 
     Every cluster it made is taken down when the test ends, pass or fail."""
