@@ -307,7 +307,7 @@ def render_launch(doc, path):
         return None
     out = [provenance(doc, path), ""]
     names = list(results[0]["samples_s"])
-    titles = {"scrun": "scrun", "mpirun": "mpirun (nsenter rsh)",
+    titles = {"scrun": "scrun", "srun": "srun (Slurm)", "mpirun": "mpirun (nsenter rsh)",
               "mpirun-vc": "mpirun (vcluster rsh)"}
     kind = spread_kind(results[0]["scrun"])
     out.append(f"A job of `/bin/true` from the command to its exit, {doc['repetitions']} runs "
@@ -318,19 +318,25 @@ def render_launch(doc, path):
     rows = []
     for r in results:
         row = [r["shape"]] + [spread_cell(r[n], 1, 1e3) for n in names]
+        if "ratio_srun" in r:
+            v = r["ratio_srun"]
+            row += [spread_cell(v, 3), f"{target_text(v['op'], v['bound'])} {verdict_cell(v)}"]
         v = r["ratio"]
         row += [spread_cell(v, 3), f"{target_text(v['op'], v['bound'])} {verdict_cell(v)}"]
         if "ratio_vc" in r:
             row.append(spread_cell(r["ratio_vc"], 3))
         rows.append(row)
-    header = ["shape"] + [titles.get(n, n) + " ms" for n in names] + ["scrun / mpirun",
-                                                                      "target"]
+    header = ["shape"] + [titles.get(n, n) + " ms" for n in names]
+    if "ratio_srun" in results[0]:
+        header += ["scrun / srun", "target"]
+    header += ["scrun / mpirun", "target"]
     if "ratio_vc" in results[0]:
         header.append("scrun / mpirun (vcluster rsh)")
     out.append(table(header, rows, ["---"] + ["---:"] * (len(header) - 1)))
     out.append("")
     if doc.get("warm_daemon_baseline"):
-        out.append(f"Warm-daemon baseline: {doc['warm_daemon_baseline']}.")
+        out.append(f"Warm-daemon baseline: {doc['warm_daemon_baseline']}. mpirun is not like "
+                   f"for like: {doc.get('warm_daemon_note')}.")
     else:
         out.append(f"Not like for like: {doc.get('warm_daemon_note')}. scrun's daemons are "
                    "up before the clock starts; mpirun's are started by every job.")
