@@ -145,6 +145,8 @@ def configs(layout, paths, mode, hw, host=None):
         "InactiveLimit=0",
         "KillWait=5",
         "MinJobAge=30",
+        # A request no partition can ever hold is refused, not queued forever.
+        "EnforcePartLimits=ALL",
         "JobCompType=jobcomp/none",
         "AccountingStorageType=accounting_storage/none",
         "JobAcctGatherType=jobacct_gather/none",
