@@ -682,6 +682,32 @@ def render_mpi(doc, path):
     return "\n".join(out)
 
 
+# ---------------------------------------------------------------- slurm-gang
+
+def render_slurm_gang(doc, path):
+    rounds, summ = doc.get("rounds") or [], doc.get("summary")
+    if not rounds or not summ:
+        return None
+    out = [provenance(doc, path), "",
+           f"Two pmcheck jobs ({doc['count']:,} messages of {doc['sizes']} B per rank pair, one "
+           f"rank per node) on the same {doc['nodes']} nodes, started at once; makespan from "
+           f"the start of both launchers to the end of the last job, median "
+           f"[{spread_kind(summ['scored_s'])}] in s. The ratio is taken round by round. JSON: "
+           "`rounds[]`, `summary`.", ""]
+    v = summ["ratio"]
+    rows = [["one job alone (scrun)", spread_cell(summ["alone_s"], 1), "", "", ""],
+            ["scored (network preemption)", spread_cell(summ["scored_s"], 1),
+             ", ".join(map(str, summ["scored_retransmits"])), spread_cell(v, 3),
+             f"{target_text(v['op'], v['bound'])} {verdict_cell(v)}"],
+            ["Slurm GANG (SUSPEND,GANG, 5 s slices)", spread_cell(summ["slurm_s"], 1),
+             ", ".join(map(str, summ["slurm_retransmits"])), "", ""]]
+    out.append(table(["side", "makespan s", "PM retransmissions per round", "scored / Slurm",
+                      "target"], rows, ["---", "---:", "---:", "---:", "---"]))
+    out += ["", f"0 retransmissions under scored in every round: "
+            f"**{'PASS' if summ['zero_retransmits'] else 'MISS'}**.", "", commands_block(doc)]
+    return "\n".join(out)
+
+
 RENDERERS = {
     "mpi": ("mpi", render_mpi),
     "latency-breakdown": ("latency-breakdown", render_latency_breakdown),
@@ -690,6 +716,7 @@ RENDERERS = {
     "launch": ("launch", render_launch),
     "auth": ("auth", render_auth),
     "gang": ("gang", render_gang),
+    "slurm-gang": ("slurm-gang", render_slurm_gang),
     "preempt-soak": ("preempt-soak", render_preempt_soak),
     "restart": ("restart", render_restart),
 }

@@ -194,7 +194,7 @@ class ClusterFactory:
         self.names, self.clusters = [], []
 
     def __call__(self, nodes=2, nics=1, rate=None, mtu=None, with_score=False, with_munge=False,
-                 score_bin=None, score_master=None, with_slurm=False):
+                 score_bin=None, score_master=None, with_slurm=False, slurm_gang=False):
         name = unique_cluster_name()
         args = ["up", "--json", "--name", name, "--nodes", nodes, "--nics", nics]
         if rate:
@@ -213,6 +213,8 @@ class ClusterFactory:
             args.append("--with-munge")
         if with_slurm:
             args.append("--with-slurm")
+            if slurm_gang:
+                args.append("--slurm-gang")
         self.names.append(name)  # before `up`: close() also cleans a half-failed up
         proc = run_vcluster(*args, timeout=COMMAND_TIMEOUT + (30 if with_score else 0)
                             + (40 if with_slurm else 0))
@@ -235,7 +237,8 @@ class ClusterFactory:
 @pytest.fixture
 def vcluster(require_root):
     """Factory: vcluster(nodes=2, nics=1, rate=None, mtu=None, with_score=False,
-    with_munge=False, score_bin=None, score_master=None, with_slurm=False) -> VirtualCluster.
+    with_munge=False, score_bin=None, score_master=None, with_slurm=False,
+    slurm_gang=False) -> VirtualCluster.
     score_master: {key: value} of scored.toml's [master], e.g. {"gang_slots": 1}.
 
     Every cluster it made is taken down when the test ends, pass or fail."""

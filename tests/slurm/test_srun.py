@@ -10,8 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,8 @@ from pm.pmjob import PMCHECK, grown, nic_counters, wait_for
 from scored.score import build_mpi_program
 
 from vclusterlib import procs, slurm as vslurm
+
+from .slurmjob import pmcheck_results, processes_with_argv, slurm_tool, srun, wait_idle
 
 pytestmark = pytest.mark.skipif(shutil.which("srun") is None or shutil.which("slurmctld") is None,
                                 reason="Slurm is not installed (slurmctld, slurmd, slurm-client: "
@@ -34,52 +34,6 @@ NODES = 4
 def cluster(vcluster_module):
     """4 nodes × 2 NICs running Slurm, shared by the module's tests."""
     return vcluster_module(nodes=NODES, nics=2, with_slurm=True)
-
-
-@pytest.fixture
-def workdir():
-    """A directory every node sees (the nodes share the host's files)."""
-    d = tempfile.mkdtemp(prefix="score-slurm-")
-    os.chmod(d, 0o755)
-    try:
-        yield Path(d)
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-def srun(vc, *args, timeout=90, env=None, cwd="/tmp"):
-    """srun on the host with the cluster's SLURM_CONF; a CompletedProcess."""
-    return subprocess.run(["srun", *map(str, args)], env=dict(vc.slurm_env(), **(env or {})),
-                          capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                          stdin=subprocess.DEVNULL)
-
-
-def slurm_tool(vc, tool, *args, timeout=30):
-    return subprocess.run([tool, *map(str, args)], env=vc.slurm_env(), capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def node_states(vc):
-    states, why = vslurm.node_states(vc.slurm_env()["SLURM_CONF"])
-    assert states is not None, why
-    return states
-
-
-def wait_idle(vc, timeout=60):
-    """Until every node is idle again (a finished job's nodes complete first)."""
-    wait_for("every Slurm node idle",
-             lambda: set(node_states(vc).values()) == {"idle"}, timeout=timeout, interval=0.2)
-
-
-def pmcheck_results(stdout):
-    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-
-
-def processes_with_argv(argv):
-    """Live processes running argv (slurmstepd execs the program by its full path)."""
-    def same(a):
-        return len(a) == len(argv) and os.path.basename(a[0]) == argv[0] and a[1:] == argv[1:]
-    return [pid for pid in procs.pids() if same(procs.argv(pid)) and procs.alive(pid)]
 
 
 def test_srun_runs_tasks_on_every_node(cluster):

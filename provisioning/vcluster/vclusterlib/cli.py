@@ -83,6 +83,10 @@ node idle.  Every daemon and client reads /run/score/vcluster/NAME/slurm/slurm.c
 partition 'vc' holds every node, whole nodes are allocated (select/linear);
 'srun --mpi=pmix' starts PMIx jobs, PM's among them.
 
+With --gang, Slurm gang-schedules by itself (PreemptMode=SUSPEND,GANG, the
+smallest time slice it takes, 5 s, and two jobs per node): the baseline that
+scored's gang scheduling is measured against.
+
 Only one cluster at a time can run Slurm: the slurmds' cgroups are named
 slurm_nI.  Logs: slurm/ctld/slurmctld.log and slurm/nI/slurmd.log under
 /run/score/vcluster/NAME/.  Reference: docs/admin/slurm.md."""
@@ -244,6 +248,9 @@ def parser():
     up.add_argument("--with-slurm", action="store_true",
                     help="also start munged if needed, slurmctld on the host and a slurmd "
                          "per node")
+    up.add_argument("--slurm-gang", action="store_true",
+                    help="with --with-slurm: Slurm's own gang scheduling (two jobs per node, "
+                         f"suspended and resumed every {slurm.GANG_TIME_SLICE} s)")
     up.add_argument("--score-bin", metavar="DIR",
                     help="directory of scored and scorectl (default: build/bin of the "
                          "repository if scored is there, else PATH)")
@@ -284,6 +291,9 @@ def parser():
                           formatter_class=_formatter)
     slup.add_argument("--name", default=naming.DEFAULT_CLUSTER, metavar="NAME",
                       help=f"cluster (default {naming.DEFAULT_CLUSTER})")
+    slup.add_argument("--gang", action="store_true",
+                      help="Slurm's own gang scheduling: PreemptMode=SUSPEND,GANG, "
+                           f"SchedulerTimeSlice={slurm.GANG_TIME_SLICE}, OverSubscribe=FORCE:2")
     slup.add_argument("--ready-timeout", type=float, default=slurm.READY_TIMEOUT,
                       metavar="SECONDS",
                       help=f"how long to wait for every node to be idle "
@@ -388,6 +398,8 @@ def _up(args):
         score.munged_tool()
     if args.with_score:
         score.find_bin(args.score_bin)
+    if args.slurm_gang and not args.with_slurm:
+        raise VclusterError("--slurm-gang needs --with-slurm", 2)
     if args.with_slurm:
         for t in ("slurmctld", "slurmd", "sinfo"):
             slurm.tool(t)
@@ -397,7 +409,7 @@ def _up(args):
                                    overrides)
         changed = changed or started
     if args.with_slurm:
-        started, record = slurm.up(name)
+        started, record = slurm.up(name, gang=args.slurm_gang)
         changed = changed or started
     if args.json:
         print(json.dumps({"changed": changed, "cluster": record}, indent=2))
@@ -425,7 +437,7 @@ def _score_down(args):
 
 
 def _slurm_up(args):
-    changed, record = slurm.up(naming.validate_cluster_name(args.name), args.ready_timeout)
+    slurm.up(naming.validate_cluster_name(args.name), args.ready_timeout, args.gang)
     return 0
 
 

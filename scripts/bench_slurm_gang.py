@@ -1,0 +1,155 @@
+"""The slurm-gang benchmark suite: two PM jobs sharing the same 2 nodes,
+gang-scheduled by scored (network preemption) against Slurm's own gang
+scheduling, in one run.  Called by scripts/bench (suite "slurm-gang").
+
+One virtual cluster of 2 nodes runs both scored and Slurm
+(`vcluster up --with-score --with-slurm --slurm-gang`: PreemptMode=
+SUSPEND,GANG, SchedulerTimeSlice=5, Slurm's smallest, OverSubscribe=FORCE:2).
+Each job is pmcheck over PM's udp device, one rank per node, every message
+verified, sized to run about JOB_SECONDS alone.  The sides take turns,
+round by round:
+
+  alone   one job under scrun, nothing else (how long a job takes);
+  scored  two such jobs started at once with scrun -nodes=2x1: scored's
+          matrix switches them every quantum (its default), quiescing PM
+          before each freeze;
+  slurm   two such jobs submitted at once with sbatch (each `srun
+          --mpi=pmix` inside): Slurm runs one, suspends the other, and
+          swaps them every 5 s with SIGTSTP/SIGSTOP and its cgroup freezer.
+
+Makespan: from the moment the two jobs are started (both launchers at
+once) to the end of the last, measured by this script the same way for both
+sides (the launchers' start-up, tens of milliseconds, is in both).  PM's
+retransmissions are the sum of pmcheck's `retransmits` over every rank.
+Target (issue 13): scored's makespan at most 0.9 x Slurm's, run by run, and 0
+retransmissions under scored.  Two plain `srun`s (no sbatch) are not
+measured: Slurm suspends the second at once and its srun retries step
+creation only after 120-130 s (docs/admin/slurm.md).
+"""
+import json
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from bench_stats import ratios, spread, verdict
+from bench_udp import Cluster
+
+NAME = "bsg"
+NODES = 2
+JOB_SECONDS = 30
+# pmcheck --pattern all between 2 ranks over udp: about 72,000 messages a
+# second per rank pair on this machine (600,000 took 8.3 s alone), so a job
+# runs about JOB_SECONDS alone; --quick jobs are shorter.
+COUNT = {False: 2_200_000, True: 600_000}
+SIZES = "8-512"
+TIMEOUT = 900
+STATE_DIR = Path("/run/score/vcluster")
+
+
+def pmcheck_argv(ctx, count):
+    return [str(ctx.bin / "pmcheck"), "--pattern", "all", "--count", str(count),
+            "--sizes", SIZES, "--quiet", "--timeout", str(TIMEOUT)]
+
+
+def records_of(text):
+    recs = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    if len(recs) != NODES or not all(r["ok"] and r["errors"] == 0 for r in recs):
+        raise RuntimeError(f"pmcheck did not report {NODES} good ranks: {text[-400:]}")
+    return recs
+
+
+def scored_jobs(ctx, env, n_jobs, count):
+    argv = [str(ctx.bin / "scrun"), f"-nodes={NODES}x1", *pmcheck_argv(ctx, count)]
+    ctx.commands.append({"what": f"scrun {NODES}x1 pmcheck (x{n_jobs} at once)", "argv": argv,
+                         "cwd": None})
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(n_jobs)]
+    recs = []
+    for p in procs:
+        out, err = p.communicate(timeout=TIMEOUT)
+        if p.returncode != 0:
+            raise RuntimeError(f"scrun exited {p.returncode}: {err.strip()[-400:]}")
+        recs += records_of(out)
+    return time.perf_counter() - t0, recs
+
+
+def slurm_jobs(ctx, env, n_jobs, count, tmp):
+    script = Path(tmp) / "job.sh"
+    script.write_text("#!/bin/sh\nexec srun --mpi=pmix " + " ".join(pmcheck_argv(ctx, count)) + "\n")
+    script.chmod(0o755)
+    argv = ["sbatch", "--wait", "--parsable", "-N", str(NODES), "-n", str(NODES),
+            "-o", f"{tmp}/slurm-%j.out", str(script)]
+    ctx.commands.append({"what": f"sbatch -N{NODES} (srun --mpi=pmix pmcheck) x{n_jobs} at once",
+                         "argv": argv, "cwd": None, "script": script.read_text()})
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, cwd=tmp) for _ in range(n_jobs)]
+    recs = []
+    for p in procs:
+        out, err = p.communicate(timeout=TIMEOUT)
+        if p.returncode != 0:
+            raise RuntimeError(f"sbatch --wait exited {p.returncode}: {err.strip()[-400:]}")
+        job = out.strip().split(";")[0]
+        recs += records_of((Path(tmp) / f"slurm-{job}.out").read_text())
+    return time.perf_counter() - t0, recs
+
+
+def run(ctx):
+    rounds = max(1, ctx.rounds)
+    count = COUNT[bool(ctx.quick)]
+    doc = {"suite": "slurm-gang", "nodes": NODES, "count": count, "sizes": SIZES,
+           "rounds": [], "method": __doc__.split("\n\n")[1]}
+    with tempfile.TemporaryDirectory(prefix="bench-slurm-gang-") as tmp, \
+            Cluster(NAME, NODES, 1, extra=["--with-score", "--with-slurm", "--slurm-gang"]) as cl:
+        os.chmod(tmp, 0o755)
+        score_env = dict(os.environ, SCORE_CONFIG=cl.client_config())
+        slurm_env = dict(os.environ, SLURM_CONF=str(STATE_DIR / NAME / "slurm" / "slurm.conf"))
+        for r in range(rounds):
+            row = {}
+            alone, recs = scored_jobs(ctx, score_env, 1, count)
+            row["alone_s"] = alone
+            # Alternate which side goes first, so that neither always runs
+            # on a machine the other has just warmed.
+            sides = [("scored", lambda: scored_jobs(ctx, score_env, 2, count)),
+                     ("slurm", lambda: slurm_jobs(ctx, slurm_env, 2, count, tmp))]
+            for side, fn in (sides if r % 2 == 0 else sides[::-1]):
+                makespan, recs = fn()
+                row[side] = {"makespan_s": makespan,
+                             "retransmits": sum(x.get("retransmits", 0) for x in recs),
+                             "rto_polls": sum(x.get("rto_polls", 0) for x in recs)}
+            print(f"  round {r + 1}: alone {alone:.1f} s, scored {row['scored']['makespan_s']:.1f}"
+                  f" s ({row['scored']['retransmits']} retransmissions), Slurm "
+                  f"{row['slurm']['makespan_s']:.1f} s ({row['slurm']['retransmits']})",
+                  flush=True)
+            doc["rounds"].append(row)
+    rs = doc["rounds"]
+    doc["summary"] = {
+        "alone_s": spread(r["alone_s"] for r in rs),
+        "scored_s": spread(r["scored"]["makespan_s"] for r in rs),
+        "slurm_s": spread(r["slurm"]["makespan_s"] for r in rs),
+        "scored_retransmits": [r["scored"]["retransmits"] for r in rs],
+        "slurm_retransmits": [r["slurm"]["retransmits"] for r in rs],
+        "ratio": verdict(ratios([r["scored"]["makespan_s"] for r in rs],
+                                [r["slurm"]["makespan_s"] for r in rs]), "<=", 0.9),
+        "zero_retransmits": all(r["scored"]["retransmits"] == 0 for r in rs),
+    }
+    print_table(doc)
+    return doc
+
+
+def print_table(doc):
+    s = doc["summary"]
+
+    def cell(x):
+        return f"{x['median']:.1f} [{x['lo']:.1f}-{x['hi']:.1f}]"
+    print(f"\nslurm-gang: two pmcheck jobs on the same {doc['nodes']} nodes, makespan s "
+          f"(median [min-max] of {len(doc['rounds'])})")
+    print(f"  one job alone {cell(s['alone_s'])}  scored {cell(s['scored_s'])}  "
+          f"Slurm GANG {cell(s['slurm_s'])}")
+    v = s["ratio"]
+    print(f"  scored / Slurm {v['median']:.3f} [{v['lo']:.3f}-{v['hi']:.3f}] target <= 0.9 "
+          f"{v['verdict']}")
+    print(f"  retransmissions: scored {s['scored_retransmits']}, Slurm {s['slurm_retransmits']}")
