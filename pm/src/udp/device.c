@@ -102,10 +102,26 @@ static inline struct udp_dev *to_udp(struct pm_device *dev)
  * repeated; a full socket buffer gets one bounded wait per flush (*waited)
  * rather than losing the packets at once.
  */
+/* After a send failed (errno): whether to try again.  Interrupted calls are
+ * repeated; a full socket buffer gets one bounded wait per flush (*waited). */
+static bool send_again(int fd, bool *waited)
+{
+	if (errno == EINTR)
+		return true;
+	if ((errno == EAGAIN || errno == ENOBUFS) && !*waited) {
+		struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+
+		poll(&pfd, 1, 10);
+		*waited = true;
+		return true;
+	}
+	return false;
+}
+
 static int send_messages(int fd, struct mmsghdr *mh, unsigned n, bool *waited)
 {
 	for (;;) {
-		/* A lone message (a ping-pong's reply, an ACK) goes with the raw
+		/* A lone message too big for send_lone goes with the raw
 		 * sendmsg: sendmmsg's batch machinery costs more than it saves,
 		 * and libc's wrapper is a cancellation point. */
 		int r = n == 1 ? (syscall(SYS_sendmsg, fd, &mh->msg_hdr, 0) < 0 ? -1 : 1)
@@ -115,16 +131,8 @@ static int send_messages(int fd, struct mmsghdr *mh, unsigned n, bool *waited)
 			return r;
 		if (r == 0)
 			return -EIO;
-		if (errno == EINTR)
-			continue;
-		if ((errno == EAGAIN || errno == ENOBUFS) && !*waited) {
-			struct pollfd pfd = { .fd = fd, .events = POLLOUT };
-
-			poll(&pfd, 1, 10);
-			*waited = true;
-			continue;
-		}
-		return -errno;
+		if (!send_again(fd, waited))
+			return -errno;
 	}
 }
 
@@ -154,16 +162,8 @@ static int send_lone(struct udp_dev *u, int fd, const struct udp_out *o, bool *w
 	for (;;) {
 		if (syscall(SYS_sendto, fd, u->lone, len, 0, o->to, sizeof(*o->to)) >= 0)
 			return 1;
-		if (errno == EINTR)
-			continue;
-		if ((errno == EAGAIN || errno == ENOBUFS) && !*waited) {
-			struct pollfd pfd = { .fd = fd, .events = POLLOUT };
-
-			poll(&pfd, 1, 10);
-			*waited = true;
-			continue;
-		}
-		return -errno;
+		if (!send_again(fd, waited))
+			return -errno;
 	}
 }
 

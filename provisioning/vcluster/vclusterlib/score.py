@@ -311,8 +311,17 @@ def remove_cgroups(name, wait=5.0):
     root = cgroup_dir(name)
     if root is None or not root.is_dir():
         return
+    failures = remove_cgroup_tree(root, wait)
+    if failures:
+        raise VclusterError("cannot remove cgroups: " + "; ".join(failures))
+
+
+def remove_cgroup_tree(top, wait=5.0):
+    """Remove the cgroup directory `top` (v1 or v2) and everything under it,
+    bottom-up, killing what is still in each (bounded).  Returns what could
+    not be removed, one "path: reason" each."""
     failures = []
-    for dirpath, _, _ in os.walk(root, topdown=False):
+    for dirpath, _, _ in os.walk(top, topdown=False):
         cg = Path(dirpath)
         if _cgroup_procs(cg):
             _kill_cgroup(cg)
@@ -325,8 +334,7 @@ def remove_cgroups(name, wait=5.0):
             pass
         except OSError as e:
             failures.append(f"{cg}: {e.strerror}")
-    if failures:
-        raise VclusterError("cannot remove cgroups: " + "; ".join(failures))
+    return failures
 
 
 def _cgroup_procs(cg):

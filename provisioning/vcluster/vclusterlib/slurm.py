@@ -248,34 +248,9 @@ def node_cgroups(nodes, root=CGROUP_V1):
 
 def remove_cgroups(nodes, wait=5.0):
     """Remove slurm_nI bottom-up, killing what is still in it (by PID)."""
-    failures = []
-    for top in node_cgroups(nodes):
-        for dirpath, _, _ in os.walk(top, topdown=False):
-            cg = Path(dirpath)
-            deadline = time.monotonic() + wait
-            while True:
-                pids = _procs_of(cg)
-                if not pids or time.monotonic() > deadline:
-                    break
-                for pid in pids:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                time.sleep(0.05)
-            try:
-                cg.rmdir()
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                failures.append(f"{cg}: {e.strerror}")
+    failures = [f for top in node_cgroups(nodes) for f in score.remove_cgroup_tree(top, wait)]
     if failures:
         raise VclusterError("cannot remove Slurm's cgroups: " + "; ".join(failures))
-
-
-def _procs_of(cg):
-    try:
-        return [int(p) for p in (cg / "cgroup.procs").read_text().split()]
-    except (OSError, ValueError):
-        return []
 
 
 def node_names(name):
