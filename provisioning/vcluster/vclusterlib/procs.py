@@ -119,3 +119,35 @@ def _signal_all(ns_ids, exclude, sig, wait):
         if time.monotonic() >= deadline:
             return current
         time.sleep(0.05)
+
+
+def matching(classify):
+    """{pid: classify(argv)} of the live processes for which it is not None
+    (the daemons of one cluster, told by their command lines)."""
+    found = {}
+    for pid in pids():
+        what = classify(argv(pid))
+        if what and alive(pid):
+            found[pid] = what
+    return found
+
+
+def terminate_pids(targets, still_ours, grace, kill_wait=3.0):
+    """SIGTERM, up to `grace` s, then SIGKILL, to those of `targets` for
+    which still_ours(pid) holds (a recycled PID is left alone).  Returns the
+    PIDs that survived SIGKILL."""
+    def ours():
+        return [pid for pid in targets if alive(pid) and still_ours(pid)]
+
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, kill_wait)):
+        for pid in ours():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while ours() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not ours():
+            return []
+    return ours()

@@ -250,12 +250,7 @@ def classify(argv, name):
 
 def find(name):
     """{pid: (role, node)} of the live munged and scored processes of `name`."""
-    found = {}
-    for pid in procs.pids():
-        parsed = classify(procs.argv(pid), name)
-        if parsed and procs.alive(pid):
-            found[pid] = parsed
-    return found
+    return procs.matching(lambda argv: classify(argv, name))
 
 
 def clusters_with_leftovers():
@@ -274,19 +269,8 @@ def clusters_with_leftovers():
 
 def _terminate(name, pids, grace, kill_wait=3.0):
     """SIGTERM, up to `grace` s, then SIGKILL; only PIDs that are still ours."""
-    def ours():
-        return [pid for pid in pids if procs.alive(pid) and classify(procs.argv(pid), name)]
-
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, kill_wait)):
-        for pid in ours():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + wait
-        while ours() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if not ours():
-            return []
-    return ours()
+    return procs.terminate_pids(pids, lambda pid: classify(procs.argv(pid), name), grace,
+                                kill_wait)
 
 
 def stop(name, grace=DEFAULT_GRACE, roles=("agent", "master", "scored", "munged")):

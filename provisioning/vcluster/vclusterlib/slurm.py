@@ -7,7 +7,7 @@ starts MUNGE first).  Its files live in the cluster's service directory:
 
     slurm/slurm.conf        the one configuration of every daemon and client
     slurm/cgroup.conf       which cgroup plugin (see cgroup_mode)
-    slurm/plugstack.conf    SPANK plugins (none yet: the file must exist)
+    slurm/plugstack.conf    SPANK plugins: score's (srun --score-gang), when it is built
     slurm/ctld/             slurmctld's StateSaveLocation, log and PID file
     slurm/nI/spool/         node nI's SlurmdSpoolDir
     slurm/nI/tmp/           node nI's TmpFS (the PMIx plugin's client
@@ -33,7 +33,6 @@ command lines, which name this cluster's slurm.conf.
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -45,6 +44,8 @@ from .errors import VclusterError
 READY_TIMEOUT = 30.0
 DEFAULT_GRACE = 3.0
 PARTITION = "vc"
+SCORE_PARTITION = "score"     # jobs share nodes; scored time-shares them
+SCORE_OVERSUBSCRIBE = 4       # as many as scored's default gang_slots
 CGROUP_V1 = Path("/sys/fs/cgroup")
 TOOLS = {"slurmctld": "slurmctld", "slurmd": "slurmd", "sinfo": "slurm-client",
          "srun": "slurm-client", "scontrol": "slurm-client"}
@@ -114,9 +115,24 @@ GANG_LINES = ("PreemptType=preempt/partition_prio", "PreemptMode=SUSPEND,GANG",
 GANG_PARTITION = "OverSubscribe=FORCE:2"
 
 
-def configs(layout, paths, mode, hw, host=None, gang=False):
+def plugin_line(name, score_bin=None):
+    """plugstack.conf's line for score's SPANK plugin (`srun --score-gang`),
+    built beside scored (BIN/../lib/slurm/spank_score.so), or None.  The
+    plugin finds each node's agent by its adoption socket in the agent's
+    state directory (%h: the node's host name, nI)."""
+    bin_dir = Path(score_bin) if score_bin else score.DEFAULT_BIN
+    plugin = bin_dir.parent / "lib" / "slurm" / "spank_score.so"
+    if not plugin.is_file():
+        return None
+    paths = score.Paths(name)
+    return (f"required {plugin} socket={paths.dir}/%h/run/adopt.sock "
+            f"scrun={bin_dir / 'scrun'} config={paths.client_config}")
+
+
+def configs(layout, paths, mode, hw, host=None, gang=False, plugin=None):
     """{path: text} of slurm.conf, cgroup.conf and plugstack.conf; gang:
-    Slurm's own gang scheduling, two jobs per node taking turns."""
+    Slurm's own gang scheduling, two jobs per node taking turns; plugin:
+    plugstack.conf's line for score's SPANK plugin (plugin_line)."""
     host = host or socket.gethostname().split(".")[0]
     ctld_port, slurmd_port = ports(layout)
     head_addr = layout.networks[0].host_address
@@ -168,13 +184,19 @@ def configs(layout, paths, mode, hw, host=None, gang=False):
               "State=UNKNOWN" for n in layout.nodes]
     lines.append(f"PartitionName={PARTITION} Nodes={nodes} Default=YES MaxTime=INFINITE State=UP"
                  + (f" {GANG_PARTITION}" if gang else ""))
+    if not gang:
+        # For `srun -p score --score-gang`: Slurm lets jobs share nodes and
+        # scored's matrix time-shares them (docs/admin/slurm.md).
+        lines.append(f"PartitionName={SCORE_PARTITION} Nodes={nodes} Default=NO "
+                     f"MaxTime=INFINITE State=UP OverSubscribe=FORCE:{SCORE_OVERSUBSCRIBE}")
     cgroup = ["# Which cgroup plugin: see cgroup_mode() in provisioning/vcluster/vclusterlib/slurm.py"]
     if mode == "v1":
         cgroup += ["CgroupPlugin=cgroup/v1", f"CgroupMountpoint={CGROUP_V1}",
                    "ConstrainCores=no", "ConstrainRAMSpace=no", "ConstrainDevices=no"]
     return {paths.conf: "\n".join(lines) + "\n",
             paths.cgroup_conf: "\n".join(cgroup) + "\n",
-            paths.plugstack: "# SPANK plugins of the virtual cluster (docs/admin/slurm.md)\n"}
+            paths.plugstack: "# SPANK plugins of the virtual cluster (docs/admin/slurm.md)\n"
+            + (plugin + "\n" if plugin else "")}
 
 
 # --- finding and stopping ---------------------------------------------------
@@ -191,12 +213,7 @@ def classify(argv, name):
 
 def find(name):
     """{pid: role} of the live Slurm daemons of cluster `name`."""
-    found = {}
-    for pid in procs.pids():
-        role = classify(procs.argv(pid), name)
-        if role and procs.alive(pid):
-            found[pid] = role
-    return found
+    return procs.matching(lambda argv: classify(argv, name))
 
 
 def clusters_running():
@@ -215,20 +232,10 @@ def stop(name, grace=DEFAULT_GRACE):
     survivors = []
     for role in ("slurmd", "slurmctld"):
         pids = [pid for pid, r in find(name).items() if r == role]
-        if not pids:
-            continue
-        log.step(f"stopping {len(pids)} {role} process(es) of cluster {name}")
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 3.0)):
-            for pid in pids:
-                if procs.alive(pid) and classify(procs.argv(pid), name):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, sig)
-            deadline = time.monotonic() + wait
-            while any(procs.alive(p) for p in pids) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if not any(procs.alive(p) for p in pids):
-                break
-        survivors += [p for p in pids if procs.alive(p)]
+        if pids:
+            log.step(f"stopping {len(pids)} {role} process(es) of cluster {name}")
+            survivors += procs.terminate_pids(
+                pids, lambda pid: classify(procs.argv(pid), name) is not None, grace)
     return survivors
 
 
@@ -299,7 +306,9 @@ def start(current, layout, paths, timeout=READY_TIMEOUT, gang=False):
         for sub in ("spool", "tmp"):
             (paths.node(node.name) / sub).mkdir(parents=True)
         os.chmod(paths.node(node.name) / "tmp", 0o1777)
-    for path, text in configs(layout, paths, mode, hardware(), gang=gang).items():
+    score_bin = ((current.get("score") or {}).get("scored") or {}).get("bin")
+    plugin = plugin_line(layout.name, score_bin)
+    for path, text in configs(layout, paths, mode, hardware(), gang=gang, plugin=plugin).items():
         path.write_text(text)
     ctld_port, _ = ports(layout)
     log.step(f"starting slurmctld on port {ctld_port} and {len(layout.nodes)} slurmd "

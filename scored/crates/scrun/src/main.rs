@@ -148,6 +148,20 @@ struct Cli {
     reattach_timeout: u64,
 
     /// The scored master's address, e.g. http://head:7100 or head
+    /// Run on exactly these nodes (comma-separated), ranks in their order;
+    /// --nodes may be left out.
+    #[arg(long, value_name = "NODE,...", value_delimiter = ',')]
+    hosts: Vec<String>,
+
+    /// For launchers (the SPANK plugin of `srun --score-gang`): another
+    /// launcher starts the ranks and hands each to its node's agent;
+    /// scored starts nothing and gang-schedules them.  PROGRAM only names
+    /// the job.  scrun prints SCORE_JOB_ID=N once the job runs, and reads
+    /// `done STATUS` from its stdin when the ranks ended (end of file:
+    /// the job is cancelled).  docs/admin/slurm.md.
+    #[arg(long, requires = "hosts")]
+    adopt: bool,
+
     #[arg(long, value_name = "URL", env = "SCORE_MASTER")]
     master: Option<String>,
 
@@ -220,6 +234,7 @@ async fn real_main(cli: Cli) -> Result<u8> {
         quiet: cli.quiet,
         forward_stdin: !cli.no_stdin,
         reattach_timeout: std::time::Duration::from_secs(cli.reattach_timeout),
+        adopt: cli.adopt,
     };
     run::run(&target, spec, opts).await
 }
@@ -238,7 +253,20 @@ fn options_with_value() -> Vec<String> {
 }
 
 fn job_spec(cli: &Cli) -> Result<score_proto::v1::JobSpec> {
-    let (nodes, ppn) = args::resolve_shape(cli.nodes, cli.ppn).map_err(anyhow::Error::msg)?;
+    let shape = match (cli.nodes, cli.hosts.len()) {
+        (None, n) if n > 0 => Some(NodeShape {
+            nodes: n as u32,
+            ppn: None,
+        }),
+        (shape, _) => shape,
+    };
+    let (nodes, ppn) = args::resolve_shape(shape, cli.ppn).map_err(anyhow::Error::msg)?;
+    if !cli.hosts.is_empty() && cli.hosts.len() != nodes as usize {
+        bail!(
+            "--hosts names {} nodes but the job asks for {nodes}",
+            cli.hosts.len()
+        );
+    }
     if cli.command.first().is_none_or(|p| p.is_empty()) {
         bail!("no program to run");
     }
@@ -276,7 +304,9 @@ fn job_spec(cli: &Cli) -> Result<score_proto::v1::JobSpec> {
             .time
             .map_or(0, |t| t.as_millis().min(u64::MAX as u128) as u64),
         name: cli.name.clone().unwrap_or_default(),
-        stdin_open: !cli.no_stdin,
+        stdin_open: !cli.no_stdin && !cli.adopt,
+        hosts: cli.hosts.clone(),
+        adopt: cli.adopt,
     })
 }
 

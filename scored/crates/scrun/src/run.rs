@@ -6,7 +6,7 @@ use crate::EXIT_SCRUN_ERROR;
 use anyhow::{anyhow, Result};
 use score_proto::v1::{
     job_event, run_request, CancelRequest, JobEvent, JobInfo, JobSpec, JobState, OutputAck,
-    OutputMark, Reattach, RunRequest, StdinChunk, Stream,
+    OutputMark, Reattach, RunRequest, StdinChunk, StepDone, Stream,
 };
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -26,6 +26,9 @@ pub struct Options {
     pub quiet: bool,
     pub forward_stdin: bool,
     pub reattach_timeout: Duration,
+    /// The job is adopted (JobSpec.adopt): print `SCORE_JOB_ID=N` once it
+    /// runs, then take `done STATUS` from stdin (adopted_stdin).
+    pub adopt: bool,
 }
 
 /// Printed output is acknowledged once this much is unacknowledged...
@@ -249,6 +252,41 @@ fn forward_stdin(tx: mpsc::Sender<RunRequest>, credit: Arc<Semaphore>) {
     }
 }
 
+/// The launcher's side of an adopted job (`scrun --adopt`, started by the
+/// SPANK plugin): a line `done STATUS` on stdin says the step ended; end of
+/// file without it (the launcher died) cancels the job.
+fn adopted_stdin(tx: mpsc::Sender<RunRequest>) {
+    let spawned = std::thread::Builder::new()
+        .name("scrun-adopt".into())
+        .spawn(move || {
+            let mut line = String::new();
+            let msg = loop {
+                line.clear();
+                match std::io::stdin().read_line(&mut line) {
+                    Ok(0) | Err(_) => break cancel_msg(false),
+                    Ok(_) => {
+                        let status = line.trim().strip_prefix("done ").map(str::parse::<i32>);
+                        match status {
+                            Some(Ok(exit_status)) => {
+                                break RunRequest {
+                                    msg: Some(run_request::Msg::StepDone(StepDone { exit_status })),
+                                }
+                            }
+                            _ => eprintln!(
+                                "scrun: --adopt: ignoring {:?} on stdin (expected: done STATUS)",
+                                line.trim()
+                            ),
+                        }
+                    }
+                }
+            };
+            let _ = tx.blocking_send(msg);
+        });
+    if let Err(e) = spawned {
+        eprintln!("scrun: cannot read standard input: {e}");
+    }
+}
+
 fn stdin_msg(data: Vec<u8>, eof: bool) -> RunRequest {
     RunRequest {
         msg: Some(run_request::Msg::Stdin(StdinChunk { data, eof })),
@@ -298,6 +336,7 @@ pub async fn run(target: &Target, spec: JobSpec, opts: Options) -> Result<u8> {
     let mut stdin_started = false;
     let stdin_credit = Arc::new(Semaphore::new(0));
     let mut quiet_cancel = false;
+    let mut announced = false;
     let mut ack_tick = tokio::time::interval(ACK_EVERY);
 
     loop {
@@ -372,6 +411,14 @@ pub async fn run(target: &Target, spec: JobSpec, opts: Options) -> Result<u8> {
             job_event::Event::State(job) => {
                 rep.job.get_or_insert(job.id);
                 rep.verbose(describe_state(&job));
+                if opts.adopt && !announced && job.state == JobState::Running as i32 {
+                    // The agents made the job's cgroups: its launcher may
+                    // start the tasks and hand them over.
+                    announced = true;
+                    println!("SCORE_JOB_ID={}", job.id);
+                    flush_all();
+                    adopted_stdin(tx.clone());
+                }
             }
             job_event::Event::StdinCredit(c) => {
                 let room = Semaphore::MAX_PERMITS - stdin_credit.available_permits();

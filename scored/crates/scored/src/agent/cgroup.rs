@@ -91,6 +91,12 @@ impl JobCgroup {
         self.path.join("cgroup.procs")
     }
 
+    /// Move process `pid` (all its threads) into this cgroup.
+    pub fn add(&self, pid: i32) -> Result<(), CgroupError> {
+        let procs = self.procs_file();
+        std::fs::write(&procs, pid.to_string()).map_err(io_err(&procs))
+    }
+
     pub fn pids(&self) -> Vec<i32> {
         std::fs::read_to_string(self.procs_file())
             .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())

@@ -389,9 +389,17 @@ impl AgentJob {
     /// libpmix) and the job's files.
     pub fn release(self, pmix: &Arc<PmixServer>) {
         let _ = std::fs::remove_dir_all(&self.tmpdir);
+        if self.adopts() {
+            return; // its namespace is its launcher's, never registered here
+        }
         let pmix = pmix.clone();
         let nspace = self.nspace;
         tokio::task::spawn_blocking(move || pmix.deregister_job(&nspace));
+    }
+
+    /// Another launcher starts the ranks and hands them over (adopt.rs).
+    pub fn adopts(&self) -> bool {
+        self.info.spec.as_ref().is_some_and(|s| s.adopt)
     }
 
     pub fn is_cleaning(&self) -> bool {

@@ -11,6 +11,7 @@
 //! Every message to the master goes through one channel that outlives the
 //! connections (the outbox); each connection forwards it to its stream.
 
+mod adopt;
 mod cgroup;
 mod job;
 mod metrics;
@@ -176,6 +177,15 @@ pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
         let _ = stop_tx.send(true);
     });
 
+    let (adopt_tx, mut adoptions) = mpsc::unbounded_channel();
+    let adopt_socket = state_dir.join("adopt.sock");
+    adopt::serve(&adopt_socket, adopt_tx).with_context(|| {
+        format!(
+            "cannot listen on {} (the adoption socket)",
+            adopt_socket.display()
+        )
+    })?;
+
     let (internal_tx, mut internal_rx) = mpsc::unbounded_channel();
     let (out, mut outbox) = mpsc::unbounded_channel();
     let mut agent = Agent {
@@ -207,6 +217,7 @@ pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
                     outbox: &mut outbox,
                     pmix_events: &mut pmix_events,
                     internal_rx: &mut internal_rx,
+                    adoptions: &mut adoptions,
                     stop: &mut stop_rx,
                 },
             )
@@ -255,6 +266,7 @@ struct Channels<'a> {
     outbox: &'a mut mpsc::UnboundedReceiver<AgentMessage>,
     pmix_events: &'a mut mpsc::UnboundedReceiver<ServerEvent>,
     internal_rx: &'a mut mpsc::UnboundedReceiver<Internal>,
+    adoptions: &'a mut mpsc::UnboundedReceiver<adopt::Adoption>,
     stop: &'a mut watch::Receiver<bool>,
 }
 
@@ -353,6 +365,7 @@ impl Agent {
                 },
                 Some(ev) = ch.pmix_events.recv() => self.handle_pmix(ev),
                 Some(ev) = ch.internal_rx.recv() => self.handle_internal(ev),
+                Some(a) = ch.adoptions.recv() => self.adopt(a),
                 Some(m) = ch.outbox.recv() => { let _ = stream_tx.send(m); }
                 _ = heartbeat.tick() => send(&stream_tx, 0, agent_message::Msg::Heartbeat(Heartbeat {})),
                 _ = ch.stop.changed() => return Ok(()),
@@ -378,6 +391,13 @@ impl Agent {
                     &self.jobs_dir,
                 );
                 match made {
+                    // Another launcher starts its ranks: no namespace to
+                    // register, nothing to start; they come through adopt.rs.
+                    Ok(()) if job.adopts() => {
+                        self.jobs.insert(id, job);
+                        self.launched(id, Ok(Vec::new()));
+                        return None;
+                    }
                     Ok(()) => {
                         // Registering blocks on libpmix's progress thread,
                         // which a rank frozen in the middle of its PMIx
@@ -478,6 +498,27 @@ impl Agent {
             },
         }
         None
+    }
+
+    /// A task of another launcher asks to join an adopted job (adopt.rs).
+    fn adopt(&mut self, a: adopt::Adoption) {
+        let adopt::Request { job, pid } = a.request;
+        let result = match self.jobs.get(&job) {
+            None => Err(format!("job {job} does not run on node {}", self.node)),
+            Some(j) if !j.adopts() => Err(format!(
+                "job {job} was not submitted for adoption (srun --score-gang)"
+            )),
+            Some(j) if j.is_cleaning() => Err(format!("job {job} is ending")),
+            Some(j) => j
+                .cgroup
+                .add(pid)
+                .map(|()| {
+                    tracing::info!(job, pid, "adopted a process");
+                    self.stats_dir.display().to_string()
+                })
+                .map_err(|e| format!("cannot move process {pid} into job {job}'s cgroup: {e}")),
+        };
+        let _ = a.reply.send(result);
     }
 
     /// The cgroups of those of `jobs` that run here.

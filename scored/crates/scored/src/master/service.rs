@@ -151,6 +151,7 @@ impl Master for MasterService {
                                 let _ = st.cancel(id, c.kill, who, &why);
                             }
                             run_request::Msg::Ack(a) => st.output_acked(id, a.delivered),
+                            run_request::Msg::StepDone(d) => st.step_done(id, d.exit_status),
                             run_request::Msg::Submit(_) | run_request::Msg::Reattach(_) => {}
                         }
                     }

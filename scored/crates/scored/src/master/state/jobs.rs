@@ -504,6 +504,34 @@ impl State {
         Ok(self.jobs.get(id).map_or(before, |j| j.info.clone()))
     }
 
+    /// The launcher of an adopted job (JobSpec.adopt) says its ranks ended:
+    /// the job completes, or fails with their status.  Ignored for a job
+    /// whose ranks scored started (their exits decide).
+    pub fn step_done(&mut self, id: u64, exit_status: i32) {
+        let adopted = self
+            .jobs
+            .get(id)
+            .and_then(|j| j.info.spec.as_ref())
+            .is_some_and(|s| s.adopt);
+        if !adopted {
+            return;
+        }
+        let outcome = if exit_status == 0 {
+            Outcome {
+                state: JobState::Completed,
+                reason: String::new(),
+                exit_status: 0,
+            }
+        } else {
+            Outcome {
+                state: JobState::Failed,
+                reason: format!("its launcher reported status {exit_status}"),
+                exit_status,
+            }
+        };
+        self.decide(id, outcome, Stop::Kill);
+    }
+
     /// The call `call` of the scrun following job `id` ended before the
     /// job did.  A call that another scrun's re-attachment replaced changes
     /// nothing.
@@ -922,6 +950,82 @@ mod tests {
         assert_eq!(JobState::try_from(info.state).unwrap(), JobState::Timeout);
         assert_eq!(info.exit_status, EXIT_TIMEOUT);
         assert_eq!(info.reason, "time limit of 2 s exceeded");
+    }
+
+    #[test]
+    fn a_job_with_hosts_runs_on_exactly_those_nodes() {
+        let mut h = harness(4);
+        let (a, _ra) = h.submit(JobSpec {
+            hosts: vec!["n3".into(), "n1".into()],
+            ..spec(2, 1)
+        });
+        let mut nodes = h.st.job_info(a).unwrap().nodes;
+        nodes.sort();
+        assert_eq!(nodes, ["n1", "n3"]);
+        let (tx, _r) = unbounded_channel();
+        let bad = |hosts: &[&str], n| JobSpec {
+            hosts: hosts.iter().map(|s| s.to_string()).collect(),
+            ..spec(n, 1)
+        };
+        let e =
+            h.st.submit(bad(&["n1", "n9"], 2), USER, "a".into(), tx.clone())
+                .unwrap_err();
+        assert!(
+            e.message().contains("node n9, which is not in the cluster"),
+            "{}",
+            e.message()
+        );
+        let e =
+            h.st.submit(bad(&["n1"], 2), USER, "a".into(), tx.clone())
+                .unwrap_err();
+        assert!(
+            e.message().contains("names 1 hosts but asks for 2"),
+            "{}",
+            e.message()
+        );
+        let e =
+            h.st.submit(bad(&["n2", "n2"], 2), USER, "a".into(), tx)
+                .unwrap_err();
+        assert!(
+            e.message().contains("names node n2 twice"),
+            "{}",
+            e.message()
+        );
+    }
+
+    #[test]
+    fn an_adopted_job_ends_when_its_launcher_says_so() {
+        let mut h = harness(2);
+        let adopted = JobSpec {
+            hosts: vec!["n1".into(), "n2".into()],
+            adopt: true,
+            ..spec(2, 1)
+        };
+        let (a, mut ra) = h.submit(adopted.clone());
+        h.launch_ok(a);
+        assert_eq!(h.state(a), JobState::Running);
+        h.st.step_done(a, 0);
+        h.clean_all(a);
+        let done = finished(&mut ra).expect("finished");
+        assert_eq!(done.state, JobState::Completed as i32);
+        // A status from the launcher fails the job with it.
+        let (b, mut rb) = h.submit(adopted);
+        h.launch_ok(b);
+        h.st.step_done(b, 3);
+        h.clean_all(b);
+        let done = finished(&mut rb).expect("finished");
+        assert_eq!(done.state, JobState::Failed as i32);
+        assert_eq!(done.exit_status, 3);
+        assert!(
+            done.reason.contains("launcher reported status 3"),
+            "{}",
+            done.reason
+        );
+        // step_done means nothing to a job whose ranks scored started.
+        let (c, _rc) = h.submit(spec(1, 1));
+        h.launch_ok(c);
+        h.st.step_done(c, 0);
+        assert_eq!(h.state(c), JobState::Running);
     }
 
     #[test]

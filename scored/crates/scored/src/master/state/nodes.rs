@@ -206,6 +206,28 @@ impl Nodes {
     /// counts as big enough: it may come back with any number of slots.
     pub fn check_fits(&self, spec: &JobSpec) -> Result<(), Status> {
         let known = self.table.len() as u32;
+        if !spec.hosts.is_empty() {
+            if spec.hosts.len() as u32 != spec.nodes {
+                return Err(Status::invalid_argument(format!(
+                    "the job names {} hosts but asks for {} nodes",
+                    spec.hosts.len(),
+                    spec.nodes
+                )));
+            }
+            let mut seen = BTreeSet::new();
+            for h in &spec.hosts {
+                if !self.table.contains_key(h) {
+                    return Err(Status::invalid_argument(format!(
+                        "the job asks for node {h}, which is not in the cluster"
+                    )));
+                }
+                if !seen.insert(h) {
+                    return Err(Status::invalid_argument(format!(
+                        "the job names node {h} twice"
+                    )));
+                }
+            }
+        }
         if spec.nodes > known {
             return Err(Status::invalid_argument(format!(
                 "the job asks for {} nodes; the cluster has {known}",

@@ -67,7 +67,15 @@ impl State {
                 self.jobs.dequeue(id);
                 continue;
             };
-            let usable = self.nodes.usable(spec.ppn);
+            let mut usable = self.nodes.usable(spec.ppn);
+            if !spec.hosts.is_empty() {
+                // Exactly the named nodes, in their order, once all are usable.
+                usable = if spec.hosts.iter().all(|h| usable.contains(h)) {
+                    spec.hosts.clone()
+                } else {
+                    Vec::new()
+                };
+            }
             let Some((row, nodes)) = self.gang.matrix.place(id, spec.nodes as usize, &usable)
             else {
                 break;
