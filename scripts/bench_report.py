@@ -694,15 +694,27 @@ def render_slurm_gang(doc, path):
            f"the start of both launchers to the end of the last job, median "
            f"[{spread_kind(summ['scored_s'])}] in s. The ratio is taken round by round. JSON: "
            "`rounds[]`, `summary`.", ""]
-    v = summ["ratio"]
+    def ratio_cells(key):
+        v = summ.get(key)
+        if not v:
+            return ["", ""]
+        return [spread_cell(v, 3), f"{target_text(v['op'], v['bound'])} {verdict_cell(v)}"]
     rows = [["one job alone (scrun)", spread_cell(summ["alone_s"], 1), "", "", ""],
-            ["scored (network preemption)", spread_cell(summ["scored_s"], 1),
-             ", ".join(map(str, summ["scored_retransmits"])), spread_cell(v, 3),
-             f"{target_text(v['op'], v['bound'])} {verdict_cell(v)}"],
+            ["scored, scrun (network preemption)", spread_cell(summ["scored_s"], 1),
+             ", ".join(map(str, summ["scored_retransmits"])), *ratio_cells("ratio")],
             ["Slurm GANG (SUSPEND,GANG, 5 s slices)", spread_cell(summ["slurm_s"], 1),
              ", ".join(map(str, summ["slurm_retransmits"])), "", ""]]
-    out.append(table(["side", "makespan s", "PM retransmissions per round", "scored / Slurm",
+    if "score_gang_s" in summ:
+        rows.append(["scored, `srun --score-gang`", spread_cell(summ["score_gang_s"], 1),
+                     ", ".join(map(str, summ["score_gang_retransmits"])),
+                     *ratio_cells("score_gang_ratio")])
+    out.append(table(["side", "makespan s", "PM retransmissions per round", "against Slurm GANG",
                       "target"], rows, ["---", "---:", "---:", "---:", "---"]))
+    if "score_gang_vs_alone" in summ:
+        v = summ["score_gang_vs_alone"]
+        out += ["", f"Two `srun --score-gang` jobs against one job alone, round by round: "
+                f"{spread_cell(v, 3)} (target {target_text(v['op'], v['bound'])}: never the stall "
+                f"of two plain sruns under Slurm's gang scheduling) {verdict_cell(v)}."]
     out += ["", f"0 retransmissions under scored in every round: "
             f"**{'PASS' if summ['zero_retransmits'] else 'MISS'}**.", "", commands_block(doc)]
     return "\n".join(out)
