@@ -1,9 +1,9 @@
 """`srun --score-gang` (slurm/spank/spank_score.c, docs/admin/slurm.md): Slurm
 starts the tasks, scored gang-schedules them.  On a cluster that runs both
 scored and Slurm, two PM jobs started with `srun -p score --score-gang`
-share both nodes: scored's matrix shows them as two rows that take turns,
-both jobs end correct with no PM retransmission, and scored records them
-completed.  Without an agent to answer on a node, the step fails with a
+and one started with scrun share both nodes: scored's matrix shows them as
+rows that take turns, every job ends correct with no PM retransmission, and
+scored records them completed.  Without an agent to answer on a node, the step fails with a
 message that names the socket, and nothing is left running."""
 
 import json
@@ -61,9 +61,13 @@ def finish(proc, timeout=240):
     return proc.returncode, out, err
 
 
-def test_two_score_gang_steps_take_turns_in_scoreds_matrix(cluster):
-    argv = ["-p", "score", "--score-gang", "--mpi=pmix", "-N", 2, "-n", 2,
-            PMCHECK, "--pattern", "all", "--count", COUNT, "--timeout", 200]
+def test_two_score_gang_steps_take_turns_in_scoreds_matrix_beside_a_scrun_job(cluster):
+    program = [PMCHECK, "--pattern", "all", "--count", COUNT, "--timeout", 200]
+    beside = subprocess.Popen([str(REPO_ROOT / "build" / "bin" / "scrun"), "-nodes=2x1",
+                               "--no-stdin", *map(str, program)], env=cluster.score_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd="/tmp", start_new_session=True)
+    argv = ["-p", "score", "--score-gang", "--mpi=pmix", "-N", 2, "-n", 2, *program]
     steps = [start_srun(cluster, *argv) for _ in range(2)]
     try:
         rows, running = set(), set()
@@ -73,12 +77,12 @@ def test_two_score_gang_steps_take_turns_in_scoreds_matrix(cluster):
             for r in m["rows"]:
                 rows.update(j for j in r["jobs"] if j)
             running.update(m["running"])
-            return len(rows) >= 2 and rows <= running
-        wait_for("both adopted jobs in scored's matrix, each seen running",
+            return len(rows) >= 3 and rows <= running
+        wait_for("the scrun job and both adopted jobs in scored's matrix, each seen running",
                  both_seen_running, timeout=120, interval=0.05)
-        results = [finish(p) for p in steps]
+        results = [finish(p) for p in [*steps, beside]]
     finally:
-        for p in steps:
+        for p in [*steps, beside]:
             if p.poll() is None:
                 os.killpg(p.pid, 9)
                 p.wait()
