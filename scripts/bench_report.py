@@ -715,6 +715,15 @@ def render_slurm_gang(doc, path):
         out += ["", f"Two `srun --score-gang` jobs against one job alone, round by round: "
                 f"{spread_cell(v, 3)} (target {target_text(v['op'], v['bound'])}: never the stall "
                 f"of two plain sruns under Slurm's gang scheduling) {verdict_cell(v)}."]
+    if "first_turn_ratio" in summ:
+        v = summ["first_turn_ratio"]
+        out += ["", f"From starting a job to its first turn, beside a long job that holds both "
+                f"nodes, {len(doc['first_turn_s']['scrun'])} times each in turns, median "
+                f"[{spread_kind(summ['first_turn_scrun_s'])}] in ms: scrun "
+                f"{spread_cell(summ['first_turn_scrun_s'], 0, 1e3)}, `srun --score-gang` "
+                f"{spread_cell(summ['first_turn_srun_s'], 0, 1e3)}; ratio, run by run, "
+                f"{spread_cell(v, 3)} (target {target_text(v['op'], v['bound'])}) "
+                f"{verdict_cell(v)}."]
     out += ["", f"0 retransmissions under scored in every round: "
             f"**{'PASS' if summ['zero_retransmits'] else 'MISS'}**.", "", commands_block(doc)]
     return "\n".join(out)

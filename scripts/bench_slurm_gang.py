@@ -22,6 +22,13 @@ round by round:
           share the nodes), scored's matrix time-shares them as it does
           scrun's jobs (slurm/spank/spank_score.c).
 
+Then, once per suite run: the time from starting a job to its first turn.
+A long pmcheck job holds both nodes (started with scrun); a short one is
+started beside it, with scrun or with `srun -p score --score-gang`, in
+turns, FIRST_TURN_REPS times each; the time runs from starting the launcher
+to the first `scorectl matrix --json` (polled every 20 ms) that shows the
+new job running.  Target (issue 13): srun --score-gang within 20 % of scrun.
+
 Slurm's configuration differs between the slurm side (its own gang
 scheduling) and the srun --score-gang side (none; nodes shared), so Slurm
 is restarted between them (`vcluster slurm-up [--gang]`, a few seconds,
@@ -71,20 +78,26 @@ def records_of(text):
     return recs
 
 
-def scored_jobs(ctx, env, n_jobs, count):
-    argv = [str(ctx.bin / "scrun"), f"-nodes={NODES}x1", *pmcheck_argv(ctx, count)]
-    ctx.commands.append({"what": f"scrun {NODES}x1 pmcheck (x{n_jobs} at once)", "argv": argv,
-                         "cwd": None})
+def at_once(ctx, what, argv, env, n_jobs, output, cwd=None):
+    """n_jobs copies of argv started at once; (seconds until the last ended,
+    pmcheck's records of every job).  output(stdout) is a job's pmcheck
+    output (its stdout, or the file it names)."""
+    ctx.commands.append({"what": f"{what} (x{n_jobs} at once)", "argv": argv, "cwd": None})
     t0 = time.perf_counter()
     procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(n_jobs)]
+                              text=True, cwd=cwd) for _ in range(n_jobs)]
     recs = []
     for p in procs:
         out, err = p.communicate(timeout=TIMEOUT)
         if p.returncode != 0:
-            raise RuntimeError(f"scrun exited {p.returncode}: {err.strip()[-400:]}")
-        recs += records_of(out)
+            raise RuntimeError(f"{what} exited {p.returncode}: {err.strip()[-400:]}")
+        recs += records_of(output(out))
     return time.perf_counter() - t0, recs
+
+
+def scored_jobs(ctx, env, n_jobs, count):
+    argv = [str(ctx.bin / "scrun"), f"-nodes={NODES}x1", *pmcheck_argv(ctx, count)]
+    return at_once(ctx, f"scrun {NODES}x1 pmcheck", argv, env, n_jobs, lambda out: out)
 
 
 def slurm_jobs(ctx, env, n_jobs, count, tmp):
@@ -93,36 +106,17 @@ def slurm_jobs(ctx, env, n_jobs, count, tmp):
     script.chmod(0o755)
     argv = ["sbatch", "--wait", "--parsable", "-N", str(NODES), "-n", str(NODES),
             "-o", f"{tmp}/slurm-%j.out", str(script)]
-    ctx.commands.append({"what": f"sbatch -N{NODES} (srun --mpi=pmix pmcheck) x{n_jobs} at once",
-                         "argv": argv, "cwd": None, "script": script.read_text()})
-    t0 = time.perf_counter()
-    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, cwd=tmp) for _ in range(n_jobs)]
-    recs = []
-    for p in procs:
-        out, err = p.communicate(timeout=TIMEOUT)
-        if p.returncode != 0:
-            raise RuntimeError(f"sbatch --wait exited {p.returncode}: {err.strip()[-400:]}")
-        job = out.strip().split(";")[0]
-        recs += records_of((Path(tmp) / f"slurm-{job}.out").read_text())
-    return time.perf_counter() - t0, recs
+
+    def output(out):
+        return (Path(tmp) / f"slurm-{out.strip().split(';')[0]}.out").read_text()
+    return at_once(ctx, f"sbatch -N{NODES} of: {script.read_text().splitlines()[1]}", argv, env,
+                   n_jobs, output, cwd=tmp)
 
 
 def srun_score_gang_jobs(ctx, env, n_jobs, count):
     argv = ["srun", "-p", "score", "--score-gang", "--mpi=pmix", "-N", str(NODES),
             "-n", str(NODES), *pmcheck_argv(ctx, count)]
-    ctx.commands.append({"what": f"srun --score-gang x{n_jobs} at once", "argv": argv,
-                         "cwd": None})
-    t0 = time.perf_counter()
-    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, cwd="/tmp") for _ in range(n_jobs)]
-    recs = []
-    for p in procs:
-        out, err = p.communicate(timeout=TIMEOUT)
-        if p.returncode != 0:
-            raise RuntimeError(f"srun --score-gang exited {p.returncode}: {err.strip()[-400:]}")
-        recs += records_of(out)
-    return time.perf_counter() - t0, recs
+    return at_once(ctx, "srun --score-gang", argv, env, n_jobs, lambda out: out, cwd="/tmp")
 
 
 class SlurmMode:
@@ -141,6 +135,63 @@ class SlurmMode:
             if p.returncode != 0:
                 raise RuntimeError(f"vcluster {' '.join(args)}: {p.stderr.strip()[-400:]}")
         self.gang = gang
+
+
+FIRST_TURN_REPS = 8
+POLL_S = 0.02
+
+
+def first_turn(ctx, cl, score_env, slurm_env, count):
+    """{"scrun": [s...], "srun_score_gang": [s...]}: launch to first turn."""
+    scorectl = [str(ctx.bin / "scorectl")]
+
+    def running():
+        p = subprocess.run(scorectl + ["matrix", "--json"], env=score_env,
+                           capture_output=True, text=True, timeout=30)
+        return set(json.loads(p.stdout)["running"]) if p.returncode == 0 else set()
+
+    holder = subprocess.Popen([str(ctx.bin / "scrun"), f"-nodes={NODES}x1", "--no-stdin",
+                               *pmcheck_argv(ctx, 100 * count)], env=score_env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    short = pmcheck_argv(ctx, 20000)
+    launchers = {
+        "scrun": ([str(ctx.bin / "scrun"), f"-nodes={NODES}x1", "--no-stdin", *short],
+                  score_env),
+        "srun_score_gang": (["srun", "-p", "score", "--score-gang", "--mpi=pmix",
+                             "-N", str(NODES), "-n", str(NODES), *short], slurm_env),
+    }
+    for name, (argv, _) in launchers.items():
+        ctx.commands.append({"what": f"first turn: {name} beside a long scrun job",
+                             "argv": argv, "cwd": None})
+    times = {name: [] for name in launchers}
+    try:
+        deadline = time.monotonic() + 60
+        while not running() and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        before = running()
+        if len(before) != 1:
+            raise RuntimeError(f"the long job is not running alone: {before}")
+        for i in range(FIRST_TURN_REPS):
+            order = list(launchers.items())
+            for name, (argv, env) in (order if i % 2 == 0 else order[::-1]):
+                t0 = time.perf_counter()
+                p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True, cwd="/tmp")
+                seen = None
+                while seen is None and time.perf_counter() - t0 < 60:
+                    if running() - before:
+                        seen = time.perf_counter() - t0
+                    else:
+                        time.sleep(POLL_S)
+                _, err = p.communicate(timeout=TIMEOUT)
+                if p.returncode != 0 or seen is None:
+                    raise RuntimeError(f"first turn, {name}: exit {p.returncode}, "
+                                       f"seen {seen}: {err.strip()[-300:]}")
+                times[name].append(seen)
+    finally:
+        holder.terminate()
+        holder.wait(timeout=60)
+    return times
 
 
 def run(ctx):
@@ -177,6 +228,8 @@ def run(ctx):
                   f"srun --score-gang {row['score_gang']['makespan_s']:.1f} s "
                   f"({row['score_gang']['retransmits']})", flush=True)
             doc["rounds"].append(row)
+        mode.ensure(False)
+        doc["first_turn_s"] = first_turn(ctx, cl, score_env, slurm_env, count)
     rs = doc["rounds"]
     doc["summary"] = {
         "alone_s": spread(r["alone_s"] for r in rs),
@@ -194,6 +247,10 @@ def run(ctx):
                                 [r["slurm"]["makespan_s"] for r in rs]), "<=", 0.9),
         "zero_retransmits": all(r[side]["retransmits"] == 0 for r in rs
                                 for side in ("scored", "score_gang")),
+        "first_turn_scrun_s": spread(doc["first_turn_s"]["scrun"]),
+        "first_turn_srun_s": spread(doc["first_turn_s"]["srun_score_gang"]),
+        "first_turn_ratio": verdict(ratios(doc["first_turn_s"]["srun_score_gang"],
+                                           doc["first_turn_s"]["scrun"]), "<=", 1.2),
     }
     print_table(doc)
     return doc
@@ -214,5 +271,11 @@ def print_table(doc):
         v = s[key]
         print(f"  {what} {v['median']:.3f} [{v['lo']:.3f}-{v['hi']:.3f}] target <= {bound} "
               f"{v['verdict']}")
+    v = s["first_turn_ratio"]
+    def ms(x):
+        return f"{x['median'] * 1e3:.0f} [{x['lo'] * 1e3:.0f}-{x['hi'] * 1e3:.0f}]"
+    print(f"  first turn beside a running job: scrun {ms(s['first_turn_scrun_s'])} ms, "
+          f"srun --score-gang {ms(s['first_turn_srun_s'])} ms, ratio {v['median']:.3f} "
+          f"[{v['lo']:.3f}-{v['hi']:.3f}] target <= 1.2 {v['verdict']}")
     print(f"  retransmissions: scored {s['scored_retransmits']}, Slurm {s['slurm_retransmits']}, "
           f"srun --score-gang {s['score_gang_retransmits']}")

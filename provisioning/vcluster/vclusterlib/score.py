@@ -566,7 +566,7 @@ def start_scored(current, layout, paths, bins, ready_timeout=READY_TIMEOUT, over
             "agents": {n: p.pid for n, p in started.items() if n != HEAD}}
 
 
-def _tail(path, lines=5):
+def tail_of(path, lines=5):
     try:
         text = Path(path).read_text(errors="replace").rstrip().splitlines()
     except OSError:
@@ -574,38 +574,52 @@ def _tail(path, lines=5):
     return " | ".join(text[-lines:]) or "(empty log)"
 
 
+def wait_for_daemons(started, probe, died, timeout, failed):
+    """Poll probe() -> (ready, description of what is not) every 0.2 s
+    until ready.  A daemon of `started` ({node: Popen}) that exits fails at
+    once with the message died(node, status); when `timeout` s pass, the
+    error is failed(last description)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for node, proc in started.items():
+            rc = proc.poll()
+            if rc is not None:
+                raise VclusterError(died(node, rc))
+        ready, last = probe()
+        if ready:
+            return
+        if time.monotonic() > deadline:
+            raise VclusterError(failed(last))
+        time.sleep(0.2)
+
+
 def wait_ready(layout, paths, bins, started, timeout=READY_TIMEOUT):
     """Until `scorectl nodes --json` shows every node up (bounded)."""
     env = dict(os.environ, SCORE_CONFIG=str(paths.client_config))
     env.pop("SCORE_MASTER", None)  # scorectl would prefer it to the configuration
     want = {node.name for node in layout.nodes}
-    deadline = time.monotonic() + timeout
-    last = "scorectl was not run"
-    while True:
-        for node, proc in started.items():
-            rc = proc.poll()
-            if rc is not None:
-                what = "master" if node == HEAD else f"agent of {node}"
-                raise VclusterError(f"scored {what} exited with status {rc}; "
-                                    f"{paths.scored_log(node)}: {_tail(paths.scored_log(node))}")
+
+    def probe():
         try:
             proc = subprocess.run([bins["scorectl"], "nodes", "--json"], env=env,
                                   capture_output=True, text=True, timeout=10,
                                   stdin=subprocess.DEVNULL)
-            if proc.returncode == 0:
-                up, last = _nodes_up(proc.stdout, want)
-                if up:
-                    return
-            else:
-                last = f"scorectl nodes --json exited {proc.returncode}: " \
-                       f"{(proc.stderr or proc.stdout).strip()[-300:]}"
         except subprocess.TimeoutExpired:
-            last = "scorectl nodes --json did not answer within 10 s"
-        if time.monotonic() > deadline:
-            logs = ", ".join(str(paths.scored_log(n)) for n in started)
-            raise VclusterError(f"score did not come up within {timeout:g} s ({last}); "
-                                f"see the logs: {logs}")
-        time.sleep(0.2)
+            return False, "scorectl nodes --json did not answer within 10 s"
+        if proc.returncode != 0:
+            return False, (f"scorectl nodes --json exited {proc.returncode}: "
+                           f"{(proc.stderr or proc.stdout).strip()[-300:]}")
+        return _nodes_up(proc.stdout, want)
+
+    def died(node, rc):
+        what = "master" if node == HEAD else f"agent of {node}"
+        return (f"scored {what} exited with status {rc}; "
+                f"{paths.scored_log(node)}: {tail_of(paths.scored_log(node))}")
+
+    def failed(last):
+        logs = ", ".join(str(paths.scored_log(n)) for n in started)
+        return f"score did not come up within {timeout:g} s ({last}); see the logs: {logs}"
+    wait_for_daemons(started, probe, died, timeout, failed)
 
 
 def _nodes_up(text, want):

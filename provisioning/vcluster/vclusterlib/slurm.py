@@ -328,14 +328,6 @@ def start(current, layout, paths, timeout=READY_TIMEOUT, gang=False):
             "conf": str(paths.conf), "cgroup": mode, "port": ctld_port, "gang": gang}
 
 
-def _tail(path, lines=4):
-    try:
-        text = Path(path).read_text(errors="replace").rstrip().splitlines()
-    except OSError:
-        return "(no log)"
-    return " | ".join(text[-lines:]) or "(empty log)"
-
-
 def node_states(conf):
     """{node: state} from sinfo, or (None, why) when it cannot say."""
     try:
@@ -352,28 +344,23 @@ def node_states(conf):
 def wait_idle(layout, paths, started, timeout=READY_TIMEOUT):
     """Until sinfo shows every node idle (bounded)."""
     want = {n.name for n in layout.nodes}
-    deadline = time.monotonic() + timeout
-    last = "sinfo was not run"
-    while True:
-        for node, proc in started.items():
-            rc = proc.poll()
-            if rc is not None:
-                logfile = paths.ctld / "slurmctld.log" if node == score.HEAD \
-                    else paths.slurmd_log(node)
-                what = "slurmctld" if node == score.HEAD else f"slurmd of {node}"
-                raise VclusterError(f"{what} exited with status {rc}; {logfile}: {_tail(logfile)}")
+
+    def probe():
         states, why = node_states(paths.conf)
-        if states is not None:
-            bad = {n: states.get(n, "unknown") for n in want if states.get(n) != "idle"}
-            if not bad:
-                return
-            last = "nodes not idle: " + ", ".join(f"{n} {s}" for n, s in sorted(bad.items()))
-        else:
-            last = why
-        if time.monotonic() > deadline:
-            raise VclusterError(f"Slurm did not come up within {timeout:g} s ({last}); see "
-                                f"{paths.ctld}/slurmctld.log and {paths.dir}/nI/slurmd.log")
-        time.sleep(0.2)
+        if states is None:
+            return False, why
+        bad = {n: states.get(n, "unknown") for n in want if states.get(n) != "idle"}
+        return not bad, "nodes not idle: " + ", ".join(f"{n} {s}" for n, s in sorted(bad.items()))
+
+    def died(node, rc):
+        logfile = paths.ctld / "slurmctld.log" if node == score.HEAD else paths.slurmd_log(node)
+        what = "slurmctld" if node == score.HEAD else f"slurmd of {node}"
+        return f"{what} exited with status {rc}; {logfile}: {score.tail_of(logfile)}"
+
+    def failed(last):
+        return (f"Slurm did not come up within {timeout:g} s ({last}); see "
+                f"{paths.ctld}/slurmctld.log and {paths.dir}/nI/slurmd.log")
+    score.wait_for_daemons(started, probe, died, timeout, failed)
 
 
 def running(current):
