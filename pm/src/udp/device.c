@@ -96,14 +96,9 @@ static inline struct udp_dev *to_udp(struct pm_device *dev)
 
 /* ---- output: the core's queue, sent ---- */
 
-/*
- * n messages sent (sendmmsg, or sendmsg for one): how many went (> 0), or
- * the negative errno why the first could not.  Interrupted calls are
- * repeated; a full socket buffer gets one bounded wait per flush (*waited)
- * rather than losing the packets at once.
- */
 /* After a send failed (errno): whether to try again.  Interrupted calls are
- * repeated; a full socket buffer gets one bounded wait per flush (*waited). */
+ * repeated; a full socket buffer gets one bounded wait per flush (*waited)
+ * rather than losing the packets at once. */
 static bool send_again(int fd, bool *waited)
 {
 	if (errno == EINTR)
@@ -118,6 +113,11 @@ static bool send_again(int fd, bool *waited)
 	return false;
 }
 
+/*
+ * n messages sent (sendmmsg, or sendmsg for one): how many went (> 0), or
+ * the negative errno why the first could not (send_again decides what is
+ * tried again).
+ */
 static int send_messages(int fd, struct mmsghdr *mh, unsigned n, bool *waited)
 {
 	for (;;) {
