@@ -147,7 +147,6 @@ struct Cli {
     #[arg(long, value_name = "SECONDS", default_value_t = 90, value_parser = clap::value_parser!(u64).range(0..=86400))]
     reattach_timeout: u64,
 
-    /// The scored master's address, e.g. http://head:7100 or head
     /// Run on exactly these nodes (comma-separated), ranks in their order;
     /// --nodes may be left out.
     #[arg(long, value_name = "NODE,...", value_delimiter = ',')]
@@ -162,6 +161,7 @@ struct Cli {
     #[arg(long, requires = "hosts")]
     adopt: bool,
 
+    /// The scored master's address, e.g. http://head:7100 or head
     #[arg(long, value_name = "URL", env = "SCORE_MASTER")]
     master: Option<String>,
 

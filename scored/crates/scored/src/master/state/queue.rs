@@ -76,10 +76,15 @@ impl State {
                     Vec::new()
                 };
             }
-            let Some((row, nodes)) = self.gang.matrix.place(id, spec.nodes as usize, &usable)
+            let Some((row, mut nodes)) = self.gang.matrix.place(id, spec.nodes as usize, &usable)
             else {
                 break;
             };
+            if !spec.hosts.is_empty() {
+                // The matrix took every named node; the ranks follow the
+                // order the job gave, not the matrix's preference.
+                nodes = spec.hosts.clone();
+            }
             self.jobs.dequeue(id);
             self.nodes.place(id, &nodes);
             if let Some(job) = self.jobs.get_mut(id) {
