@@ -87,6 +87,11 @@ def target_text(op, bound):
     return f"{ {'<=': '≤', '>=': '≥'}.get(op, op)} {bound}"
 
 
+def target_cell(v):
+    """The target of a bench_stats.verdict() and the verdict, e.g. "≤ 1.2 **PASS**"."""
+    return f"{target_text(v['op'], v['bound'])} {verdict_cell(v)}"
+
+
 def size_label(n):
     for unit, shift in ((" MiB", 20), (" KiB", 10)):
         if n >= 1 << shift and n % (1 << shift) == 0:
@@ -204,7 +209,7 @@ def render_pm_shm(doc, path):
 
     def tgt(what, size):
         t = marks.get((what, size))
-        return f"{target_text(t['op'], t['bound'])} {verdict_cell(t)}" if t else ""
+        return target_cell(t) if t else ""
 
     rows = []
     for r in comparison[judged]:
@@ -318,11 +323,9 @@ def render_launch(doc, path):
     rows = []
     for r in results:
         row = [r["shape"]] + [spread_cell(r[n], 1, 1e3) for n in names]
-        if "ratio_srun" in r:
-            v = r["ratio_srun"]
-            row += [spread_cell(v, 3), f"{target_text(v['op'], v['bound'])} {verdict_cell(v)}"]
-        v = r["ratio"]
-        row += [spread_cell(v, 3), f"{target_text(v['op'], v['bound'])} {verdict_cell(v)}"]
+        for key in ("ratio_srun", "ratio"):
+            if key in r:
+                row += [spread_cell(r[key], 3), target_cell(r[key])]
         if "ratio_vc" in r:
             row.append(spread_cell(r["ratio_vc"], 3))
         rows.append(row)
@@ -395,7 +398,7 @@ def render_gang(doc, path):
         rows.append([device, g["shape"], g.get("round_trips", "-"),
                      f"{spread_cell(g['gang_makespan_s'])} s",
                      f"{spread_cell(g['linux_makespan_s'])} s", spread_cell(v, 2),
-                     f"{target_text(v['op'], v['bound'])} {verdict_cell(v)}",
+                     target_cell(v),
                      f"{spread_cell(g.get('gang_launcher_makespan_s'))} s / "
                      f"{spread_cell(g.get('linux_launcher_makespan_s'))} s"])
     out.append(table(["device", "jobs", "round trips per job", "gang (scrun)",
@@ -527,7 +530,7 @@ def render_auth(doc, path):
         v = r["ratio"]
         rows.append([r["shape"], spread_cell(r["unsealed"], 1, 1e3),
                      spread_cell(r["sealed"], 1, 1e3), spread_cell(r["difference_s"], 1, 1e3),
-                     spread_cell(v, 3), f"{target_text(v['op'], v['bound'])} {verdict_cell(v)}"])
+                     spread_cell(v, 3), target_cell(v)])
     out.append(table(["shape", "unsealed ms", "sealed ms", "sealed - unsealed ms",
                       "sealed / unsealed", "target"], rows,
                      ["---", "---:", "---:", "---:", "---:", "---"]))
@@ -698,7 +701,7 @@ def render_slurm_gang(doc, path):
         v = summ.get(key)
         if not v:
             return ["", ""]
-        return [spread_cell(v, 3), f"{target_text(v['op'], v['bound'])} {verdict_cell(v)}"]
+        return [spread_cell(v, 3), target_cell(v)]
     rows = [["one job alone (scrun)", spread_cell(summ["alone_s"], 1), "", "", ""],
             ["scored, scrun (network preemption)", spread_cell(summ["scored_s"], 1),
              ", ".join(map(str, summ["scored_retransmits"])), *ratio_cells("ratio")],

@@ -6,7 +6,8 @@ import shlex
 import signal
 import sys
 
-from . import build, enter, log, naming, rsh, score, shape as shape_mod, slurm, status, teardown
+from . import (build, enter, log, naming, rsh, score, shape as shape_mod, slurm, status,
+               system, teardown)
 from .addressing import parse_subnet
 from .errors import VclusterError
 from .shape import Shape
@@ -401,8 +402,7 @@ def _up(args):
     if args.slurm_gang and not args.with_slurm:
         raise VclusterError("--slurm-gang needs --with-slurm", 2)
     if args.with_slurm:
-        for t in ("slurmctld", "slurmd", "sinfo"):
-            slurm.tool(t)
+        system.require_tools(*slurm.TOOLS)
     changed, record = build.up(name, shape, subnet)
     if args.with_score or args.with_munge or args.with_slurm:
         started, record = score.up(name, args.with_score, args.score_bin, args.ready_timeout,

@@ -529,7 +529,7 @@ def _delegate_controllers(cg):
             (cg / "cgroup.subtree_control").write_text(f"+{c}")
 
 
-def _start_scored(argv, logfile, what):
+def start_daemon(argv, logfile, what):
     with open(logfile, "a") as f:
         stamp = datetime.datetime.now().isoformat(timespec="seconds")
         f.write(f"=== {stamp} vcluster: starting {what}: {' '.join(argv)}\n")
@@ -554,12 +554,12 @@ def start_scored(current, layout, paths, bins, ready_timeout=READY_TIMEOUT, over
     paths.master_state_dir.mkdir(mode=0o700, parents=True)
     log.step(f"starting the scored master on {layout.networks[0].host_address}:{MASTER_PORT} "
              f"and {len(layout.nodes)} agent(s)")
-    started = {HEAD: _start_scored([bins["scored"], "master", "--config", str(paths.master_config)],
+    started = {HEAD: start_daemon([bins["scored"], "master", "--config", str(paths.master_config)],
                                    paths.scored_log(HEAD), "scored master")}
     for node in layout.nodes:
         argv = _in_node(_holder(current, layout, node),
                         [bins["scored"], "agent", "--config", str(paths.agent_config(node.name))])
-        started[node.name] = _start_scored(argv, paths.scored_log(node.name),
+        started[node.name] = start_daemon(argv, paths.scored_log(node.name),
                                            f"scored agent {node.name}")
     wait_ready(layout, paths, bins, started, ready_timeout)
     return {"master": started[HEAD].pid,

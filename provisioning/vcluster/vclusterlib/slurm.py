@@ -47,8 +47,8 @@ PARTITION = "vc"
 SCORE_PARTITION = "score"     # jobs share nodes; scored time-shares them
 SCORE_OVERSUBSCRIBE = 4       # as many as scored's default gang_slots
 CGROUP_V1 = Path("/sys/fs/cgroup")
-TOOLS = {"slurmctld": "slurmctld", "slurmd": "slurmd", "sinfo": "slurm-client",
-         "srun": "slurm-client", "scontrol": "slurm-client"}
+# What `up` runs (system.tool knows their Debian packages).
+TOOLS = ("slurmctld", "slurmd", "sinfo")
 
 
 class Paths:
@@ -66,15 +66,6 @@ class Paths:
 
     def slurmd_log(self, node):
         return self.dir / node / "slurmd.log"
-
-
-def tool(name):
-    path = shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
-    if not path:
-        pkg = TOOLS.get(name, name)
-        raise VclusterError(f"missing '{name}' (Debian package {pkg}); install it with "
-                            f"'apt-get install {pkg}' or scripts/install-deps.sh")
-    return path
 
 
 def ports(layout):
@@ -96,8 +87,8 @@ def cgroup_mode(root=CGROUP_V1):
 
 def hardware():
     """The host's node line from `slurmd -C` (every node shares the host's CPUs)."""
-    proc = subprocess.run([tool("slurmd"), "-C"], capture_output=True, text=True, timeout=30,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run([system.tool("slurmd"), "-C"], capture_output=True, text=True,
+                          timeout=30, stdin=subprocess.DEVNULL)
     words = dict(w.split("=", 1) for w in proc.stdout.split() if "=" in w)
     keys = ("CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore")
     if proc.returncode != 0 or not all(k in words for k in keys):
@@ -125,7 +116,7 @@ def plugin_line(name, score_bin=None):
     if not plugin.is_file():
         return None
     paths = score.Paths(name)
-    return (f"required {plugin} socket={paths.dir}/%h/run/adopt.sock "
+    return (f"required {plugin} socket={paths.agent_state_dir('%h') / 'adopt.sock'} "
             f"scrun={bin_dir / 'scrun'} config={paths.client_config}")
 
 
@@ -282,14 +273,6 @@ def teardown(name, grace=DEFAULT_GRACE, keep_dir=False):
 
 # --- starting ---------------------------------------------------------------
 
-def _start(argv, logfile, what):
-    with open(logfile, "a") as f:
-        f.write(f"=== vcluster: starting {what}: {' '.join(argv)}\n")
-        f.flush()
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f,
-                                stderr=subprocess.STDOUT, cwd="/", start_new_session=True)
-
-
 def _in_node(holder_pid, netns, argv):
     """The node's network and host name, the host's mounts (module doc)."""
     return [system.tool("nsenter"), f"--net=/run/netns/{netns}",
@@ -314,14 +297,14 @@ def start(current, layout, paths, timeout=READY_TIMEOUT, gang=False):
     log.step(f"starting slurmctld on port {ctld_port} and {len(layout.nodes)} slurmd "
              f"(proctrack {'cgroup v1' if mode == 'v1' else 'linuxproc'}"
              f"{f', gang scheduling every {GANG_TIME_SLICE} s' if gang else ''})")
-    started = {score.HEAD: _start([tool("slurmctld"), "-D", "-f", str(paths.conf)],
-                                  paths.ctld / "slurmctld.out", "slurmctld")}
+    ctld = [system.tool("slurmctld"), "-D", "-f", str(paths.conf)]
+    started = {score.HEAD: score.start_daemon(ctld, paths.ctld / "slurmctld.out", "slurmctld")}
     for node in layout.nodes:
         hpid = score._holder(current, layout, node)
-        argv = _in_node(hpid, node.netns, [tool("slurmd"), "-D", "-f", str(paths.conf),
+        argv = _in_node(hpid, node.netns, [system.tool("slurmd"), "-D", "-f", str(paths.conf),
                                            "-N", node.name])
-        started[node.name] = _start(argv, paths.node(node.name) / "slurmd.out",
-                                    f"slurmd {node.name}")
+        started[node.name] = score.start_daemon(argv, paths.node(node.name) / "slurmd.out",
+                                                f"slurmd {node.name}")
     wait_idle(layout, paths, started, timeout)
     return {"slurmctld": started[score.HEAD].pid,
             "slurmd": {n: p.pid for n, p in started.items() if n != score.HEAD},
@@ -331,7 +314,7 @@ def start(current, layout, paths, timeout=READY_TIMEOUT, gang=False):
 def node_states(conf):
     """{node: state} from sinfo, or (None, why) when it cannot say."""
     try:
-        proc = subprocess.run([tool("sinfo"), "-h", "-N", "-o", "%N %T"],
+        proc = subprocess.run([system.tool("sinfo"), "-h", "-N", "-o", "%N %T"],
                               env=dict(os.environ, SLURM_CONF=str(conf)), capture_output=True,
                               text=True, timeout=10, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
@@ -385,8 +368,7 @@ def up(name, timeout=READY_TIMEOUT, gang=False):
     """Start Slurm on cluster `name` (MUNGE must run: score.up first), with
     its own gang scheduling if `gang`.  Idempotent.  Returns (changed, state)."""
     system.require_root()
-    for t in ("slurmctld", "slurmd", "sinfo"):
-        tool(t)
+    system.require_tools(*TOOLS)
     with state.lock():
         current = state.load(name)
         if current is None:
@@ -440,8 +422,3 @@ def down(name, grace=DEFAULT_GRACE):
             state.save(current)
         log.step(f"Slurm on cluster {name} is stopped")
         return True
-
-
-def environment(current):
-    """SLURM_CONF for clients of the cluster's Slurm, on the host or in a node."""
-    return {"SLURM_CONF": current["slurm"]["conf"]} if current.get("slurm") else {}

@@ -16,7 +16,8 @@ from .errors import VclusterError
 
 _EXTRA_PATH = "/usr/local/sbin:/usr/sbin:/sbin:/usr/local/bin:/usr/bin:/bin"
 _PACKAGE = {"ip": "iproute2", "tc": "iproute2", "nsenter": "util-linux",
-            "unshare": "util-linux", "bash": "bash", "sleep": "coreutils"}
+            "unshare": "util-linux", "bash": "bash", "sleep": "coreutils",
+            "slurmctld": "slurmctld", "slurmd": "slurmd", "sinfo": "slurm-client"}
 # Commands of one batch are cheap; a stuck tool is not, so everything is bounded.
 TIMEOUT = 60
 
