@@ -194,14 +194,24 @@ static unsigned long start_helper(const char *hosts, unsigned ppn, uint32_t slur
 
 	snprintf(ppn_s, sizeof(ppn_s), "%u", ppn);
 	snprintf(name, sizeof(name), "slurm-%u.%u", slurm_job, step);
-	if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC)) {
+	if (pipe2(in, O_CLOEXEC)) {
 		slurm_error("score: --score-gang: pipe: %m");
+		return 0;
+	}
+	if (pipe2(out, O_CLOEXEC)) {
+		slurm_error("score: --score-gang: pipe: %m");
+		close(in[0]);
+		close(in[1]);
 		return 0;
 	}
 	pid_t pid = fork();
 
 	if (pid < 0) {
 		slurm_error("score: --score-gang: fork: %m");
+		for (int i = 0; i < 2; i++) {
+			close(in[i]);
+			close(out[i]);
+		}
 		return 0;
 	}
 	if (pid == 0) {
@@ -242,7 +252,7 @@ int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
 	if (!plugin.gang)
 		return 0;
 	char list[4096], hosts[8192];
-	uint32_t nnodes = 0, ntasks = 0, job = 0, step = 0;
+	uint32_t ntasks = 0, job = 0, step = 0;
 	unsigned count = 0;
 
 	if (step_nodes(sp, list, sizeof(list)) ||
@@ -250,7 +260,6 @@ int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
 		slurm_error("score: --score-gang: cannot tell the step's nodes");
 		return -1;
 	}
-	spank_get_item(sp, S_JOB_NNODES, &nnodes);
 	spank_get_item(sp, S_JOB_TOTAL_TASK_COUNT, &ntasks);
 	spank_get_item(sp, S_JOB_ID, &job);
 	spank_get_item(sp, S_JOB_STEPID, &step);

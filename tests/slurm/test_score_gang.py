@@ -10,16 +10,15 @@ import json
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from mpi.mpijob import BUILD
 from pm.pmjob import PMCHECK, wait_for
 
 from .slurmjob import pmcheck_results, processes_with_argv
 
-PLUGIN = Path(os.environ.get("SCORE_BUILD", REPO_ROOT / "build")) / "lib" / "slurm" / "spank_score.so"
+PLUGIN = BUILD / "lib" / "slurm" / "spank_score.so"
 
 pytestmark = pytest.mark.skipif(shutil.which("srun") is None or shutil.which("slurmctld") is None,
                                 reason="Slurm is not installed (slurmctld, slurmd, slurm-client: "
@@ -45,7 +44,7 @@ def start_srun(vc, *args):
 
 
 def scorectl(vc, *args):
-    proc = subprocess.run([str(REPO_ROOT / "build" / "bin" / "scorectl"), *args], env=vc.score_env(),
+    proc = subprocess.run([str(BUILD / "bin" / "scorectl"), *args], env=vc.score_env(),
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
@@ -63,7 +62,7 @@ def finish(proc, timeout=240):
 
 def test_two_score_gang_steps_take_turns_in_scoreds_matrix_beside_a_scrun_job(cluster):
     program = [PMCHECK, "--pattern", "all", "--count", COUNT, "--timeout", 200]
-    beside = subprocess.Popen([str(REPO_ROOT / "build" / "bin" / "scrun"), "-nodes=2x1",
+    beside = subprocess.Popen([str(BUILD / "bin" / "scrun"), "-nodes=2x1",
                                "--no-stdin", *map(str, program)], env=cluster.score_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               cwd="/tmp", start_new_session=True)
