@@ -141,7 +141,7 @@ FIRST_TURN_REPS = 8
 POLL_S = 0.02
 
 
-def first_turn(ctx, cl, score_env, slurm_env, count):
+def first_turn(ctx, score_env, slurm_env, count):
     """{"scrun": [s...], "srun_score_gang": [s...]}: launch to first turn."""
     scorectl = [str(ctx.bin / "scorectl")]
 
@@ -229,7 +229,7 @@ def run(ctx):
                   f"({row['score_gang']['retransmits']})", flush=True)
             doc["rounds"].append(row)
         mode.ensure(False)
-        doc["first_turn_s"] = first_turn(ctx, cl, score_env, slurm_env, count)
+        doc["first_turn_s"] = first_turn(ctx, score_env, slurm_env, count)
     rs = doc["rounds"]
     doc["summary"] = {
         "alone_s": spread(r["alone_s"] for r in rs),
