@@ -359,10 +359,12 @@ def seal_digest(direction, method, call, seq, body):
                           + body).digest()
 
 
-def munge_credential(socket, payload=b"", user=None):
+def munge_credential(socket, payload=b"", user=None, reader=None):
     """A credential from the munged at `socket` carrying `payload`, made as
-    `user` (setpriv) or as root."""
+    `user` (setpriv) or as root, that only uid `reader` may decode (or any)."""
     argv = ["munge", "-S", str(socket)]
+    if reader is not None:
+        argv += ["--restrict-uid", str(reader)]
     if user:
         argv = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups"] + argv
     proc = subprocess.run(argv, input=payload, capture_output=True, timeout=10)
@@ -373,12 +375,15 @@ def munge_credential(socket, payload=b"", user=None):
 def sealed(method, body, socket, user=None, call=None, seq=0, direction=REQUEST,
            credential=None):
     """The envelope (a score.v1.Sealed) of `body` as message `seq` of a call
-    of `method`, its credential made by the munged at `socket` (or the one
-    given); returns (envelope bytes, call nonce)."""
+    of `method`, sealed as request 0 is (docs/scored/protocol.md): a
+    credential made by the munged at `socket` (or the one given) carrying the
+    digest and a fresh call key, for the master's uid (0) alone; returns
+    (envelope bytes, call nonce)."""
     call = call or os.urandom(16)
     if credential is None:
-        credential = munge_credential(socket, seal_digest(direction, method, call, seq, body),
-                                      user)
+        credential = munge_credential(
+            socket, seal_digest(direction, method, call, seq, body) + os.urandom(32), user,
+            reader=0)
     envelope = (pb_field(1, call) + (pb_field(2, seq) if seq else b"")
                 + pb_field(3, credential) + (pb_field(4, body) if body else b""))
     return envelope, call

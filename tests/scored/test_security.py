@@ -438,27 +438,33 @@ def _impostor_refused(vc, host, port, workdir, munge_socket, user, expect, check
     return log
 
 
+IMPOSTOR_REFUSED = ("reply 0 of /score.v1.Master/Attach does not match its MAC: it was altered "
+                    "in transit, or sealed by someone who cannot read the call's key (only the "
+                    "master's uid can, [master] uid): an impostor")
+
+
 def test_an_impostor_with_the_cluster_key_but_not_the_masters_uid_launches_nothing(masterless):
     vc, host, port = masterless
     with tempfile.TemporaryDirectory(prefix="score-impostor-") as d:
-        _impostor_refused(vc, host, port, Path(d), vc.munge_socket("head"), "nobody",
-                          "the reply is signed by uid 65534, not by the master's uid 0 "
-                          "([master] uid): an impostor", "signer")
+        log = _impostor_refused(vc, host, port, Path(d), vc.munge_socket("head"), "nobody",
+                                IMPOSTOR_REFUSED, "digest")
+    # munged kept the call key from it: request 0 is for the master's uid alone.
+    assert "cannot read the call key: MUNGE decode failed: Unauthorized credential" in log, log
 
 
 def test_an_impostor_with_another_key_launches_nothing(masterless, foreign_munged):
     vc, host, port = masterless
     with tempfile.TemporaryDirectory(prefix="score-impostor-") as d:
-        _impostor_refused(vc, host, port, Path(d), foreign_munged, None,
-                          "MUNGE credential rejected: MUNGE decode failed: Invalid credential "
-                          "(munge error 14)", "credential")
+        log = _impostor_refused(vc, host, port, Path(d), foreign_munged, None,
+                                IMPOSTOR_REFUSED, "digest")
+    assert "cannot read the call key: MUNGE decode failed: Invalid credential" in log, log
 
 
 def test_an_impostor_without_credentials_launches_nothing(masterless):
     vc, host, port = masterless
     with tempfile.TemporaryDirectory(prefix="score-impostor-") as d:
         _impostor_refused(vc, host, port, Path(d), vc.munge_socket("head"), None,
-                          "the reply carries no MUNGE credential", "unsealed",
+                          "the reply carries no MAC", "unsealed",
                           extra=["--unsealed"])
 
 
@@ -530,7 +536,7 @@ def test_a_man_in_the_middle_cannot_swap_a_launch(masterless, behind_a_proxy):
         assert f"-> {swapped_in!r}".replace("'", '"') in proxy.text(), proxy.text()
         logs = _agent_logs_since(vc, at)
         refused = [n for n in vc.nodes if "refused a message from the master: reply" in logs[n]
-                   and "of /score.v1.Master/Attach does not match its credential: it was "
+                   and "of /score.v1.Master/Attach does not match its MAC: it was "
                    "altered in transit" in logs[n]]
         assert len(refused) == 1, logs
         assert sum(_agent_refused(vc, n, "digest") for n in vc.nodes) == before + 1

@@ -14,8 +14,14 @@ pub type MungeErr = c_int;
 pub const EMUNGE_SUCCESS: MungeErr = 0;
 pub const EMUNGE_SOCKET: MungeErr = 6;
 
+/// `MUNGE_OPT_CIPHER_TYPE`: the credential's cipher (an `int`).
+pub const MUNGE_OPT_CIPHER_TYPE: c_int = 0;
 /// `MUNGE_OPT_SOCKET`: the path of munged's socket (a `char *`).
 pub const MUNGE_OPT_SOCKET: c_int = 8;
+/// `MUNGE_OPT_UID_RESTRICTION`: the only uid that may decode (a `uid_t`).
+pub const MUNGE_OPT_UID_RESTRICTION: c_int = 9;
+/// `MUNGE_CIPHER_NONE`: the payload travels in clear.
+pub const MUNGE_CIPHER_NONE: c_int = 0;
 
 extern "C" {
     pub fn munge_encode(
@@ -37,4 +43,5 @@ extern "C" {
     pub fn munge_ctx_destroy(ctx: *mut MungeCtx);
     pub fn munge_ctx_strerror(ctx: *mut MungeCtx) -> *const c_char;
     pub fn munge_ctx_set(ctx: *mut MungeCtx, opt: c_int, ...) -> MungeErr;
+    pub fn munge_ctx_get(ctx: *mut MungeCtx, opt: c_int, ...) -> MungeErr;
 }

@@ -56,6 +56,9 @@ pub struct Credential {
     pub uid: u32,
     pub gid: u32,
     pub payload: Vec<u8>,
+    /// The payload crossed the network encrypted (munged's cipher was not
+    /// "none"): only holders of the cluster's key could read it.
+    pub encrypted: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -189,8 +192,18 @@ impl Munge {
     }
 
     /// A new credential for the calling process's uid and gid, carrying
-    /// `payload` (which may be empty).
+    /// `payload` (which may be empty), that any process may decode.
     pub fn encode(&self, payload: &[u8]) -> Result<String, AuthError> {
+        self.encode_restricted(payload, None)
+    }
+
+    /// A new credential whose payload only a process of uid `reader` may
+    /// decode (munged enforces it: root is not exempt).
+    pub fn encode_for(&self, payload: &[u8], reader: u32) -> Result<String, AuthError> {
+        self.encode_restricted(payload, Some(reader))
+    }
+
+    fn encode_restricted(&self, payload: &[u8], reader: Option<u32>) -> Result<String, AuthError> {
         let len = c_int::try_from(payload.len()).map_err(|_| {
             AuthError::Invalid(format!(
                 "a MUNGE payload of {} bytes is too large",
@@ -198,6 +211,15 @@ impl Munge {
             ))
         })?;
         let ctx = Ctx::new(self, "encode")?;
+        if let Some(uid) = reader {
+            // SAFETY: the option takes a uid_t by value.
+            let rc = unsafe {
+                ffi::munge_ctx_set(ctx.0, ffi::MUNGE_OPT_UID_RESTRICTION, uid as libc::uid_t)
+            };
+            if rc != ffi::EMUNGE_SUCCESS {
+                return Err(ctx.error(self, "encode", rc));
+            }
+        }
         let mut cred: *mut c_char = std::ptr::null_mut();
         // SAFETY: payload is valid for len bytes; on success libmunge stores
         // a malloc()ed NUL-terminated string in cred.
@@ -245,7 +267,18 @@ impl Munge {
             // SAFETY: libmunge allocated len bytes at buf.
             unsafe { std::slice::from_raw_parts(buf.0 as *const u8, len as usize) }.to_vec()
         };
-        Ok(Credential { uid, gid, payload })
+        let mut cipher: c_int = ffi::MUNGE_CIPHER_NONE;
+        // SAFETY: the option stores an int through the pointer.
+        let rc = unsafe { ffi::munge_ctx_get(ctx.0, ffi::MUNGE_OPT_CIPHER_TYPE, &mut cipher) };
+        if rc != ffi::EMUNGE_SUCCESS {
+            return Err(ctx.error(self, "decode", rc));
+        }
+        Ok(Credential {
+            uid,
+            gid,
+            payload,
+            encrypted: cipher != ffi::MUNGE_CIPHER_NONE,
+        })
     }
 }
 

@@ -1,21 +1,33 @@
-//! The sealed envelope: what binds a MUNGE credential to one message of one
-//! call (docs/scored/protocol.md has the byte layout).
+//! The sealed envelope: what binds a message to one place in one call, and
+//! the call to who made it (docs/scored/protocol.md has the byte layout).
 //!
 //! Every gRPC message between score's parts is sent as a [`Sealed`]: the
 //! encoded message (`body`), the call's nonce (`call`, 16 random bytes the
 //! client picks), the message's number in its direction of the call (`seq`:
-//! 0, 1, 2, ...) and a MUNGE credential whose payload is [`digest`] of all of
-//! them plus the direction and the method path.  The receiver ([`Opener`])
-//! decodes the credential with its own munged (which refuses another key, an
-//! expired or a replayed credential), checks who made it, recomputes the
-//! digest over what it received and checks the sequence number, so that a
-//! message cannot be altered, moved to another call or direction, dropped,
-//! reordered or replayed without the receiver refusing it.
+//! 0, 1, 2, ...) and a seal over [`digest`] of all of them plus the
+//! direction and the method path.
+//!
+//! The client also draws a secret for the call, its *call key*.  Request 0
+//! is sealed by a MUNGE credential whose payload is the digest and the call
+//! key, which only the master's uid may decode (munged enforces the uid
+//! restriction, and the credential is encrypted with the cluster's key).
+//! Every later message, both ways, is sealed by HMAC-SHA256 of its digest
+//! under the call key.  So the master learns from munged who calls, the
+//! client knows that only the master's uid could read the key and so seal
+//! the replies, and one munged round trip on each side serves a whole call
+//! (an agent's Attach stream lasts as long as the agent).
+//!
+//! The receiver ([`Opener`]) recomputes the digest over what it received and
+//! checks the sequence number, so that a message cannot be altered, moved to
+//! another call or direction, dropped, reordered or replayed without the
+//! receiver refusing it; munged refuses a credential of another key, an
+//! expired or a replayed one.
 //!
 //! This module is pure logic over a [`Notary`] (munged, or a fake one in the
 //! unit tests); `transport` runs it on every gRPC message.
 
 use crate::{AuthError, Credential, Munge};
+use hmac::{Hmac, Mac};
 use prost::Message;
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -85,36 +97,85 @@ pub fn digest(
 
 /// Who makes and checks credentials: munged, or a stand-in in tests.
 pub trait Notary {
-    /// A new credential of the calling process carrying `payload`.
-    fn sign(&self, payload: &[u8]) -> Result<String, AuthError>;
+    /// A new credential of the calling process carrying `payload`, which
+    /// only a process of uid `reader` may decode.
+    fn sign_for(&self, payload: &[u8], reader: u32) -> Result<String, AuthError>;
     /// Who made `credential` and its payload, if it is good (right key, not
-    /// expired, never seen before).
+    /// expired, never seen before, meant for this process's uid).
     fn check(&self, credential: &str) -> Result<Credential, AuthError>;
 }
 
 impl Notary for Munge {
-    fn sign(&self, payload: &[u8]) -> Result<String, AuthError> {
-        self.encode(payload)
+    fn sign_for(&self, payload: &[u8], reader: u32) -> Result<String, AuthError> {
+        self.encode_for(payload, reader)
     }
     fn check(&self, credential: &str) -> Result<Credential, AuthError> {
         self.decode(credential)
     }
 }
 
+/// Length of a call key.
+pub const KEY_LEN: usize = 32;
+/// Length of a message's MAC.
+pub const MAC_LEN: usize = 32;
+
+/// The secret of one call, drawn by the client, known to it and the master.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CallKey([u8; KEY_LEN]);
+
+impl CallKey {
+    /// A fresh key from the kernel's generator.
+    pub fn random() -> Self {
+        let mut k = [0u8; KEY_LEN];
+        fill_random(&mut k);
+        Self(k)
+    }
+
+    /// The key whose bytes these are (what request 0's credential carries).
+    pub fn from_bytes(key: [u8; KEY_LEN]) -> Self {
+        Self(key)
+    }
+
+    /// HMAC-SHA256 of `digest` under this key.
+    pub fn mac(&self, digest: &[u8; DIGEST_LEN]) -> [u8; MAC_LEN] {
+        let mut m = self.hmac();
+        m.update(digest);
+        m.finalize().into_bytes().into()
+    }
+
+    /// Whether `mac` is the MAC of `digest` (compared in constant time).
+    pub fn verify(&self, digest: &[u8; DIGEST_LEN], mac: &[u8]) -> bool {
+        let mut m = self.hmac();
+        m.update(digest);
+        m.verify_slice(mac).is_ok()
+    }
+
+    fn hmac(&self) -> Hmac<Sha256> {
+        <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes a key of any length")
+    }
+}
+
+impl fmt::Debug for CallKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CallKey(..)")
+    }
+}
+
 /// Which check a refused message failed; the label of the refusal metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Check {
-    /// Not an envelope at all, or one without a credential or a call nonce,
-    /// or too large, or compressed.
+    /// Not an envelope at all, or one without the seal its place calls for
+    /// (a credential on request 0, a MAC on every other message), or
+    /// without a call nonce, or too large, or compressed.
     Unsealed,
     /// Out of order, or of another call: dropped, reordered, replayed or moved.
     Sequence,
-    /// munged refused the credential: another key, expired, replayed, garbage.
+    /// munged refused the credential (another key, expired, replayed, meant
+    /// for another uid, garbage), or it does not carry a digest and a call
+    /// key, or carries them unencrypted.
     Credential,
-    /// A good credential, but of the wrong uid (not the master's, or not the
-    /// caller who opened the call).
-    Signer,
-    /// The credential does not sign what arrived: altered in transit.
+    /// The seal does not match what arrived: altered in transit, or (a
+    /// MAC) sealed by someone who does not hold the call key.
     Digest,
 }
 
@@ -124,7 +185,6 @@ impl Check {
             Check::Unsealed => "unsealed",
             Check::Sequence => "sequence",
             Check::Credential => "credential",
-            Check::Signer => "signer",
             Check::Digest => "digest",
         }
     }
@@ -165,44 +225,68 @@ pub struct Sealer {
     direction: Direction,
     path: String,
     call: [u8; CALL_LEN],
+    key: CallKey,
+    /// For a client's requests: the master's uid, the only reader of
+    /// request 0's credential.
+    master_uid: Option<u32>,
     next: u64,
 }
 
 impl Sealer {
-    pub fn new(direction: Direction, path: impl Into<String>, call: [u8; CALL_LEN]) -> Self {
+    /// A client's requests: request 0 under a MUNGE credential that carries
+    /// the call key to `master_uid` alone, every later one under the key.
+    pub fn requests(
+        path: impl Into<String>,
+        call: [u8; CALL_LEN],
+        key: CallKey,
+        master_uid: u32,
+    ) -> Self {
         Self {
-            direction,
+            direction: Direction::Request,
             path: path.into(),
             call,
+            key,
+            master_uid: Some(master_uid),
             next: 0,
         }
     }
 
-    /// The envelope of the next message, `body`, encoded.
+    /// The server's replies, every one under the call key.
+    pub fn replies(path: impl Into<String>, call: [u8; CALL_LEN], key: CallKey) -> Self {
+        Self {
+            direction: Direction::Reply,
+            path: path.into(),
+            call,
+            key,
+            master_uid: None,
+            next: 0,
+        }
+    }
+
+    /// The envelope of the next message, `body`, encoded.  Only request 0
+    /// asks munged (`notary`) for anything.
     pub fn seal(&mut self, notary: &impl Notary, body: &[u8]) -> Result<Vec<u8>, AuthError> {
         let seq = self.next;
         let d = digest(self.direction, &self.path, &self.call, seq, body);
-        let credential = notary.sign(&d)?;
+        let (credential, mac) = match self.master_uid {
+            Some(master) if seq == 0 => {
+                let mut payload = [0u8; DIGEST_LEN + KEY_LEN];
+                payload[..DIGEST_LEN].copy_from_slice(&d);
+                payload[DIGEST_LEN..].copy_from_slice(&self.key.0);
+                (notary.sign_for(&payload, master)?, Vec::new())
+            }
+            _ => (String::new(), self.key.mac(&d).to_vec()),
+        };
         self.next += 1;
         Ok(Sealed {
             call: self.call.to_vec(),
             seq,
             credential,
             body: body.to_vec(),
+            mac,
         }
         .encode_to_vec())
     }
-}
-
-/// Whose credentials an [`Opener`] accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Signer {
-    /// Only this uid's (a client opening the master's replies: the master's
-    /// configured uid).
-    Uid(u32),
-    /// Anybody's, but the same uid for every message of the call (the master
-    /// opening a client's requests: the first message says who calls).
-    Caller,
 }
 
 /// Who signed the messages of a call, as munged vouches for it.
@@ -218,25 +302,33 @@ pub struct Opener {
     direction: Direction,
     path: String,
     call: Option<[u8; CALL_LEN]>,
-    signer: Signer,
+    /// None until request 0 brings it (a server).
+    key: Option<CallKey>,
     caller: Option<Caller>,
     next: u64,
 }
 
 impl Opener {
-    /// `call`: the nonce the messages must carry; `None` for a server, which
-    /// takes it from the first message (the client chose it).
-    pub fn new(
-        direction: Direction,
-        path: impl Into<String>,
-        call: Option<[u8; CALL_LEN]>,
-        signer: Signer,
-    ) -> Self {
+    /// A server's view of a client's requests: request 0 says who calls,
+    /// with which nonce and key.
+    pub fn requests(path: impl Into<String>) -> Self {
         Self {
-            direction,
+            direction: Direction::Request,
             path: path.into(),
-            call,
-            signer,
+            call: None,
+            key: None,
+            caller: None,
+            next: 0,
+        }
+    }
+
+    /// A client's view of the master's replies to its call.
+    pub fn replies(path: impl Into<String>, call: [u8; CALL_LEN], key: CallKey) -> Self {
+        Self {
+            direction: Direction::Reply,
+            path: path.into(),
+            call: Some(call),
+            key: Some(key),
             caller: None,
             next: 0,
         }
@@ -247,7 +339,12 @@ impl Opener {
         self.call
     }
 
-    /// Who signed the messages opened so far (None before the first).
+    /// The call's key, once known (a server: after request 0).
+    pub fn key(&self) -> Option<&CallKey> {
+        self.key.as_ref()
+    }
+
+    /// Who made request 0 (a server, once it is open).
     pub fn caller(&self) -> Option<Caller> {
         self.caller
     }
@@ -265,13 +362,28 @@ impl Opener {
         let sealed = Sealed::decode(frame).map_err(|e| {
             Refusal::new(
                 Check::Unsealed,
-                format!("the {what} is not a sealed message ({e}); every message must carry a MUNGE credential (docs/scored/protocol.md)"),
+                format!("the {what} is not a sealed message ({e}); every message must be sealed (docs/scored/protocol.md)"),
             )
         })?;
-        if sealed.credential.is_empty() {
+        let first = self.key.is_none();
+        if first && sealed.credential.is_empty() {
             return Err(Refusal::new(
                 Check::Unsealed,
-                format!("the {what} carries no MUNGE credential; every message must be sealed by munged with the cluster's key (docs/scored/protocol.md)"),
+                format!("the {what} carries no MUNGE credential; the first request of a call must be sealed by munged with the cluster's key (docs/scored/protocol.md)"),
+            ));
+        }
+        if !first && sealed.mac.is_empty() {
+            return Err(Refusal::new(
+                Check::Unsealed,
+                format!("the {what} carries no MAC; every message but a call's first request is sealed with the call's key (docs/scored/protocol.md)"),
+            ));
+        }
+        if !sealed.credential.is_empty() && !sealed.mac.is_empty() {
+            return Err(Refusal::new(
+                Check::Unsealed,
+                format!(
+                    "the {what} carries both a MUNGE credential and a MAC: a message has one seal"
+                ),
             ));
         }
         let call: [u8; CALL_LEN] = sealed.call.as_slice().try_into().map_err(|_| {
@@ -300,48 +412,65 @@ impl Opener {
                 ),
             ));
         }
-        let cred = notary.check(&sealed.credential).map_err(|e| {
-            Refusal::new(Check::Credential, format!("MUNGE credential rejected: {e}"))
-        })?;
-        match (self.signer, self.caller) {
-            (Signer::Uid(uid), _) if cred.uid != uid => {
-                return Err(Refusal::new(
-                    Check::Signer,
-                    format!(
-                        "the {what} is signed by uid {}, not by the master's uid {uid} \
-                         ([master] uid): an impostor",
-                        cred.uid
-                    ),
-                ));
-            }
-            (Signer::Caller, Some(c)) if c.uid != cred.uid => {
-                return Err(Refusal::new(
-                    Check::Signer,
-                    format!(
-                        "{what} {} is signed by uid {}, but the call was opened by uid {}",
-                        sealed.seq, cred.uid, c.uid
-                    ),
-                ));
-            }
-            _ => {}
-        }
         let d = digest(self.direction, &self.path, &call, sealed.seq, &sealed.body);
-        if cred.payload.as_slice() != d.as_slice() {
-            return Err(Refusal::new(
-                Check::Digest,
-                format!(
-                    "{what} {} of {} does not match its credential: it was altered in transit",
-                    sealed.seq, self.path
-                ),
-            ));
+        match &self.key {
+            Some(key) => {
+                if !key.verify(&d, &sealed.mac) {
+                    return Err(Refusal::new(
+                        Check::Digest,
+                        format!(
+                            "{what} {} of {} does not match its MAC: it was altered in transit, \
+                             or sealed by someone who cannot read the call's key (only the \
+                             master's uid can, [master] uid): an impostor",
+                            sealed.seq, self.path
+                        ),
+                    ));
+                }
+            }
+            None => {
+                let cred = notary.check(&sealed.credential).map_err(|e| {
+                    Refusal::new(Check::Credential, format!("MUNGE credential rejected: {e}"))
+                })?;
+                if cred.payload.len() != DIGEST_LEN + KEY_LEN {
+                    return Err(Refusal::new(
+                        Check::Credential,
+                        format!(
+                            "the {what}'s MUNGE credential carries {} bytes where a digest and \
+                             a call key ({}) belong",
+                            cred.payload.len(),
+                            DIGEST_LEN + KEY_LEN
+                        ),
+                    ));
+                }
+                if !cred.encrypted {
+                    return Err(Refusal::new(
+                        Check::Credential,
+                        format!(
+                            "the {what}'s MUNGE credential is not encrypted (munged's cipher is \
+                             none), so its call key crossed the network in clear: run munged \
+                             with a cipher (docs/scored/admin.md#security)"
+                        ),
+                    ));
+                }
+                if cred.payload[..DIGEST_LEN] != d {
+                    return Err(Refusal::new(
+                        Check::Digest,
+                        format!(
+                            "{what} {} of {} does not match its credential: it was altered in transit",
+                            sealed.seq, self.path
+                        ),
+                    ));
+                }
+                let mut key = [0u8; KEY_LEN];
+                key.copy_from_slice(&cred.payload[DIGEST_LEN..]);
+                self.key = Some(CallKey::from_bytes(key));
+                self.caller = Some(Caller {
+                    uid: cred.uid,
+                    gid: cred.gid,
+                });
+            }
         }
         self.call = Some(call);
-        if self.caller.is_none() {
-            self.caller = Some(Caller {
-                uid: cred.uid,
-                gid: cred.gid,
-            });
-        }
         self.next += 1;
         Ok(sealed.body)
     }
@@ -394,11 +523,13 @@ mod tests {
     use std::cell::RefCell;
     use std::collections::HashSet;
 
-    /// A munged stand-in: a credential is "FAKE:<uid>:<n>:<hex payload>";
-    /// each is good once (a replay cache), and "key" tells its key.
+    /// A munged stand-in: a credential is
+    /// "FAKE:<key>:<uid>:<reader>:<n>:<cipher>:<hex payload>"; each is good
+    /// once (a replay cache), only for its reader, and "key" tells its key.
     struct Fake {
         uid: u32,
         key: &'static str,
+        encrypt: bool,
         issued: RefCell<u64>,
         seen: RefCell<HashSet<String>>,
     }
@@ -407,6 +538,7 @@ mod tests {
         Fake {
             uid,
             key: "cluster",
+            encrypt: true,
             issued: RefCell::new(0),
             seen: RefCell::default(),
         }
@@ -432,24 +564,29 @@ mod tests {
     }
 
     impl Notary for Fake {
-        fn sign(&self, payload: &[u8]) -> Result<String, AuthError> {
+        fn sign_for(&self, payload: &[u8], reader: u32) -> Result<String, AuthError> {
             let mut n = self.issued.borrow_mut();
             *n += 1;
             Ok(format!(
-                "FAKE:{}:{}:{}:{}",
+                "FAKE:{}:{}:{}:{}:{}:{}",
                 self.key,
                 self.uid,
+                reader,
                 n,
+                if self.encrypt { "aes128" } else { "none" },
                 hex(payload)
             ))
         }
         fn check(&self, cred: &str) -> Result<Credential, AuthError> {
             let p: Vec<&str> = cred.split(':').collect();
-            if p.len() != 5 || p[0] != "FAKE" {
+            if p.len() != 7 || p[0] != "FAKE" {
                 return Err(munge_err(8, "Bad credential"));
             }
             if p[1] != self.key {
                 return Err(munge_err(14, "Invalid credential"));
+            }
+            if p[3].parse::<u32>().unwrap() != self.uid {
+                return Err(munge_err(18, "Unauthorized credential"));
             }
             if !self.seen.borrow_mut().insert(cred.to_string()) {
                 return Err(munge_err(17, "Replayed credential"));
@@ -457,7 +594,8 @@ mod tests {
             Ok(Credential {
                 uid: p[2].parse().unwrap(),
                 gid: p[2].parse().unwrap(),
-                payload: unhex(p[4]),
+                payload: unhex(p[6]),
+                encrypted: p[5] != "none",
             })
         }
     }
@@ -465,10 +603,22 @@ mod tests {
     const PATH: &str = "/score.v1.Master/Run";
     const CALL: [u8; 16] = *b"0123456789abcdef";
 
+    fn key(b: u8) -> CallKey {
+        CallKey([b; KEY_LEN])
+    }
+
     fn reseal(frame: &[u8], f: impl FnOnce(&mut Sealed)) -> Vec<u8> {
         let mut s = Sealed::decode(frame).unwrap();
         f(&mut s);
         s.encode_to_vec()
+    }
+
+    /// A server that opened request 0 of `seal`'s call (sealed by `client`).
+    fn opened(seal: &mut Sealer, client: &Fake, server: &Fake) -> Opener {
+        let mut open = Opener::requests(PATH);
+        open.open(server, &seal.seal(client, b"zero").unwrap())
+            .unwrap();
+        open
     }
 
     #[test]
@@ -503,24 +653,36 @@ mod tests {
         for (i, d) in all.iter().enumerate() {
             assert_ne!(*d, want, "field {i} does not change the digest");
         }
-        // A known answer, so that another implementation can check itself
-        // (protocol.md quotes it).
+        // Known answers, so that another implementation can check itself
+        // (protocol.md quotes them): the digest, and its MAC under the key
+        // of 32 bytes 0x01.
+        let d = digest(Direction::Request, PATH, &CALL, 7, b"abc");
         assert_eq!(
-            hex(&digest(Direction::Request, PATH, &CALL, 7, b"abc")),
+            hex(&d),
             "f8f4a0a271d3292caabcba23357859c56e6ba454cd3f43fa6b46dc2196aeeab9"
         );
+        assert_eq!(hex(&key(1).mac(&d)), MAC_KNOWN_ANSWER);
+        assert!(key(1).verify(&d, &key(1).mac(&d)));
+        assert!(!key(2).verify(&d, &key(1).mac(&d)));
+        assert!(!key(1).verify(&d, &key(1).mac(&d)[..31]));
     }
 
+    /// HMAC-SHA256 under 32 bytes 0x01 of the known digest above, as
+    /// protocol.md quotes it (computed independently by Python's hmac).
+    const MAC_KNOWN_ANSWER: &str =
+        "545b86cd28accaa984ff96d368ace7e37a723b596fde902f0801bd322330acdc";
+
     #[test]
-    fn a_sealed_stream_opens_in_order() {
+    fn a_sealed_call_opens_in_order_both_ways_with_one_credential() {
         let (client, server) = (fake(1000), fake(0));
-        let mut seal = Sealer::new(Direction::Request, PATH, CALL);
-        let mut open = Opener::new(Direction::Request, PATH, None, Signer::Caller);
+        let mut seal = Sealer::requests(PATH, CALL, key(7), 0);
+        let mut open = Opener::requests(PATH);
         for body in [&b"first"[..], b"", b"third"] {
             let f = seal.seal(&client, body).unwrap();
             assert_eq!(open.open(&server, &f).unwrap(), body);
         }
         assert_eq!(open.call(), Some(CALL));
+        assert_eq!(open.key(), Some(&key(7)));
         assert_eq!(
             open.caller(),
             Some(Caller {
@@ -529,139 +691,229 @@ mod tests {
             })
         );
         assert_eq!(open.opened(), 3);
+        // The replies, sealed with the key the server learnt.
+        let mut reply = Sealer::replies(PATH, CALL, open.key().unwrap().clone());
+        let mut back = Opener::replies(PATH, CALL, key(7));
+        for body in [&b"accepted"[..], b"running", b""] {
+            let f = reply.seal(&server, body).unwrap();
+            assert_eq!(back.open(&client, &f).unwrap(), body);
+        }
+        // One munged round trip on each side for the whole call.
+        assert_eq!(*client.issued.borrow(), 1);
+        assert_eq!(*server.issued.borrow(), 0);
+        assert_eq!(server.seen.borrow().len(), 1);
     }
 
     #[test]
     fn a_swapped_body_is_refused_and_changes_nothing() {
         let (client, server) = (fake(0), fake(0));
-        let mut seal = Sealer::new(Direction::Request, PATH, CALL);
-        let mut open = Opener::new(Direction::Request, PATH, None, Signer::Caller);
+        let mut seal = Sealer::requests(PATH, CALL, key(7), 0);
+        let mut open = Opener::requests(PATH);
         let f = seal.seal(&client, b"cancel job 7").unwrap();
         let forged = reseal(&f, |s| s.body = b"cancel job 8".to_vec());
         let r = open.open(&server, &forged).unwrap_err();
         assert_eq!(r.check, Check::Digest, "{r}");
-        assert!(r.reason.contains("altered in transit"), "{r}");
-        assert_eq!((open.opened(), open.caller()), (0, None));
+        assert_eq!(
+            r.reason,
+            "request 0 of /score.v1.Master/Run does not match its credential: it was altered in transit"
+        );
+        assert_eq!((open.opened(), open.caller(), open.key()), (0, None, None));
         // The credential was spent on the forgery (munged's replay cache):
         // the genuine message cannot follow with it.
         let r = open.open(&server, &f).unwrap_err();
         assert_eq!(r.check, Check::Credential, "{r}");
         assert!(r.reason.contains("Replayed credential"), "{r}");
+
+        // A later message, under the key.
+        let mut seal = Sealer::requests(PATH, CALL, key(7), 0);
+        let mut open = opened(&mut seal, &client, &server);
+        let f = seal.seal(&client, b"cancel job 7").unwrap();
+        let forged = reseal(&f, |s| s.body = b"cancel job 8".to_vec());
+        let r = open.open(&server, &forged).unwrap_err();
+        assert_eq!(r.check, Check::Digest, "{r}");
+        assert!(
+            r.reason
+                .starts_with("request 1 of /score.v1.Master/Run does not match its MAC: it was altered in transit"),
+            "{r}"
+        );
+        assert_eq!(open.opened(), 1);
+        assert_eq!(open.open(&server, &f).unwrap(), b"cancel job 7");
     }
 
     #[test]
     fn a_changed_sequence_or_call_or_direction_or_path_is_refused() {
         let (client, server) = (fake(0), fake(0));
-        let mut seal = Sealer::new(Direction::Request, PATH, CALL);
-        let f0 = seal.seal(&client, b"zero").unwrap();
+        let mut seal = Sealer::requests(PATH, CALL, key(7), 0);
+        let mut open = opened(&mut seal, &client, &server);
         let f1 = seal.seal(&client, b"one").unwrap();
+        let f2 = seal.seal(&client, b"two").unwrap();
 
-        // Reordered: the second message first.
-        let mut open = Opener::new(Direction::Request, PATH, None, Signer::Caller);
-        let r = open.open(&server, &f1).unwrap_err();
+        // Reordered: the third message second.
+        let r = open.open(&server, &f2).unwrap_err();
         assert_eq!(r.check, Check::Sequence, "{r}");
         assert!(
             r.reason
-                .contains("request 1 arrived where request 0 was due"),
+                .contains("request 2 arrived where request 1 was due"),
             "{r}"
         );
-        // The seq rewritten to fit: the digest no longer matches.
-        let r = open.open(&server, &reseal(&f1, |s| s.seq = 0)).unwrap_err();
+        // The seq rewritten to fit: the MAC no longer matches.
+        let r = open.open(&server, &reseal(&f2, |s| s.seq = 1)).unwrap_err();
         assert_eq!(r.check, Check::Digest, "{r}");
+        // Replayed: the first again.
+        open.open(&server, &f1).unwrap();
+        let r = open.open(&server, &f1).unwrap_err();
+        assert_eq!(r.check, Check::Sequence, "{r}");
 
         // Of another call, for a client that knows its call.
-        let mut open = Opener::new(
-            Direction::Request,
-            PATH,
-            Some(*b"XXXXXXXXXXXXXXXX"),
-            Signer::Caller,
-        );
-        let r = open.open(&server, &f0).unwrap_err();
+        let f = Sealer::replies(PATH, CALL, key(7))
+            .seal(&server, b"x")
+            .unwrap();
+        let mut back = Opener::replies(PATH, *b"XXXXXXXXXXXXXXXX", key(7));
+        let r = back.open(&client, &f).unwrap_err();
         assert_eq!(r.check, Check::Sequence, "{r}");
         assert!(r.reason.contains("another call"), "{r}");
-        // The call rewritten to fit: digest.
-        let moved = reseal(&f0, |s| s.call = b"XXXXXXXXXXXXXXXX".to_vec());
-        let r = open.open(&server, &moved).unwrap_err();
+        // The call rewritten to fit: MAC.
+        let moved = reseal(&f, |s| s.call = b"XXXXXXXXXXXXXXXX".to_vec());
+        let r = back.open(&client, &moved).unwrap_err();
         assert_eq!(r.check, Check::Digest, "{r}");
 
         // A request presented as a reply, or to another method.
-        let f = Sealer::new(Direction::Request, PATH, CALL)
+        let mut seal = Sealer::requests(PATH, CALL, key(7), 0);
+        seal.seal(&client, b"0").unwrap();
+        let f = seal.seal(&client, b"x").unwrap();
+        let mut back = Opener::replies(PATH, CALL, key(7));
+        let r = back.open(&client, &reseal(&f, |s| s.seq = 0)).unwrap_err();
+        assert_eq!(r.check, Check::Digest, "{r}");
+        let f = Sealer::requests(PATH, CALL, key(7), 0)
             .seal(&client, b"x")
             .unwrap();
-        let mut open = Opener::new(Direction::Reply, PATH, Some(CALL), Signer::Uid(0));
-        assert_eq!(open.open(&server, &f).unwrap_err().check, Check::Digest);
-        let f = Sealer::new(Direction::Request, PATH, CALL)
-            .seal(&client, b"x")
-            .unwrap();
-        let mut open = Opener::new(
-            Direction::Request,
-            "/score.v1.Master/Cancel",
-            None,
-            Signer::Caller,
-        );
+        let mut open = Opener::requests("/score.v1.Master/Cancel");
         assert_eq!(open.open(&server, &f).unwrap_err().check, Check::Digest);
     }
 
     #[test]
-    fn only_the_masters_uid_may_sign_replies() {
-        let impostor = fake(65534);
+    fn only_the_masters_uid_can_read_the_call_key_and_seal_replies() {
         let agent = fake(0);
-        let mut seal = Sealer::new(Direction::Reply, "/score.v1.Master/Attach", CALL);
-        let f = seal.seal(&impostor, b"launch").unwrap();
-        let mut open = Opener::new(
-            Direction::Reply,
-            "/score.v1.Master/Attach",
-            Some(CALL),
-            Signer::Uid(0),
-        );
-        let r = open.open(&agent, &f).unwrap_err();
-        assert_eq!(r.check, Check::Signer, "{r}");
+        let impostor = fake(65534);
+        let mut seal = Sealer::requests("/score.v1.Master/Attach", CALL, key(7), 0);
+        let register = seal.seal(&agent, b"register").unwrap();
+        // The impostor has the cluster's key but not the master's uid:
+        // munged will not give it the payload.
+        let mut open = Opener::requests("/score.v1.Master/Attach");
+        let r = open.open(&impostor, &register).unwrap_err();
+        assert_eq!(r.check, Check::Credential, "{r}");
+        assert!(r.reason.contains("Unauthorized credential"), "{r}");
+        // So it can only guess the key; the agent refuses what it seals.
+        let f = Sealer::replies("/score.v1.Master/Attach", CALL, key(8))
+            .seal(&impostor, b"launch")
+            .unwrap();
+        let mut back = Opener::replies("/score.v1.Master/Attach", CALL, key(7));
+        let r = back.open(&agent, &f).unwrap_err();
+        assert_eq!(r.check, Check::Digest, "{r}");
         assert_eq!(
             r.reason,
-            "the reply is signed by uid 65534, not by the master's uid 0 ([master] uid): an impostor"
+            "reply 0 of /score.v1.Master/Attach does not match its MAC: it was altered in \
+             transit, or sealed by someone who cannot read the call's key (only the master's \
+             uid can, [master] uid): an impostor"
         );
+        // A reply sealed with a credential, as the old protocol did: no MAC.
+        let f = Sealed {
+            call: CALL.to_vec(),
+            seq: 0,
+            credential: impostor.sign_for(b"x", 0).unwrap(),
+            body: b"launch".to_vec(),
+            mac: Vec::new(),
+        }
+        .encode_to_vec();
+        let r = back.open(&agent, &f).unwrap_err();
+        assert_eq!(r.check, Check::Unsealed, "{r}");
+        assert!(r.reason.starts_with("the reply carries no MAC"), "{r}");
         // Another key: munged's own refusal.
         let foreign = Fake {
             key: "other",
             ..fake(0)
         };
-        let f = Sealer::new(Direction::Reply, "/score.v1.Master/Attach", CALL)
-            .seal(&foreign, b"launch")
+        let f = Sealer::requests(PATH, CALL, key(7), 0)
+            .seal(&foreign, b"submit")
             .unwrap();
-        let mut open = Opener::new(
-            Direction::Reply,
-            "/score.v1.Master/Attach",
-            Some(CALL),
-            Signer::Uid(0),
-        );
-        let r = open.open(&agent, &f).unwrap_err();
+        let r = Opener::requests(PATH).open(&agent, &f).unwrap_err();
         assert_eq!(r.check, Check::Credential, "{r}");
         assert!(r.reason.starts_with("MUNGE credential rejected: "), "{r}");
         assert!(r.reason.contains("Invalid credential"), "{r}");
     }
 
     #[test]
-    fn a_caller_cannot_change_identity_within_a_call() {
-        let (alice, mallory, server) = (fake(1000), fake(1001), fake(0));
-        let mut seal = Sealer::new(Direction::Request, PATH, CALL);
-        let mut open = Opener::new(Direction::Request, PATH, None, Signer::Caller);
-        open.open(&server, &seal.seal(&alice, b"submit").unwrap())
+    fn a_call_key_in_clear_or_a_credential_without_one_is_refused() {
+        let server = fake(0);
+        let clear = Fake {
+            encrypt: false,
+            ..fake(1000)
+        };
+        let f = Sealer::requests(PATH, CALL, key(7), 0)
+            .seal(&clear, b"submit")
             .unwrap();
-        let r = open
-            .open(&server, &seal.seal(&mallory, b"cancel").unwrap())
-            .unwrap_err();
-        assert_eq!(r.check, Check::Signer, "{r}");
+        let mut open = Opener::requests(PATH);
+        let r = open.open(&server, &f).unwrap_err();
+        assert_eq!(r.check, Check::Credential, "{r}");
+        assert!(
+            r.reason.contains("not encrypted (munged's cipher is none)"),
+            "{r}"
+        );
+        assert_eq!((open.opened(), open.key()), (0, None));
+        // A credential over the digest alone (the old protocol).
+        let d = digest(Direction::Request, PATH, &CALL, 0, b"submit");
+        let f = Sealed {
+            call: CALL.to_vec(),
+            seq: 0,
+            credential: fake(1000).sign_for(&d, 0).unwrap(),
+            body: b"submit".to_vec(),
+            mac: Vec::new(),
+        }
+        .encode_to_vec();
+        let r = open.open(&server, &f).unwrap_err();
+        assert_eq!(r.check, Check::Credential, "{r}");
         assert!(
             r.reason
-                .contains("signed by uid 1001, but the call was opened by uid 1000"),
+                .contains("carries 32 bytes where a digest and a call key (64) belong"),
             "{r}"
         );
     }
 
     #[test]
+    fn nobody_else_can_speak_within_a_call() {
+        let (alice, mallory, server) = (fake(1000), fake(1001), fake(0));
+        let mut seal = Sealer::requests(PATH, CALL, key(7), 0);
+        let mut open = opened(&mut seal, &alice, &server);
+        // Mallory knows the call's nonce (it crosses in clear) but not its
+        // key: neither her own key nor her own credential gets in.
+        let mut hers = Sealer::requests(PATH, CALL, key(9), 0);
+        hers.seal(&mallory, b"zero").unwrap();
+        let r = open
+            .open(&server, &hers.seal(&mallory, b"cancel").unwrap())
+            .unwrap_err();
+        assert_eq!(r.check, Check::Digest, "{r}");
+        let d = digest(Direction::Request, PATH, &CALL, 1, b"cancel");
+        let mut payload = d.to_vec();
+        payload.extend_from_slice(&[9; KEY_LEN]);
+        let f = Sealed {
+            call: CALL.to_vec(),
+            seq: 1,
+            credential: mallory.sign_for(&payload, 0).unwrap(),
+            body: b"cancel".to_vec(),
+            mac: Vec::new(),
+        }
+        .encode_to_vec();
+        let r = open.open(&server, &f).unwrap_err();
+        assert_eq!(r.check, Check::Unsealed, "{r}");
+        assert!(r.reason.starts_with("the request carries no MAC"), "{r}");
+        assert_eq!(open.caller().map(|c| c.uid), Some(1000));
+        assert_eq!(open.opened(), 1);
+    }
+
+    #[test]
     fn unsealed_messages_are_refused() {
         let server = fake(0);
-        let mut open = Opener::new(Direction::Request, PATH, None, Signer::Caller);
+        let mut open = Opener::requests(PATH);
         // An empty message (a ListNodesRequest as plain protobuf).
         let r = open.open(&server, b"").unwrap_err();
         assert_eq!(r.check, Check::Unsealed);
@@ -672,18 +924,42 @@ mod tests {
         assert!(r.reason.contains("not a sealed message"), "{r}");
         // A credential but no call nonce.
         let s = Sealed {
-            credential: "FAKE:cluster:0:1:00".into(),
+            credential: fake(0).sign_for(b"", 0).unwrap(),
             ..Default::default()
         };
         let r = open.open(&server, &s.encode_to_vec()).unwrap_err();
         assert_eq!(r.check, Check::Unsealed);
         assert!(r.reason.contains("0 bytes instead of 16"), "{r}");
+        // Both seals at once.
+        let s = Sealed {
+            call: CALL.to_vec(),
+            credential: fake(0).sign_for(b"", 0).unwrap(),
+            mac: vec![0; MAC_LEN],
+            ..Default::default()
+        };
+        let r = open.open(&server, &s.encode_to_vec()).unwrap_err();
+        assert_eq!(r.check, Check::Unsealed);
+        assert!(
+            r.reason.contains("both a MUNGE credential and a MAC"),
+            "{r}"
+        );
+        // A reply without any seal.
+        let s = Sealed {
+            call: CALL.to_vec(),
+            body: b"x".to_vec(),
+            ..Default::default()
+        };
+        let r = Opener::replies(PATH, CALL, key(7))
+            .open(&server, &s.encode_to_vec())
+            .unwrap_err();
+        assert_eq!(r.check, Check::Unsealed);
+        assert!(r.reason.contains("the reply carries no MAC"), "{r}");
     }
 
     #[test]
-    fn call_nonces_differ() {
-        let a = new_call();
-        let b = new_call();
-        assert_ne!(a, b);
+    fn call_nonces_and_keys_differ_and_keys_do_not_print() {
+        assert_ne!(new_call(), new_call());
+        assert_ne!(CallKey::random(), CallKey::random());
+        assert_eq!(format!("{:?}", key(7)), "CallKey(..)");
     }
 }

@@ -1,8 +1,9 @@
 //! Sealing and opening every gRPC message of a call, under tonic.
 //!
 //! [`SealedChannel`] wraps a client's channel: it picks a fresh call nonce
-//! for each call, seals every request message and opens every reply,
-//! accepting only the master's uid.  [`SealedServer`] wraps a service: it
+//! and call key for each call, seals every request message (request 0 with
+//! a credential only the master's uid can decode) and opens every reply
+//! (sealed with the key, so only the master's uid can have sealed it).  [`SealedServer`] wraps a service: it
 //! opens the first request message before the handler runs (the handler
 //! finds the caller with [`caller`]), then every later one, and seals every
 //! reply.  A message that fails to open ends the call with UNAUTHENTICATED
@@ -13,7 +14,7 @@
 //! command, and whoever can alter them in flight can also cut the connection.
 
 use crate::frames::{frame, FrameBuf};
-use crate::seal::{Caller, Check, Direction, Opener, Refusal, Sealer, Signer};
+use crate::seal::{CallKey, Caller, Check, Opener, Refusal, Sealer};
 use crate::Munge;
 use bytes::Bytes;
 use http_body::{Body as _, Frame};
@@ -215,7 +216,8 @@ impl http_body::Body for OpenBody {
 }
 
 /// A client channel that seals every request and opens every reply,
-/// accepting only replies signed by `master_uid`.
+/// accepting only replies sealed by `master_uid` (the only uid that can read
+/// the call's key).
 #[derive(Clone)]
 pub struct SealedChannel {
     inner: tonic::transport::Channel,
@@ -263,20 +265,16 @@ impl Service<http::Request<Body>> for SealedChannel {
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         let call = crate::seal::new_call();
+        let key = CallKey::random();
         let path = req.uri().path().to_string();
         let munge = self.munge.clone();
-        let sealer = Sealer::new(Direction::Request, path.clone(), call);
+        let sealer = Sealer::requests(path.clone(), call, key.clone(), self.master_uid);
         let req = req.map(|b| Body::new(SealBody::new(b, sealer, munge.clone())));
         let fut = Service::call(&mut self.inner, req);
-        let (master_uid, hook) = (self.master_uid, self.hook.clone());
+        let hook = self.hook.clone();
         Box::pin(async move {
             let resp = fut.await?;
-            let opener = Opener::new(
-                Direction::Reply,
-                path.clone(),
-                Some(call),
-                Signer::Uid(master_uid),
-            );
+            let opener = Opener::replies(path.clone(), call, key);
             Ok(resp.map(|b| {
                 Body::new(OpenBody {
                     inner: b,
@@ -355,7 +353,7 @@ where
             let mut open = OpenBody {
                 inner: body,
                 frames: FrameBuf::default(),
-                opener: Opener::new(Direction::Request, path.clone(), None, Signer::Caller),
+                opener: Opener::requests(path.clone()),
                 munge: munge.clone(),
                 hook: hook.clone(),
                 path: path.clone(),
@@ -392,13 +390,17 @@ where
                     ))
                 }
             }
-            let (Some(caller), Some(call)) = (open.opener.caller(), open.opener.call()) else {
-                unreachable!("a message was opened");
+            let (Some(caller), Some(call), Some(key)) = (
+                open.opener.caller(),
+                open.opener.call(),
+                open.opener.key().cloned(),
+            ) else {
+                unreachable!("request 0 was opened");
             };
             parts.extensions.insert(caller);
             let req = http::Request::from_parts(parts, Body::new(open));
             let Ok(resp) = inner.call(req).await;
-            let sealer = Sealer::new(Direction::Reply, path, call);
+            let sealer = Sealer::replies(path, call, key);
             Ok(resp.map(|b| Body::new(SealBody::new(b, sealer, munge))))
         })
     }

@@ -8,7 +8,7 @@ use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
 use prost::Message;
 use score_auth::frames::{frame, FrameBuf};
-use score_auth::seal::{Direction, Sealed, Sealer};
+use score_auth::seal::{CallKey, Sealed, Sealer, DIGEST_LEN, KEY_LEN};
 use score_auth::Munge;
 use score_proto::v1::{
     agent_message, master_message, AgentMessage, CancelRequest, JobInfo, JobSpec, JobState,
@@ -129,7 +129,9 @@ impl Impostor {
     async fn attach(self, path: String, peer: String, mut body: Body) -> http::Response<Body> {
         // The agent's Register: its envelope says the call's nonce in clear,
         // so the impostor answers in the agent's own call, numbered as the
-        // real master would: only the signer (or the key) is wrong.
+        // real master would.  It seals with the call's key if its munged
+        // gives it request 0's payload (only the master's uid gets it), or
+        // else with a key of its own: its best guess.
         let first = match first_message(&mut body).await {
             Ok(m) => m,
             Err(e) => {
@@ -137,12 +139,33 @@ impl Impostor {
                 return Status::invalid_argument("no message").into_http();
             }
         };
-        let (call, register) = match Sealed::decode(first.clone()) {
+        let (call, register, key) = match Sealed::decode(first.clone()) {
             Ok(s) if s.call.len() == 16 => {
                 let call: [u8; 16] = s.call.as_slice().try_into().unwrap();
-                (call, AgentMessage::decode(s.body.as_slice()).ok())
+                let key = match self.munge.decode(&s.credential) {
+                    Ok(c) if c.payload.len() == DIGEST_LEN + KEY_LEN => {
+                        eprintln!("impostor: {peer}: read the call key");
+                        CallKey::from_bytes(c.payload[DIGEST_LEN..].try_into().unwrap())
+                    }
+                    Ok(c) => {
+                        eprintln!(
+                            "impostor: {peer}: request 0 carries {} bytes",
+                            c.payload.len()
+                        );
+                        CallKey::random()
+                    }
+                    Err(e) => {
+                        eprintln!("impostor: {peer}: cannot read the call key: {e}");
+                        CallKey::random()
+                    }
+                };
+                (call, AgentMessage::decode(s.body.as_slice()).ok(), key)
             }
-            _ => ([0u8; 16], AgentMessage::decode(first).ok()),
+            _ => (
+                [0u8; 16],
+                AgentMessage::decode(first).ok(),
+                CallKey::random(),
+            ),
         };
         let node = match register.and_then(|m| m.msg) {
             Some(agent_message::Msg::Register(r)) => r.node,
@@ -189,7 +212,7 @@ impl Impostor {
                 job,
             },
         ];
-        let mut sealer = Sealer::new(Direction::Reply, path, call);
+        let mut sealer = Sealer::replies(path, call, key);
         let mut out = Vec::new();
         for m in &messages {
             let bytes = m.encode_to_vec();
@@ -216,7 +239,7 @@ impl Impostor {
                 "unsealed".to_string()
             } else {
                 format!(
-                    "sealed by uid {uid} through {}",
+                    "sealed with the best call key uid {uid} could get through {}",
                     self.munge.socket().display()
                 )
             }
