@@ -359,10 +359,13 @@ def seal_digest(direction, method, call, seq, body):
                           + body).digest()
 
 
-def munge_credential(socket, payload=b"", user=None, reader=None):
+def munge_credential(socket, payload=b"", user=None, reader=None, cipher=None):
     """A credential from the munged at `socket` carrying `payload`, made as
-    `user` (setpriv) or as root, that only uid `reader` may decode (or any)."""
+    `user` (setpriv) or as root, that only uid `reader` may decode (or any),
+    with munge's `cipher` (or munged's default)."""
     argv = ["munge", "-S", str(socket)]
+    if cipher:
+        argv += ["--cipher", cipher]
     if reader is not None:
         argv += ["--restrict-uid", str(reader)]
     if user:

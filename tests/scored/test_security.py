@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from .score import (SCORE_BIN, Score, grpc_call, grpc_frame, marker, metric_values,
-                    munge_credential, pb_field, processes_with, sealed, wait_for)
+from .score import (REQUEST, SCORE_BIN, Score, grpc_call, grpc_frame, marker, metric_values,
+                    munge_credential, pb_field, processes_with, seal_digest, sealed, wait_for)
 
 MUNGED_PATHS = "/usr/sbin:/sbin:/usr/local/sbin:" + os.environ.get("PATH", "")
 
@@ -174,6 +174,26 @@ def test_a_sealed_request_is_good_once(score):
     assert fields.get("grpc-status") == "16", (fields, curl.stderr)
     assert "MUNGE credential rejected" in fields.get("grpc-message", ""), fields
     assert "replayed" in fields.get("grpc-message", "").lower(), fields
+
+
+def test_a_call_key_in_clear_or_for_another_uid_is_refused(score):
+    """Request 0 carries the call's key: the master refuses it unencrypted
+    (munge --cipher none), and munged refuses the master a credential meant
+    for another uid; neither reaches a handler."""
+    socket = score.vc.munge_socket("head")
+    call = os.urandom(16)
+    payload = seal_digest(REQUEST, "ListNodes", call, 0, b"") + os.urandom(32)
+    cases = {
+        "not encrypted (munged's cipher is none), so its call key crossed the network in clear":
+            munge_credential(socket, payload, reader=0, cipher="none"),
+        "Unauthorized credential": munge_credential(socket, payload, reader=4242),
+    }
+    for reason, credential in cases.items():
+        envelope, _ = sealed("ListNodes", b"", socket, call=call, credential=credential)
+        fields, curl = _grpc_call(score, "ListNodes", grpc_frame(envelope))
+        assert fields.get("grpc-status") == "16", (fields, curl.stderr)
+        assert reason in fields.get("grpc-message", ""), fields
+    _assert_master_serves(score)
 
 
 def test_a_credential_binds_its_method_and_body(score):

@@ -3,20 +3,22 @@
 //!
 //! Every gRPC message between score's parts (scrun, scorectl, the agents and
 //! the master), requests and replies, unary or streamed, travels sealed
-//! ([`seal`]): wrapped in an envelope whose MUNGE credential signs a SHA-256
-//! digest of the message, its call's nonce, its direction, its method and its
-//! sequence number.  The receiver decodes the credential with its own munged
-//! and checks who made it: the master learns the caller's uid and gid (a job
-//! runs as that user); a client or an agent accepts only replies signed by
-//! the master's uid (`[master] uid`), so an impostor at the master's address
+//! ([`seal`]): wrapped in an envelope whose seal covers a SHA-256 digest of
+//! the message, its call's nonce, its direction, its method and its
+//! sequence number.  A call's first request is sealed by a MUNGE credential
+//! that also carries the call's key, decodable by the master's uid alone
+//! (`[master] uid`); every other message, both ways, by HMAC-SHA256 under
+//! that key.  So the master learns the caller's uid and gid from munged (a
+//! job runs as that user), and a client or an agent accepts only replies
+//! that the master's uid could seal, so an impostor at the master's address
 //! cannot make an agent act.  A message altered, replayed, reordered or moved
 //! to another call is refused.  [`transport`] does this under tonic:
 //! [`SealedChannel`] for clients, [`SealedServer`] for the master.
 //!
 //! libmunge is called through hand-written FFI declarations (see `ffi.rs`);
 //! the calls talk to munged over its Unix socket and block for the duration
-//! of one round trip (tens of microseconds), which is why they are made
-//! directly, without `spawn_blocking`.
+//! of one round trip (about 160 µs), once per call on each side, which is
+//! why they are made directly, without `spawn_blocking`.
 
 mod ffi;
 pub mod frames;

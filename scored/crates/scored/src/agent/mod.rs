@@ -157,7 +157,7 @@ pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
         registry.register(
             "score_agent_refused_messages",
             "Messages from the master's address refused by the agent (not sealed, bad \
-             credential, wrong signer, altered, out of sequence), by the check that failed",
+             credential, altered or sealed without the call's key, out of sequence), by the check that failed",
             refused,
         );
         registry.register_collector(Box::new(metrics::AgentCollector {
