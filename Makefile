@@ -15,7 +15,7 @@ CARGO_DIR  := $(BUILD)/cargo
 RUST_BINS  := scored scrun scorectl score-impostor
 MESON_OPTS := --prefix=$(BUILD) --bindir=bin --libdir=lib --buildtype=debugoptimized
 
-.PHONY: all deps build asan test demo bench clean help
+.PHONY: all deps build asan test demo bench deb clean help
 
 all: build
 
@@ -24,6 +24,7 @@ help:
 	@echo "make test    run every test (unit, sanitizer, fuzz, rust, integration); prints 'N passed, N failed, N skipped'; ALLOW_SKIPS=1 for a partial run"
 	@echo "make demo    bring up a virtual cluster and show what score does on it"
 	@echo "make bench   run the benchmarks side by side with their baselines"
+	@echo "make deb     build the Debian packages into build/deb (lintian-checked) and a local apt repository"
 	@echo "make clean   remove build/"
 
 deps:
@@ -58,6 +59,11 @@ demo: build
 # docs/pm/bench.md, docs/pm/bench-udp.md and docs/scored/bench.md from them.
 bench: build
 	@BENCH_INVOKED_AS="make bench: scripts/bench" $(PYTHON) scripts/bench --build $(BUILD)
+
+# Debian packages of score into build/deb/, a local apt repository of them in
+# build/deb/repo/ (docs/admin/packages.md).  DEB_VERSION=V builds version V.
+deb: deps
+	@scripts/make-deb.sh
 
 clean:
 	rm -rf $(BUILD)

@@ -14,6 +14,7 @@ build_pkgs=(
   libpmix-dev libfabric-dev libmunge-dev libslurm-dev
   clang libclang-rt-14-dev
   protobuf-compiler
+  debhelper dpkg-dev help2man lintian
 )
 run_pkgs=(
   iproute2 iputils-ping nftables procps psmisc util-linux

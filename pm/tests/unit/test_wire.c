@@ -32,7 +32,9 @@ static void load_doc(const char *path)
 	CHECK_MSG(f != NULL, "cannot open %s", path);
 	doc = calloc(1, 1 << 20);
 	CHECK_MSG(doc != NULL, "out of memory");
-	fread(doc, 1, (1 << 20) - 1, f);
+	size_t n = fread(doc, 1, (1 << 20) - 1, f);
+
+	CHECK_MSG(n > 0 && !ferror(f), "cannot read %s", path);
 	fclose(f);
 }
 
