@@ -18,7 +18,7 @@ build_pkgs=(
 )
 run_pkgs=(
   iproute2 iputils-ping nftables procps psmisc util-linux
-  munge openmpi-bin libopenmpi-dev
+  mmdebstrap munge openmpi-bin libopenmpi-dev
   slurm-client slurmctld slurmd
 )
 test_pkgs=(

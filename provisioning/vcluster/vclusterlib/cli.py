@@ -6,8 +6,8 @@ import shlex
 import signal
 import sys
 
-from . import (build, enter, log, naming, rsh, score, shape as shape_mod, slurm, status,
-               system, teardown)
+from . import (build, enter, image, log, naming, rsh, score, shape as shape_mod, slurm,
+               status, system, teardown)
 from .addressing import parse_subnet
 from .errors import VclusterError
 from .shape import Shape
@@ -74,6 +74,24 @@ examples:
   vcluster up --name big --nodes 16 --nics 2 --rate 1gbit --mtu 9000
   vcluster up --nodes 2 --with-score --score-bin target/debug
   vcluster up --nodes 4 --nics 2 --with-score --with-slurm"""
+
+IMAGE_HELP = """\
+Build the Debian image that root-file-system nodes run (vcluster up --rootfs),
+unless an image of the same recipe is already there: Debian bookworm (minbase)
+with systemd, openssh-server, python3 and python3-apt, from the archive the
+host's apt uses, made by mmdebstrap (Debian package mmdebstrap) in about a
+minute.  The image is kept in /var/cache/score/vcluster/images/ under a key
+that hashes its recipe (suite, archive, package list), so a changed recipe
+builds a new one.  Prints the image's directory."""
+
+IMAGE_EPILOG = """\
+exit status: 0 if the image is there (built now or before), 1 on error (no
+mmdebstrap, the archive unreachable, not enough disk: nothing is kept).
+
+examples:
+  vcluster image                 # build once, then reuse
+  vcluster image --list
+  vcluster image --rebuild"""
 
 SLURM_UP_HELP = """\
 Start Slurm (Debian's slurm-wlm) on cluster NAME, which must be up with MUNGE
@@ -342,6 +360,18 @@ def parser():
                    description=RSH_HELP, epilog=RSH_EPILOG, formatter_class=_formatter,
                    usage="%(prog)s [--name NAME] [SSH OPTIONS] [USER@]NODE [COMMAND...]")
 
+    im = sub.add_parser("image", parents=[common],
+                        help="build (once) the Debian image of root-file-system nodes",
+                        description=IMAGE_HELP, epilog=IMAGE_EPILOG, formatter_class=_formatter)
+    im.add_argument("--rebuild", action="store_true",
+                    help="build it again even if an image of the same recipe is there")
+    im.add_argument("--list", action="store_true", help="list the images built, newest first")
+    im.add_argument("--mirror", metavar="URI",
+                    help="the Debian archive to build from (default: the one the host's apt "
+                         "uses, else http://deb.debian.org/debian)")
+    im.add_argument("--json", action="store_true",
+                    help='print {"path": ..., "built": BOOL, "recipe": ...} on stdout')
+
     st = sub.add_parser("status", help="show clusters, nodes and what runs in them",
                         description=STATUS_HELP, epilog=STATUS_EPILOG, formatter_class=_formatter)
     st.add_argument("--name", metavar="NAME", help="show only this cluster")
@@ -371,7 +401,7 @@ def main(argv=None):
             return _rsh(argv[1:])
         args = parser().parse_args(argv)
         log.set_quiet(getattr(args, "quiet", False))
-        return {"up": _up, "down": _down, "exec": _exec, "status": _status,
+        return {"up": _up, "down": _down, "exec": _exec, "status": _status, "image": _image,
                 "score-up": _score_up, "score-down": _score_down, "env": _env,
                 "slurm-up": _slurm_up, "slurm-down": _slurm_down}[args.command](args)
     except VclusterError as e:
@@ -488,6 +518,23 @@ def _exec(args):
 def _rsh(argv):
     name, node, words = rsh.parse(argv)
     enter.exec_in(name, node, rsh.remote_argv(words))
+
+
+def _image(args):
+    if args.list:
+        found = image.list_images()
+        if args.json:
+            print(json.dumps([{"path": p, "recipe": r} for p, r in found], indent=2))
+        for p, r in ([] if args.json else found):
+            print(f"{p}  {r['suite']}, {len(r['packages'])} packages, from {r['sources'][0].split()[1]}")
+        return 0
+    path, built = image.ensure(rebuild=args.rebuild, main=args.mirror)
+    if args.json:
+        print(json.dumps({"path": path, "built": built, "recipe": image.recipe(args.mirror)},
+                         indent=2))
+    else:
+        print(path)
+    return 0
 
 
 def _status(args):

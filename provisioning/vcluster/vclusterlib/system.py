@@ -17,7 +17,8 @@ from .errors import VclusterError
 _EXTRA_PATH = "/usr/local/sbin:/usr/sbin:/sbin:/usr/local/bin:/usr/bin:/bin"
 _PACKAGE = {"ip": "iproute2", "tc": "iproute2", "nsenter": "util-linux",
             "unshare": "util-linux", "bash": "bash", "sleep": "coreutils",
-            "slurmctld": "slurmctld", "slurmd": "slurmd", "sinfo": "slurm-client"}
+            "slurmctld": "slurmctld", "slurmd": "slurmd", "sinfo": "slurm-client",
+            "mmdebstrap": "mmdebstrap"}
 # Commands of one batch are cheap; a stuck tool is not, so everything is bounded.
 TIMEOUT = 60
 
