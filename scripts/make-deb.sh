@@ -9,7 +9,7 @@
 #                                         changelog entry is added to the copy)
 #
 # The tree is copied (tracked and untracked files that git does not ignore)
-# to build/deb/work/score-VERSION/, packaging/debian/ becomes its debian/,
+# to build/deb/work/score/, packaging/debian/ becomes its debian/,
 # and dpkg-buildpackage -b builds the binary packages there.  The run fails
 # if lintian reports an error or a warning (build/deb/lintian.txt).
 set -euo pipefail
@@ -30,7 +30,9 @@ changelog_version=$(dpkg-parsechangelog -l packaging/debian/changelog -S Version
 version=${DEB_VERSION:-$changelog_version}
 [[ $version =~ ^[0-9][A-Za-z0-9.+~]*$ ]] ||
   die "DEB_VERSION '$version' is not a native Debian version (digits first, then letters, digits, . + ~)"
-src=$WORK/score-$version
+# One path whatever the version, so that cargo's incremental build (keyed by
+# the workspace's path) serves every run.
+src=$WORK/score
 
 say "copying the tree to $src"
 rm -rf "$src"

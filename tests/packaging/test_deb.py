@@ -3,41 +3,10 @@ them lintian-clean into a directory of the test's own, with a local apt
 repository; each package holds what it must and nothing of the build tree;
 the man pages come from the programs' own --help; the units verify."""
 
-import os
 import re
-import shutil
 import subprocess
-import tempfile
-from pathlib import Path
 
-import pytest
-
-REPO = Path(__file__).resolve().parent.parent.parent
-MAKE_DEB = REPO / "scripts" / "make-deb.sh"
-VERSION = subprocess.run(["dpkg-parsechangelog", "-l", str(REPO / "packaging/debian/changelog"),
-                          "-S", "Version"], capture_output=True, text=True,
-                         check=True).stdout.strip()
-PACKAGES = ("libpm0", "libpm-dev", "pm-tools", "scored", "score-client", "libfabric-pm",
-            "slurm-spank-score")
-BUILD_TIMEOUT = 1200
-
-
-@pytest.fixture(scope="session")
-def debs():
-    """build/deb of a make-deb.sh run into a fresh directory: {package: path}."""
-    out = Path(tempfile.mkdtemp(prefix="score-deb-", dir=REPO / "build"))
-    try:
-        # The main build's compiled crates, as make deb uses them.
-        env = dict(os.environ, DEB_OUT=str(out))
-        proc = subprocess.run([str(MAKE_DEB)], env=env, capture_output=True, text=True,
-                              timeout=BUILD_TIMEOUT)
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        # The -dbgsym packages (detached debug symbols) are built too.
-        found = {p.name.split("_")[0]: p for p in out.glob("*.deb")
-                 if not p.name.split("_")[0].endswith("-dbgsym")}
-        yield out, found
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
+from .conftest import PACKAGES, VERSION
 
 
 def contents(deb):
