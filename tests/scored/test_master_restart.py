@@ -182,7 +182,11 @@ def test_a_pm_job_and_a_queued_job_survive_a_restart_of_the_master(score):
 
     restart_master(score)
 
-    assert pm.wait(120) == 0, pm.stderr()
+    try:
+        status = pm.wait(120)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{daemon_logs(score.vc)}") from None
+    assert status == 0, pm.stderr()
     assert f"scrun: re-attached to job {pm_id}" in pm.stderr(), pm.stderr()
     assert queued.wait(60) == 0, queued.stderr()
     assert sorted(queued.stdout().split()) == ["n1", "n2", "n3", "n4"]

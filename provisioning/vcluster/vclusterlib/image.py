@@ -16,6 +16,7 @@ no image behind (and the next build removes its leftovers).
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -146,7 +147,8 @@ def _explain(stderr):
     text = " | ".join(lines[-6:]) or stderr.strip()[-600:]
     if "No space left" in stderr:
         text += f" (the disk of {IMAGES} is full)"
-    if "Could not resolve" in stderr or "Failed to fetch" in stderr:
+    if re.search(r"^Err:\d+ |Could not resolve|Could not connect|Unable to connect|"
+                 r"Failed to fetch|Temporary failure resolving", stderr, re.M):
         text += " (the Debian archive is unreachable from this machine)"
     return text
 
