@@ -9,8 +9,8 @@ use super::spawn::{spawn, RankSpawn};
 use super::Internal;
 use score_pmix::{FenceReply, JobLayout, PmixServer};
 use score_proto::v1::{
-    agent_message, AgentMessage, Credit, FenceContribution, HeldJob, JobInfo, OutputMark, RankExit,
-    StdinChunk,
+    agent_message, AgentMessage, Credit, FenceComplete, FenceContribution, HeldJob, JobInfo,
+    OutputMark, RankExit, StdinChunk,
 };
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -48,6 +48,9 @@ pub struct AgentJob {
     /// Fences entered here and not complete: the reply to the clients and
     /// the contribution (sent again to a restarted master).
     fences: BTreeMap<u64, (FenceReply, Vec<u8>)>,
+    /// The last fence completed here, (seq, data): reported to a restarted
+    /// master, for the nodes its completion may not have reached.
+    last_fence: Option<(u64, Vec<u8>)>,
     started: bool,
     /// The launch was reported a success.
     launched: bool,
@@ -94,6 +97,7 @@ impl AgentJob {
             pending_stdin: Vec::new(),
             next_fence: 0,
             fences: BTreeMap::new(),
+            last_fence: None,
             started: false,
             launched: false,
             exits: Vec::new(),
@@ -270,6 +274,11 @@ impl AgentJob {
                 })
                 .collect(),
             cleaning: self.cleaning,
+            last_fence: self.last_fence.as_ref().map(|(seq, data)| FenceComplete {
+                seq: *seq,
+                data: data.clone(),
+                ok: true,
+            }),
         }
     }
 
@@ -337,6 +346,7 @@ impl AgentJob {
     pub fn fence_complete(&mut self, seq: u64, ok: bool, data: Vec<u8>) {
         if let Some((reply, _)) = self.fences.remove(&seq) {
             if ok {
+                self.last_fence = Some((seq, data.clone()));
                 reply.complete(Ok(data));
             }
             // else: dropping the reply fails the fence for the clients.

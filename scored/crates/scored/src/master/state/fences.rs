@@ -13,6 +13,11 @@ use super::State;
 #[derive(Default)]
 pub struct Fences {
     open: BTreeMap<u64, BTreeMap<u64, BTreeMap<usize, Vec<u8>>>>,
+    /// The last fence completed of each job, (seq, data): a node can be at
+    /// most one fence behind another, so a restarted master that hears of it
+    /// from one node completes it for the nodes its predecessor's completion
+    /// did not reach.
+    done: BTreeMap<u64, (u64, Vec<u8>)>,
 }
 
 impl Fences {
@@ -36,12 +41,44 @@ impl Fences {
         if fences.is_empty() {
             self.open.remove(&job);
         }
-        Some(complete.into_values().flatten().collect())
+        let data: Vec<u8> = complete.into_values().flatten().collect();
+        self.done.insert(job, (seq, data.clone()));
+        Some(data)
+    }
+
+    /// The data of fence `seq` of `job` if it completed already.
+    pub fn completed(&self, job: u64, seq: u64) -> Option<&[u8]> {
+        match self.done.get(&job) {
+            Some((s, data)) if *s == seq => Some(data),
+            _ => None,
+        }
+    }
+
+    /// A node reports fence `seq` of `job` completed with `data` (a restarted
+    /// master): remembered, and the node indices that contributed to it here
+    /// are returned, to be told.
+    pub fn learn_completed(&mut self, job: u64, seq: u64, data: Vec<u8>) -> Vec<usize> {
+        if self.done.get(&job).is_some_and(|(s, _)| *s >= seq) {
+            return Vec::new();
+        }
+        self.done.insert(job, (seq, data));
+        let Some(fences) = self.open.get_mut(&job) else {
+            return Vec::new();
+        };
+        let waiting = fences
+            .remove(&seq)
+            .map(|c| c.into_keys().collect())
+            .unwrap_or_default();
+        if fences.is_empty() {
+            self.open.remove(&job);
+        }
+        waiting
     }
 
     /// The job ended or was forgotten: its open fences will never complete.
     pub fn forget(&mut self, job: u64) {
         self.open.remove(&job);
+        self.done.remove(&job);
     }
 }
 
@@ -54,6 +91,13 @@ impl State {
         let Some(index) = job.info.nodes.iter().position(|n| n == node) else {
             return;
         };
+        // Completed already (a restarted master heard so from another node):
+        // this node missed the completion.
+        if let Some(done) = self.fences.completed(id, seq) {
+            let done = done.to_vec();
+            self.fence_complete_to(id, node, seq, done);
+            return;
+        }
         let Some(data) = self
             .fences
             .contribute(id, seq, index, job.info.nodes.len(), data)
@@ -73,11 +117,62 @@ impl State {
             );
         }
     }
+
+    /// A restarted master hears from `node` that fence `seq` of job `id`
+    /// completed there: the nodes still waiting for it get its data.
+    pub(super) fn fence_completed_elsewhere(&mut self, id: u64, seq: u64, data: Vec<u8>) {
+        let Some(job) = self.jobs.get(id) else {
+            return;
+        };
+        let nodes = job.info.nodes.clone();
+        for index in self.fences.learn_completed(id, seq, data.clone()) {
+            if let Some(name) = nodes.get(index) {
+                self.fence_complete_to(id, name, seq, data.clone());
+            }
+        }
+    }
+
+    fn fence_complete_to(&mut self, id: u64, node: &str, seq: u64, data: Vec<u8>) {
+        self.links.send(
+            &self.nodes,
+            node,
+            id,
+            master_message::Msg::Fence(FenceComplete {
+                seq,
+                data,
+                ok: true,
+            }),
+        );
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::testkit::*;
+    use super::Fences;
+
+    #[test]
+    fn a_fence_completed_before_a_restart_is_completed_for_the_nodes_it_missed() {
+        let mut f = Fences::default();
+        // The restarted master: node 1 still waits for fence 3 ...
+        assert_eq!(f.contribute(7, 3, 1, 2, b"b".to_vec()), None);
+        // ... node 0 says it completed, with its data: node 1 is told.
+        assert_eq!(f.learn_completed(7, 3, b"ab".to_vec()), vec![1]);
+        assert_eq!(f.completed(7, 3), Some(&b"ab"[..]));
+        // Heard again, or of an older fence: nothing more to do.
+        assert!(f.learn_completed(7, 3, b"ab".to_vec()).is_empty());
+        assert!(f.learn_completed(7, 2, b"x".to_vec()).is_empty());
+        // The next fence completes as usual, and is then the one remembered.
+        assert_eq!(f.contribute(7, 4, 0, 2, b"c".to_vec()), None);
+        assert_eq!(
+            f.contribute(7, 4, 1, 2, b"d".to_vec()),
+            Some(b"cd".to_vec())
+        );
+        assert_eq!(f.completed(7, 3), None);
+        assert_eq!(f.completed(7, 4), Some(&b"cd"[..]));
+        f.forget(7);
+        assert_eq!(f.completed(7, 4), None);
+    }
 
     #[test]
     fn fences_complete_when_every_node_contributed_in_node_order() {

@@ -126,6 +126,9 @@ impl State {
             for exit in h.exits {
                 self.rank_exited(id, exit);
             }
+            if let Some(done) = h.last_fence {
+                self.fence_completed_elsewhere(id, done.seq, done.data);
+            }
             for f in h.fences {
                 self.fence(id, node, f.seq, f.data);
             }
