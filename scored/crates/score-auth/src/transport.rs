@@ -3,12 +3,13 @@
 //! [`SealedChannel`] wraps a client's channel: it picks a fresh call nonce
 //! and call key for each call, seals every request message (request 0 with
 //! a credential only the master's uid can decode) and opens every reply
-//! (sealed with the key, so only the master's uid can have sealed it).  [`SealedServer`] wraps a service: it
-//! opens the first request message before the handler runs (the handler
-//! finds the caller with [`caller`]), then every later one, and seals every
-//! reply.  A message that fails to open ends the call with UNAUTHENTICATED
-//! and the reason, and is reported to a [`RefusalHook`] (for the log and the
-//! metrics) before anything acts on it.
+//! (sealed with the key, so only the master's uid can have sealed it).
+//! [`SealedServer`] wraps a service: it opens the first request message
+//! before the handler runs (the handler finds the caller with [`caller`]),
+//! then every later one, and seals every reply.  A message that fails to
+//! open ends the call with UNAUTHENTICATED and the reason, and is reported
+//! to a [`RefusalHook`] (for the log and the metrics) before anything acts
+//! on it.
 //!
 //! Statuses (grpc-status, grpc-message) are not sealed: they carry no
 //! command, and whoever can alter them in flight can also cut the connection.

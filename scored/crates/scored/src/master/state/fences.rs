@@ -104,17 +104,8 @@ impl State {
         else {
             return;
         };
-        for name in &job.info.nodes {
-            self.links.send(
-                &self.nodes,
-                name,
-                id,
-                master_message::Msg::Fence(FenceComplete {
-                    seq,
-                    data: data.clone(),
-                    ok: true,
-                }),
-            );
+        for name in job.info.nodes.clone() {
+            self.fence_complete_to(id, &name, seq, data.clone());
         }
     }
 
