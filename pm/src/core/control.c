@@ -53,6 +53,11 @@ _Thread_local pid_t pm_tl_tid __attribute__((tls_model("initial-exec")));
  * (the resume's) only has to interrupt the sleep it lands in. */
 static _Thread_local volatile sig_atomic_t tl_serving
 	__attribute__((tls_model("initial-exec")));
+/* A SIGURG came while tl_serving was set.  It may be the next request,
+ * sent as soon as the last one's resume was seen and landing before this
+ * thread left serve(): serve() then looks at every context once more. */
+static _Thread_local volatile sig_atomic_t tl_again
+	__attribute__((tls_model("initial-exec")));
 
 /* Open contexts the handler may serve.  A reader takes a reference on the
  * slot before loading the pointer, so pm_control_close(), which clears the
@@ -102,7 +107,8 @@ struct held {
 	struct pm_context *ctx;
 	int slot;
 	bool app_quiesced;      /* pm_quiesce() by the application: stays */
-	bool done;              /* drained (state 2) or the request withdrawn */
+	enum { DRAINING, HELD, WITHDRAWN } phase;
+	uint64_t asked_ns;      /* when the procedure took it */
 };
 
 /*
@@ -146,72 +152,146 @@ static void orphaned(struct held *h, int n, pid_t pid)
 	       "gone without resuming; going on", (int)pid);
 }
 
-/*
- * The preemption procedure over n contexts at once: a process with several
- * contexts must drain them together, or one would wait for its peers'
- * acknowledgements while another left its own peers without theirs.
- */
-static void procedure(struct held *h, int n)
+static bool taken(const struct held *h, int n, int slot)
 {
-	uint64_t t0 = pm_now_ns();
-	int left = n;
+	for (int i = 0; i < n; i++)
+		if (h[i].slot == slot)
+			return true;
+	return false;
+}
+
+/*
+ * Add to h[0..n) every registered context that asks and that this thread
+ * may touch; one used by another thread gets the signal forwarded to that
+ * thread.  A context of this thread inside a PM call is returned in *busy:
+ * holding here would keep that call from ever reaching its exit.  Returns
+ * the new count; each added context holds a reference on its slot.
+ */
+static int gather(struct held *h, int n, struct pm_context **busy)
+{
+	pid_t pid = getpid(), me = pm_thread_id();
+
+	for (int i = 0; i < CONTROL_MAX; i++) {
+		if (taken(h, n, i))
+			continue;
+		atomic_fetch_add(&registry_refs[i], 1);
+
+		struct pm_context *ctx = atomic_load(&registry[i]);
+		bool keep = false;
+
+		/* page->pid: a forked child inherits the registry, not the job. */
+		if (ctx && ctx->page->pid == pid && ctx->opening) {
+			/* Still opening: nothing of ours is on the wire, so the
+			 * context is quiesced as it stands; the freeze that
+			 * follows stops the bootstrap wherever it is. */
+			set_state(ctx, asked(ctx) ? PM_STATS_QUIESCED : PM_STATS_OPEN);
+		} else if (ctx && ctx->page->pid == pid) {
+			pid_t owner = ctx->owner_tid;
+
+			if (ctx->in_call && owner == me)
+				*busy = ctx;
+			else if (!asked(ctx))
+				;
+			else if (owner && owner != me &&
+				 syscall(SYS_tgkill, pid, owner, SIGURG) == 0)
+				;       /* its thread will serve it */
+			else if (!ctx->in_call)
+				keep = true;
+		}
+		if (keep) {
+			ctx->in_call = 1;       /* ours until the procedure ends */
+			h[n++] = (struct held){ .ctx = ctx, .slot = i };
+		} else {
+			atomic_fetch_sub(&registry_refs[i], 1);
+		}
+	}
+	return n;
+}
+
+static void release(struct held *h, int n)
+{
+	for (int i = 0; i < n; i++) {
+		h[i].ctx->in_call = 0;
+		atomic_fetch_sub(&registry_refs[h[i].slot], 1);
+	}
+}
+
+/* (1) Stop injecting. */
+static void take(struct held *h)
+{
+	h->app_quiesced = h->ctx->quiesced;
+	h->ctx->quiesced = true;
+	h->phase = DRAINING;
+	h->asked_ns = pm_now_ns();
+}
+
+/*
+ * The preemption procedure over the contexts of h at once: a process with
+ * several contexts must drain them together, or one would wait for its
+ * peers' acknowledgements while another left its own peers without theirs.
+ * A request that comes while it runs (its SIGURG only sets tl_again) joins
+ * it: the agent may ask a second context after the procedure took the
+ * first, and then waits for both before it resumes either.  Returns the
+ * final count of h.
+ */
+static int procedure(struct held *h, int n)
+{
 	struct controller_watch w = {
 		.pidfd = -1, .pid = atomic_load(&controller_pid),
-		.next_check_ns = t0 + CONTROLLER_CHECK_NS,
+		.next_check_ns = pm_now_ns() + CONTROLLER_CHECK_NS,
 	};
 
-	/* (1) Stop injecting; keep receiving and acknowledging until nothing
-	 * of ours is unacknowledged.  No bound here: the agent has one, and
-	 * withdraws the request (control 0) when it gives up. */
-	for (int i = 0; i < n; i++) {
-		h[i].app_quiesced = h[i].ctx->quiesced;
-		h[i].ctx->quiesced = true;
-	}
-	while (left > 0) {
+	for (int i = 0; i < n; i++)
+		take(&h[i]);
+	for (;;) {
+		if (tl_again) {
+			struct pm_context *busy = NULL;
+			int was = n;
+
+			tl_again = 0;
+			n = gather(h, n, &busy);
+			for (int i = was; i < n; i++)
+				take(&h[i]);
+			if (busy)       /* not while we run here; the exit would serve */
+				busy->ctl_pending = 1;
+		}
+		/* (2) Keep receiving and acknowledging until nothing of ours
+		 * is unacknowledged, then tell the agent.  No bound here: the
+		 * agent has one, and withdraws the request (control 0) when it
+		 * gives up.  (3) Hold until every request is withdrawn: peers
+		 * may still be draining and need our acknowledgements; the
+		 * freeze stops the process somewhere in here, which is fine. */
+		bool draining = false, holding = false;
+
 		for (int i = 0; i < n; i++) {
 			struct pm_context *ctx = h[i].ctx;
 
-			if (h[i].done)
+			if (h[i].phase == WITHDRAWN)
 				continue;
 			if (!asked(ctx)) {
-				h[i].done = true;       /* withdrawn before we drained */
-				left--;
-			} else if (ctx->dev->ops->drain_poll(ctx->dev)) {
+				h[i].phase = WITHDRAWN;
+				continue;
+			}
+			if (h[i].phase == DRAINING && ctx->dev->ops->drain_poll(ctx->dev)) {
 				ctx->stats->quiesces++;
-				ctx->stats->quiesce_ns += pm_now_ns() - t0;
-				/* (2) Tell the agent. */
+				ctx->stats->quiesce_ns += pm_now_ns() - h[i].asked_ns;
 				set_state(ctx, PM_STATS_QUIESCED);
-				h[i].done = true;
-				left--;
+				h[i].phase = HELD;
 			}
+			draining |= h[i].phase == DRAINING;
+			holding |= h[i].phase == HELD;
 		}
-		for (int i = 0; i < n && left > 0; i++)
-			if (!h[i].done)
-				h[i].ctx->dev->ops->hold(h[i].ctx->dev, pm_now_ns() + DRAIN_SLICE_NS);
-		if (left > 0 && controller_gone(&w)) {
-			orphaned(h, n, w.pid);
+		if (!draining && !holding)
 			break;
-		}
-	}
 
-	/* (3) Hold until every request is withdrawn.  Peers of the job may
-	 * still be draining and need our acknowledgements; the freeze stops
-	 * the process somewhere in here, which is fine. */
-	uint64_t slice = n == 1 ? HOLD_SLICE_NS : HOLD_SLICE_MANY_NS;
+		uint64_t slice = draining ? DRAIN_SLICE_NS :
+				 n == 1 ? HOLD_SLICE_NS : HOLD_SLICE_MANY_NS;
 
-	for (;;) {
-		bool any = false;
-
-		for (int i = 0; i < n; i++) {
-			struct pm_context *ctx = h[i].ctx;
-
-			if (asked(ctx)) {
-				any = true;
-				ctx->dev->ops->hold(ctx->dev, pm_now_ns() + slice);
-			}
-		}
-		if (!any)
-			break;
+		/* The resume's SIGURG interrupts one sleep: look at the word
+		 * (and at a request that came meanwhile) before each. */
+		for (int i = 0; i < n && !tl_again; i++)
+			if (h[i].phase != WITHDRAWN && asked(h[i].ctx))
+				h[i].ctx->dev->ops->hold(h[i].ctx->dev, pm_now_ns() + slice);
 		if (controller_gone(&w)) {
 			orphaned(h, n, w.pid);
 			break;
@@ -228,73 +308,45 @@ static void procedure(struct held *h, int n)
 		ctx->quiesced = h[i].app_quiesced;
 		set_state(ctx, h[i].app_quiesced ? PM_STATS_QUIESCED : PM_STATS_OPEN);
 	}
+	return n;
 }
 
 /*
- * Serve every registered context that asks and that this thread may touch:
- * one used by another thread gets the signal forwarded to that thread.
- * When this thread is inside a PM call (any context's), nothing is served
- * here: holding in the handler would keep that call from ever reaching its
- * exit, so the call is flagged and its exit serves everything (our signal
- * has interrupted its sleep, if it slept).
+ * Serve every context that asks.  When this thread is inside a PM call
+ * (any context's), nothing is served here: the call is flagged and its
+ * exit serves everything (our signal has interrupted its sleep, if it
+ * slept).
  */
-static void serve(void)
+static void serve_once(void)
 {
 	struct held h[CONTROL_MAX];
-	pid_t pid = getpid(), me = pm_thread_id();
 	struct pm_context *busy = NULL;
-	int n = 0;
+	int n = gather(h, 0, &busy);
 
-	tl_serving = 1;
-	atomic_signal_fence(memory_order_seq_cst);
-	for (int i = 0; i < CONTROL_MAX; i++) {
-		atomic_fetch_add(&registry_refs[i], 1);
-
-		struct pm_context *ctx = atomic_load(&registry[i]);
-		bool keep = false;
-
-		/* page->pid: a forked child inherits the registry, not the job. */
-		if (ctx && ctx->page->pid == pid && ctx->opening) {
-			/* Still opening: nothing of ours is on the wire, so the
-			 * context is quiesced as it stands; the freeze that
-			 * follows stops the bootstrap wherever it is. */
-			set_state(ctx, asked(ctx) ? PM_STATS_QUIESCED : PM_STATS_OPEN);
-		} else if (ctx && ctx->page->pid == pid) {
-			pid_t owner = ctx->owner_tid;
-
-			if (ctx->in_call && owner == me)
-				busy = ctx;
-			else if (!asked(ctx))
-				;
-			else if (owner && owner != me &&
-				 syscall(SYS_tgkill, pid, owner, SIGURG) == 0)
-				;       /* its thread will serve it */
-			else if (!ctx->in_call)
-				keep = true;
-		}
-		if (keep) {
-			ctx->in_call = 1;       /* ours until the procedure ends */
-			h[n++] = (struct held){ .ctx = ctx, .slot = i };
-		} else {
-			atomic_fetch_sub(&registry_refs[i], 1);
-		}
-	}
 	if (busy) {
 		busy->ctl_pending = 1;
-		for (int i = 0; i < n; i++) {
-			h[i].ctx->in_call = 0;
-			atomic_fetch_sub(&registry_refs[h[i].slot], 1);
-		}
-		n = 0;
+		release(h, n);
+		return;
 	}
 	if (n > 0)
-		procedure(h, n);
-	for (int i = 0; i < n; i++) {
-		h[i].ctx->in_call = 0;
-		atomic_fetch_sub(&registry_refs[h[i].slot], 1);
-	}
-	atomic_signal_fence(memory_order_seq_cst);
-	tl_serving = 0;
+		n = procedure(h, n);
+	release(h, n);
+}
+
+/* tl_again is read after tl_serving is cleared: a signal before the clear
+ * set it, one after found tl_serving clear and served by itself.  Each
+ * extra pass answers a signal that came, so the loop ends with them. */
+static void serve(void)
+{
+	do {
+		tl_again = 0;
+		tl_serving = 1;
+		atomic_signal_fence(memory_order_seq_cst);
+		serve_once();
+		atomic_signal_fence(memory_order_seq_cst);
+		tl_serving = 0;
+		atomic_signal_fence(memory_order_seq_cst);
+	} while (tl_again);
 }
 
 /* SA_NODEFER: the resume's SIGURG must interrupt the hold's sleep even when
@@ -311,6 +363,8 @@ static void on_sigurg(int sig, siginfo_t *si, void *uc)
 		atomic_store(&controller_pid, si->si_pid);
 	if (!tl_serving)
 		serve();
+	else
+		tl_again = 1;
 	errno = saved;
 }
 
