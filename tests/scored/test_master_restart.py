@@ -14,7 +14,8 @@ import subprocess
 import pytest
 from vclusterlib import procs
 
-from .score import PMCHECK, SCORE_BIN, Score, marker, processes_with, scored_pid, wait_for
+from .score import (PMCHECK, SCORE_BIN, Score, agent_metrics_url, marker, processes_with, scored_pid,
+                    scrape, wait_for)
 
 # A scrun that does not come back is given up after this (default 30 s).
 REATTACH_TIMEOUT_MS = 8000
@@ -71,6 +72,34 @@ def daemon_logs(vc, chars=4000):
     for node in ["head", *vc.nodes]:
         log = (vc.service_dir / node / "scored.log").read_text(errors="replace")
         out.append(f"--- {node}/scored.log:\n{log[-chars:]}")
+    return "\n".join(out)
+
+
+def stuck_job_report(score, job_id):
+    """What the master, the agents and the kernel say of a job that does
+    not end: its record, the matrix, its PM contexts' counters and its
+    processes' states, then the daemons' logs."""
+    out = []
+    for args in (("show", str(job_id)), ("matrix",)):
+        r = score.scorectl(*args)
+        out.append(f"--- scorectl {' '.join(args)}:\n{r.stdout}{r.stderr}")
+    for node in score.vc.nodes:
+        try:
+            text = scrape(agent_metrics_url(score, node))
+        except Exception as e:  # noqa: BLE001 - a report, not a check
+            out.append(f"--- {node} metrics: {e}")
+            continue
+        lines = [ln for ln in text.splitlines() if f'job="{job_id}"' in ln and not ln.endswith(" 0")]
+        out.append(f"--- {node} metrics of job {job_id} (non-zero):\n" + "\n".join(lines))
+    for pid in processes_with(str(PMCHECK)):
+        try:
+            status = dict(ln.split(":", 1) for ln in
+                          open(f"/proc/{pid}/status").read().splitlines() if ":" in ln)
+            wchan = open(f"/proc/{pid}/wchan").read()
+        except OSError:
+            continue
+        out.append(f"--- pid {pid}: state {status.get('State', '?').strip()}, wchan {wchan}")
+    out.append(daemon_logs(score.vc))
     return "\n".join(out)
 
 
@@ -185,7 +214,7 @@ def test_a_pm_job_and_a_queued_job_survive_a_restart_of_the_master(score):
     try:
         status = pm.wait(120)
     except AssertionError as e:
-        raise AssertionError(f"{e}\n{daemon_logs(score.vc)}") from None
+        raise AssertionError(f"{e}\n{stuck_job_report(score, pm_id)}") from None
     assert status == 0, pm.stderr()
     assert f"scrun: re-attached to job {pm_id}" in pm.stderr(), pm.stderr()
     assert queued.wait(60) == 0, queued.stderr()

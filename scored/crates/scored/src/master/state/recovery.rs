@@ -224,6 +224,11 @@ impl State {
             let Some(job) = self.jobs.get_mut(id) else {
                 continue;
             };
+            // Only the jobs still waiting: one settled already has its
+            // frozen state from the gang scheduler now, not from its agents.
+            if !job.recovering() {
+                continue;
+            }
             for node in std::mem::take(&mut job.awaiting) {
                 self.lost(id, &node, &why);
             }
@@ -533,6 +538,47 @@ mod tests {
             JobState::Completing
         );
         assert!(info.reason.contains("did not re-attach"), "{}", info.reason);
+    }
+
+    #[test]
+    fn the_end_of_the_wait_for_agents_leaves_a_settled_job_as_the_gang_scheduler_has_it() {
+        let mut h = harness_with(2, 2);
+        let (a, _ra) = h.submit(spec(2, 1));
+        h.launch_ok(a);
+        let mut h = restarted_quantum(2, 2, Duration::ZERO, h.st.snapshot());
+        for n in ["n1", "n2"] {
+            h.attach(n, held(a, Vec::new()));
+        }
+        // Settled; then a second job takes turns with it, and it is frozen.
+        let (b, _rb) = h.submit(spec(2, 1));
+        h.st.quantum_tick();
+        let id = preempt_of(&h.agent_hears("n1")).expect("preempt").switch_id;
+        h.agent_hears("n2");
+        for n in ["n1", "n2"] {
+            h.drained(n, id);
+        }
+        for n in ["n1", "n2"] {
+            h.switched(n, id);
+        }
+        h.launch_ok(b);
+        assert!(h.st.job_info(a).unwrap().frozen);
+
+        // The wait for the agents ends (its timer was set at the restart).
+        h.st.timer_fired(0, TimerKind::AgentsBack);
+        assert!(
+            h.st.job_info(a).unwrap().frozen,
+            "a settled job is not recovered again"
+        );
+        // So, when b ends, a is thawed rather than left frozen for good.
+        for n in ["n1", "n2"] {
+            h.agent_hears(n);
+        }
+        h.exit(b, "n1", 0, 0, 0);
+        h.exit(b, "n2", 1, 0, 0);
+        h.clean_all(b);
+        let sw = switch_of(&h.agent_hears("n1")).expect("a thaw");
+        assert_eq!(sw.thaw, vec![a]);
+        assert!(!h.st.job_info(a).unwrap().frozen);
     }
 
     #[test]

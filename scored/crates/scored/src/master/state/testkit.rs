@@ -45,7 +45,16 @@ pub fn harness_quantum(nodes: usize, gang_slots: usize, quantum: Duration) -> Ha
 
 /// A master restarted from `saved` (1 s quantum), before any agent is back.
 pub fn restarted(nodes: usize, gang_slots: usize, saved: SavedState) -> Harness {
-    let mut h = detached(nodes, gang_slots, Duration::from_secs(1));
+    restarted_quantum(nodes, gang_slots, Duration::from_secs(1), saved)
+}
+
+pub fn restarted_quantum(
+    nodes: usize,
+    gang_slots: usize,
+    quantum: Duration,
+    saved: SavedState,
+) -> Harness {
+    let mut h = detached(nodes, gang_slots, quantum);
     h.st.restore(saved);
     h
 }
