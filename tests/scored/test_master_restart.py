@@ -44,14 +44,15 @@ def master_pid(vc):
     return scored_pid(vc, "master")
 
 
-def restart_master(score, while_down=None):
-    """SIGKILL the master, run `while_down()`, start it again as vcluster
-    does.  The new master is ended by its command line when the module's
-    cluster goes down."""
+def restart_master(score, while_down=None, sig=signal.SIGKILL):
+    """Kill the master with `sig` (SIGKILL: as a crash would), run
+    `while_down()`, start it again as vcluster does.  The new master is
+    ended by its command line when the module's cluster goes down."""
     vc = score.vc
     pid = master_pid(vc)
     assert pid, "no master runs"
-    os.kill(pid, signal.SIGKILL)
+    os.kill(pid, sig)
+    # SIGTERM: the streams still open are closed after 1 s (STOP_GRACE).
     wait_for(lambda: procs.exited(pid), 10, "the master to die")
     if while_down:
         while_down()
@@ -221,6 +222,28 @@ def test_a_pm_job_and_a_queued_job_survive_a_restart_of_the_master(score):
     assert sorted(queued.stdout().split()) == ["n1", "n2", "n3", "n4"]
     assert score.job(pm_id)["state"] == "completed"
     assert score.job(queued_id)["state"] == "completed"
+
+
+def test_a_master_stopped_with_sigterm_exits_and_its_successor_adopts_the_job(score):
+    """SIGTERM (systemctl stop) ends the master although the agents' and
+    scrun's streams stay open; it says so, and the job goes on under the
+    next master."""
+    m = marker()
+    run = score.start("-v", "-nodes=4x1", "sleep", m)
+    job_id = run.job_id()
+    score.wait_job(job_id, "running")
+    log = score.vc.service_dir / "head" / "scored.log"
+    before = log.read_text(errors="replace")
+
+    restart_master(score, sig=signal.SIGTERM)
+
+    said = log.read_text(errors="replace")[len(before):]
+    assert "SIGTERM: stopping" in said and "master stopped" in said, said
+    assert score.job(job_id)["state"] == "running"
+    score.scorectl("cancel", str(job_id))
+    assert run.wait(60) != 0
+    assert f"scrun: re-attached to job {job_id}" in run.stderr(), run.stderr()
+    score.assert_job_gone(job_id, m)
 
 
 def test_a_job_whose_scrun_does_not_come_back_is_cancelled(score):

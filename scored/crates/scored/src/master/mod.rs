@@ -162,15 +162,40 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
         conn
     });
-    tonic::transport::Server::builder()
+    // On SIGTERM the server stops accepting and lets the calls under way
+    // finish, but the agents' and scruns' streams never finish by
+    // themselves: after STOP_GRACE they are closed.  The state is saved
+    // at every change, so the agents keep their jobs and a master started
+    // again adopts them, as after a crash.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        crate::shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|&s| s).await;
+    };
+    let server = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(SealedServer::new(MasterServer::new(service), munge).on_refusal(on_refusal))
-        .serve_with_incoming_shutdown(incoming, crate::shutdown_signal())
-        .await
-        .context("gRPC server failed")?;
+        .serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone()));
+    tokio::select! {
+        served = server => served.context("gRPC server failed")?,
+        () = async {
+            stopped(stop_rx).await;
+            tokio::time::sleep(STOP_GRACE).await;
+        } => tracing::info!(
+            "closed the streams still open (agents, scruns) {} s after the signal",
+            STOP_GRACE.as_secs_f64()
+        ),
+    }
     tracing::info!("master stopped");
     Ok(())
 }
+
+/// How long the calls under way may take to finish once the master is told
+/// to stop.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// TCP keepalive on an accepted connection: probes after 10 s of silence,
 /// every 5 s; the connection is closed when 3 go unanswered (its host is
