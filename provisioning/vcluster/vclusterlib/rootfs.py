@@ -33,13 +33,12 @@ import signal
 import subprocess
 import time
 
-from . import procs, system
+from . import naming, procs, system
 from .errors import VclusterError
 
 BASE = "/var/lib/score/vcluster"
 READY_TIMEOUT = 90
 STOP_TIMEOUT = 30
-TAG = "vcluster-node"
 CONTAINER = "vcluster"
 
 # Run by the node's first process (PID 1 of its PID namespace) with
@@ -52,10 +51,17 @@ mount -t overlay overlay -o "lowerdir=$2,upperdir=$3,workdir=$4" "$R"
 mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
 mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$R/sys"
 mount -t tmpfs -o mode=755,nosuid,size=65536k tmpfs "$R/dev"
-for d in null zero full random urandom tty; do
-    : > "$R/dev/$d"; mount --bind "/dev/$d" "$R/dev/$d"
-done
-: > "$R/dev/console"; mount --bind /dev/null "$R/dev/console"
+# Device nodes of the node's own (mknod), never the host's bound in: the
+# node's systemd chowns and chmods some (its console to root:tty 0620), and
+# that must not reach the host's /dev/null.
+mknod -m 666 "$R/dev/null" c 1 3
+mknod -m 666 "$R/dev/zero" c 1 5
+mknod -m 666 "$R/dev/full" c 1 7
+mknod -m 666 "$R/dev/random" c 1 8
+mknod -m 666 "$R/dev/urandom" c 1 9
+mknod -m 666 "$R/dev/tty" c 5 0
+# No terminal is attached: the console writes to nowhere.
+mknod -m 600 "$R/dev/console" c 1 3
 mkdir -p "$R/dev/pts" "$R/dev/shm" "$R/dev/mqueue"
 mount -t devpts -o newinstance,ptmxmode=0666,mode=620,gid=5 devpts "$R/dev/pts"
 ln -s pts/ptmx "$R/dev/ptmx"
@@ -77,7 +83,7 @@ def node_dir(cluster, node):
 
 
 def tag(cluster, node):
-    return f"{TAG} {cluster} {node}"
+    return naming.node_tag(cluster, node)
 
 
 def prepare(cluster, node, hosts_text, authorized_key):
@@ -171,29 +177,51 @@ def wait_ready(cluster, node, holder, timeout=READY_TIMEOUT):
 def stop(cluster, node, holder, timeout=STOP_TIMEOUT):
     """Power the node off (SIGRTMIN+4 to its systemd), SIGKILL it after
     `timeout`; returns True if it powered off by itself."""
-    if procs.exited(holder) or procs.argv0(holder) != tag(cluster, node):
-        return True
-    init = init_pid(holder)
-    if init:
-        try:
-            os.kill(init, signal.SIGRTMIN + 4)
-        except ProcessLookupError:
-            pass
+    return node in stop_all(cluster, {node: holder}, timeout)
+
+
+def stop_all(cluster, holders, timeout=STOP_TIMEOUT):
+    """Power off every node of {node: holder pid} at once; SIGKILL those
+    still there after `timeout`.  Returns the nodes that powered off by
+    themselves (or were not running)."""
+    clean = set()
+    running = {}
+    for node, holder in holders.items():
+        if procs.exited(holder) or procs.argv0(holder) != tag(cluster, node):
+            clean.add(node)
+            continue
+        running[node] = holder
+        init = init_pid(holder)
+        if init:
+            try:
+                os.kill(init, signal.SIGRTMIN + 4)
+            except ProcessLookupError:
+                pass
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if procs.exited(holder):
-            return True
+    while running and time.monotonic() < deadline:
+        for node in [n for n, h in running.items() if procs.exited(h)]:
+            clean.add(node)
+            del running[node]
         time.sleep(0.1)
     # --kill-child: the node's PID 1, and with it every process of the node,
     # dies with the holder.
-    try:
-        os.kill(holder, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    for holder in running.values():
+        try:
+            os.kill(holder, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     deadline = time.monotonic() + 10
-    while not procs.exited(holder) and time.monotonic() < deadline:
+    while any(not procs.exited(h) for h in running.values()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return False
+    return clean
+
+
+def node_dirs(cluster):
+    """The node directories of `cluster` under BASE (upper layers)."""
+    top = os.path.join(BASE, cluster)
+    if not os.path.isdir(top):
+        return []
+    return sorted(os.path.join(top, d) for d in os.listdir(top))
 
 
 def remove(cluster, node):
