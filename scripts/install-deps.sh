@@ -18,7 +18,7 @@ build_pkgs=(
 )
 run_pkgs=(
   iproute2 iputils-ping nftables procps psmisc util-linux
-  mmdebstrap munge openmpi-bin libopenmpi-dev
+  apt-cacher-ng mmdebstrap munge openmpi-bin libopenmpi-dev openssh-client
   slurm-client slurmctld slurmd
 )
 test_pkgs=(

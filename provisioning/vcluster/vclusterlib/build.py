@@ -11,7 +11,9 @@ Order of construction (each step is one or a few batched tool calls):
      direction of each link is limited: the host end shapes bridge-to-node
      traffic, the node end node-to-bridge traffic;
   4. host name tables (nodes and /etc/hosts);
-  5. one holder process per node (UTS and mount namespaces);
+  5. one holder process per node (UTS and mount namespaces), or, with
+     --rootfs, the cluster's apt proxy and one booted Debian machine per
+     node (aptproxy.py, machines.py);
   6. the state file, written last: a state file means a complete cluster.
 
 Any failure, or ^C, rolls back by running the ordinary teardown, which finds
@@ -23,7 +25,7 @@ import datetime
 import ipaddress
 import signal
 
-from . import addressing, holder, hosts, log, naming, state, system, teardown
+from . import addressing, aptproxy, holder, hosts, log, machines, naming, state, system, teardown
 from .addressing import Layout
 from .errors import VclusterError
 from .shape import format_rate
@@ -31,12 +33,15 @@ from .shape import format_rate
 TBF_LATENCY = "20ms"
 
 
-def up(name, shape, subnet=None):
-    """Bring cluster `name` up with `shape`; return (changed, state dict)."""
+def up(name, shape, subnet=None, rootfs=None):
+    """Bring cluster `name` up with `shape`; return (changed, state dict).
+
+    `rootfs`: None for namespace-only nodes, else {"image": DIR, "repo": DIR
+    or None}: nodes with a root file system of their own."""
     system.require_root()
     system.require_tools("ip", "tc", "unshare", "nsenter", "bash", "sleep")
     with state.lock():
-        current = _existing(name, shape, subnet)
+        current = _existing(name, shape, subnet, rootfs)
         if current is not None:
             log.step(f"cluster {name} is already up with {shape.describe()}; nothing to do")
             return False, current
@@ -47,10 +52,11 @@ def up(name, shape, subnet=None):
         layout = Layout(name, shape, _choose_subnet(name, shape, subnet))
         log.step(f"creating cluster {name}: {shape.describe()}, subnet {layout.subnet}")
         try:
-            pids = _create(layout)
+            pids, extra = _create(layout, rootfs)
             record = layout.to_dict()
             record.update(version=state.VERSION,
-                          created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+                          created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                          **extra)
             for node in record["nodes"]:
                 node["holder_pid"] = pids[node["name"]]
             state.save(record)
@@ -78,7 +84,7 @@ def _signals_deferred():
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def _existing(name, shape, subnet):
+def _existing(name, shape, subnet, rootfs=None):
     """The state of an identical healthy cluster, or None if there is none.
 
     Raises if a cluster of that name is up with another shape or is damaged.
@@ -99,6 +105,10 @@ def _existing(name, shape, subnet):
             f"cluster {name} is up with {layout.shape.describe()} on {layout.subnet}, "
             f"not {shape.describe()}{'' if subnet is None else ' on ' + str(subnet)}; "
             f"run 'vcluster down --name {name}' first")
+    kind = "root-file-system" if current.get("rootfs") else "namespace-only"
+    if bool(current.get("rootfs")) != bool(rootfs):
+        raise VclusterError(f"cluster {name} is up with {kind} nodes; run "
+                            f"'vcluster down --name {name}' first")
     if len(live) != len(layout.nodes):
         dead = [n.name for n in layout.nodes if n.name not in live]
         raise VclusterError(f"cluster {name} is damaged: node(s) {', '.join(dead)} have no "
@@ -129,7 +139,7 @@ def _choose_subnet(name, shape, requested):
                                     addressing.foreign_routes(routes, cluster_links), taken)
 
 
-def _create(layout):
+def _create(layout, rootfs=None):
     shape = layout.shape
     n_links = len(layout.nodes) * len(layout.networks)
     log.step(f"creating {_count(len(layout.nodes), 'namespace')}, "
@@ -147,8 +157,20 @@ def _create(layout):
     log.step("writing host tables (/etc/netns/*/hosts, /etc/hosts)")
     hosts.install_node_files(layout)
     hosts.set_host_block(layout)
-    log.step("starting one holder process per node (host name, mount namespace)")
-    return holder.start(layout)
+    if rootfs is None:
+        log.step("starting one holder process per node (host name, mount namespace)")
+        return holder.start(layout), {}
+    address = layout.networks[0].host_address
+    log.step(f"starting the apt proxy (apt-cacher-ng) on {address}:{aptproxy.PORT}"
+             + (f", serving {rootfs['repo']}" if rootfs["repo"] else ""))
+    proxy_pid = aptproxy.start(layout.name, address, rootfs["repo"])
+    aptproxy.fetch_check(address)
+    pids = machines.start(layout, rootfs["image"], rootfs["repo"])
+    return pids, {"rootfs": {"image": rootfs["image"], "repo": rootfs["repo"],
+                             "apt_proxy": aptproxy.proxy_url(address), "apt_proxy_pid": proxy_pid,
+                             "ssh_key": str(machines.key_path(layout.name)),
+                             "known_hosts": str(machines.known_hosts_path(layout.name))}}
+
 
 
 def _root_lines(layout):

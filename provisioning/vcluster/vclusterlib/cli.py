@@ -2,12 +2,13 @@
 
 import argparse
 import json
+import os
 import shlex
 import signal
 import sys
 
-from . import (build, enter, image, log, naming, rsh, score, shape as shape_mod, slurm,
-               status, system, teardown)
+from . import (aptproxy, build, enter, image, inventory, log, naming, rsh, score,
+               shape as shape_mod, slurm, status, system, teardown)
 from .addressing import parse_subnet
 from .errors import VclusterError
 from .shape import Shape
@@ -63,7 +64,22 @@ cluster that is already up; running services are left alone.
 
 --with-slurm (alone, or with --with-score or --with-munge) starts munged if it
 does not run yet, then slurmctld on the host and one slurmd per node, and
-waits until every node is idle (see 'vcluster slurm-up --help')."""
+waits until every node is idle (see 'vcluster slurm-up --help').
+
+--rootfs gives every node a root file system of its own and systemd as its
+PID 1: the node image (see 'vcluster image --help', built first if needed)
+through an overlay whose upper layer is /var/lib/score/vcluster/NAME/nI/.
+Each node has its own host keys and sshd; the cluster's key
+(/run/score/vcluster/NAME/ssh/id_ed25519) and root's public keys on the host
+are authorised.  apt on the nodes goes through apt-cacher-ng on the host
+(port 9142 of the host's network-0 address), which serves Debian's archive
+(from the archive the host uses) and the project's repository (--repo,
+default build/deb/repo if 'make deb' made one) as
+'deb [trusted=yes] http://HOST:9142/score/ ./'.  Nodes have no other route
+out.  'vcluster exec' and 'rsh' run commands as root on the node itself;
+'vcluster inventory' prints an Ansible inventory.  score is installed on
+such nodes from its packages, so --rootfs does not combine with
+--with-score, --with-munge or --with-slurm."""
 
 UP_EPILOG = """\
 exit status: 0 if the cluster is up (created or already there), 1 on error,
@@ -73,7 +89,8 @@ examples:
   vcluster up --nodes 4
   vcluster up --name big --nodes 16 --nics 2 --rate 1gbit --mtu 9000
   vcluster up --nodes 2 --with-score --score-bin target/debug
-  vcluster up --nodes 4 --nics 2 --with-score --with-slurm"""
+  vcluster up --nodes 4 --nics 2 --with-score --with-slurm
+  vcluster up --name rf --nodes 4 --rootfs       # Debian machines with systemd and sshd"""
 
 IMAGE_HELP = """\
 Build the Debian image that root-file-system nodes run (vcluster up --rootfs),
@@ -208,6 +225,23 @@ example:
   mpirun --allow-run-as-root --host n1,n2 \\
          --mca plm_rsh_agent "vcluster rsh" hostname"""
 
+INVENTORY_HELP = """\
+Print an Ansible inventory of cluster NAME, which must be up with --rootfs:
+groups head (--head, default n1), compute (every node) and, with two networks
+or more, ethernet_trunk; for each node its network-0 address as ansible_host
+and score_networks (NIC, address and subnet per network); in all.vars, how to
+reach the nodes (root, the cluster's ssh key, its known_hosts with every
+node's host keys: host keys are checked), the apt proxy and the line of the
+project's repository."""
+
+INVENTORY_EPILOG = """\
+exit status: 0, or 1 if the cluster is not up or has namespace-only nodes.
+
+examples:
+  vcluster inventory --name rf > inventory.yml
+  ansible -i inventory.yml all -m ping
+  ansible-playbook -i inventory.yml provisioning/site.yml"""
+
 STATUS_HELP = """\
 Show the clusters that are up: shape, rate, MTU, networks and bridges, every
 node with its holder PID and addresses, and the processes running in each node
@@ -270,6 +304,12 @@ def parser():
     up.add_argument("--slurm-gang", action="store_true",
                     help="with --with-slurm: Slurm's own gang scheduling (two jobs per node, "
                          f"suspended and resumed every {slurm.GANG_TIME_SLICE} s)")
+    up.add_argument("--rootfs", action="store_true",
+                    help="nodes with a root file system of their own, systemd and sshd "
+                         "(see above)")
+    up.add_argument("--repo", metavar="DIR",
+                    help="with --rootfs: the apt repository to serve to the nodes (a "
+                         "directory with a Packages file; default build/deb/repo if there)")
     up.add_argument("--score-bin", metavar="DIR",
                     help="directory of scored and scorectl (default: build/bin of the "
                          "repository if scored is there, else PATH)")
@@ -372,6 +412,14 @@ def parser():
     im.add_argument("--json", action="store_true",
                     help='print {"path": ..., "built": BOOL, "recipe": ...} on stdout')
 
+    inv = sub.add_parser("inventory", help="print an Ansible inventory of a --rootfs cluster",
+                         description=INVENTORY_HELP, epilog=INVENTORY_EPILOG,
+                         formatter_class=_formatter)
+    inv.add_argument("--name", metavar="NAME",
+                     help="cluster (default: $VCLUSTER_NAME, else the only cluster up)")
+    inv.add_argument("--head", metavar="NODE", help="the head node (default n1)")
+    inv.add_argument("--json", action="store_true", help="print JSON instead of YAML")
+
     st = sub.add_parser("status", help="show clusters, nodes and what runs in them",
                         description=STATUS_HELP, epilog=STATUS_EPILOG, formatter_class=_formatter)
     st.add_argument("--name", metavar="NAME", help="show only this cluster")
@@ -403,7 +451,8 @@ def main(argv=None):
         log.set_quiet(getattr(args, "quiet", False))
         return {"up": _up, "down": _down, "exec": _exec, "status": _status, "image": _image,
                 "score-up": _score_up, "score-down": _score_down, "env": _env,
-                "slurm-up": _slurm_up, "slurm-down": _slurm_down}[args.command](args)
+                "slurm-up": _slurm_up, "slurm-down": _slurm_down,
+                "inventory": _inventory}[args.command](args)
     except VclusterError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return e.status
@@ -433,7 +482,10 @@ def _up(args):
         raise VclusterError("--slurm-gang needs --with-slurm", 2)
     if args.with_slurm:
         system.require_tools(*slurm.TOOLS)
-    changed, record = build.up(name, shape, subnet)
+    if args.repo and not args.rootfs:
+        raise VclusterError("--repo needs --rootfs", 2)
+    rootfs = _rootfs_options(args) if args.rootfs else None
+    changed, record = build.up(name, shape, subnet, rootfs)
     if args.with_score or args.with_munge or args.with_slurm:
         started, record = score.up(name, args.with_score, args.score_bin, args.ready_timeout,
                                    overrides)
@@ -443,6 +495,36 @@ def _up(args):
         changed = changed or started
     if args.json:
         print(json.dumps({"changed": changed, "cluster": record}, indent=2))
+    return 0
+
+
+def _rootfs_options(args):
+    """Check --rootfs's options; build the image if needed (before anything
+    of the cluster exists, so a failed build leaves nothing behind)."""
+    services = [o for o, on in (("--with-score", args.with_score), ("--with-munge", args.with_munge),
+                                ("--with-slurm", args.with_slurm)) if on]
+    if services:
+        raise VclusterError(f"--rootfs does not combine with {', '.join(services)}: on nodes of "
+                            "their own, score and MUNGE are installed from their packages "
+                            "(docs/admin/vcluster.md)", 2)
+    system.require_tools("apt-cacher-ng", "ssh-keygen", "mmdebstrap")
+    repo = args.repo
+    if repo is None and (aptproxy.DEFAULT_REPO / "Packages").is_file():
+        repo = str(aptproxy.DEFAULT_REPO)
+    if repo is not None:
+        repo = os.path.abspath(repo)
+        if not os.path.isfile(os.path.join(repo, "Packages")):
+            raise VclusterError(f"--repo {repo}: not an apt repository (no Packages file); "
+                                "'make deb' builds one in build/deb/repo", 2)
+    path, _ = image.ensure()
+    return {"image": path, "repo": repo}
+
+
+def _inventory(args):
+    head = inventory.validate_head(args.head)
+    current = enter.pick_cluster(args.name)
+    inv = inventory.build(current, head)
+    print(json.dumps(inv, indent=2) if args.json else "---\n" + inventory.to_yaml(inv))
     return 0
 
 

@@ -13,7 +13,7 @@ the cluster's service directory).
 import os
 import sys
 
-from . import holder, naming, score, state, system
+from . import holder, naming, rootfs, score, state, system
 from .errors import VclusterError
 
 
@@ -86,14 +86,28 @@ def command(pid, argv):
             "/bin/sh", "-c", _CHDIR_AND_EXEC, "vcluster", cwd] + list(argv)
 
 
+def machine_command(pid, node, argv):
+    """The argv that runs `argv` as root on the root-file-system node of
+    holder `pid`: the node's own root, a clean environment, cwd /root."""
+    init = rootfs.init_pid(pid)
+    if not init:
+        raise VclusterError(f"node {node} has no running system (its PID 1 is gone)")
+    return rootfs.enter_argv(init) + ["sh", "-c", 'cd /root 2>/dev/null; exec "$@"', "vcluster"] \
+        + list(argv)
+
+
 def exec_in(name, target, argv):
     """Replace this process by `argv` running inside node `target`; no return."""
     system.require_root()
     system.require_tools("nsenter")
     current = pick_cluster(name, target)
     layout, node = resolve_node(current, target)
-    full = command(holder_pid(current, layout, node), argv)
-    env = score.exec_environment(current, node.name, os.environ)
+    pid = holder_pid(current, layout, node)
+    if current.get("rootfs"):
+        full, env = machine_command(pid, node.name, argv), {}
+    else:
+        full = command(pid, argv)
+        env = score.exec_environment(current, node.name, os.environ)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(full[0], full, env)

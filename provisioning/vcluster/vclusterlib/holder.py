@@ -86,7 +86,8 @@ def _wait_ready(name, proc, deadline):
 
 
 def find(cluster=None):
-    """{(cluster, node): pid} of the holder processes running now."""
+    """{(cluster, node): pid} of the holder processes running now, of
+    either kind."""
     found = {}
     for pid in procs.pids():
         argv0 = procs.argv0(pid)
@@ -97,8 +98,10 @@ def find(cluster=None):
 
 
 def verify(pid, cluster, node, netns):
-    """True if `pid` is the live holder of (cluster, node) inside `netns`."""
-    if not pid or procs.argv0(pid) != naming.holder_tag(cluster, node):
+    """True if `pid` is the live holder of (cluster, node) inside `netns`,
+    of either kind (namespace-only or root-file-system node)."""
+    if not pid or procs.argv0(pid) not in (naming.holder_tag(cluster, node),
+                                           naming.node_tag(cluster, node)):
         return False
     ns = procs.netns_id(f"/run/netns/{netns}")
     return ns is not None and procs.netns_id(f"/proc/{pid}/ns/net") == ns

@@ -29,6 +29,8 @@ MAX_NICS = 8
 _NAME_RE = re.compile(r"[a-z][a-z0-9]*\Z")
 NETNS_PREFIX = "vcluster-"
 HOLDER_ARGV0 = "vcluster-holder"
+# The holder of a node with a root file system of its own (rootfs.py).
+NODE_ARGV0 = "vcluster-node"
 _NETNS_RE = re.compile(r"vcluster-([a-z][a-z0-9]*)-n([0-9]+)\Z")
 
 
@@ -105,10 +107,20 @@ def holder_tag(cluster, node):
     return f"{HOLDER_ARGV0} {cluster} {node}"
 
 
+def node_tag(cluster, node):
+    """argv[0] of the holder of a root-file-system node (its PID 1's parent)."""
+    return f"{NODE_ARGV0} {cluster} {node}"
+
+
 def parse_holder_tag(argv0):
-    """(cluster, node) for a holder's argv[0], else None."""
+    """(cluster, node) for the argv[0] of a holder of either kind, else None."""
     parts = argv0.split(" ")
-    if len(parts) == 3 and parts[0] == HOLDER_ARGV0 and _NAME_RE.match(parts[1]) \
+    if len(parts) == 3 and parts[0] in (HOLDER_ARGV0, NODE_ARGV0) and _NAME_RE.match(parts[1]) \
             and node_index(parts[2]):
         return parts[1], parts[2]
     return None
+
+
+def is_node_tag(argv0):
+    """True if argv0 is the tag of a root-file-system node's holder."""
+    return bool(argv0) and argv0.startswith(NODE_ARGV0 + " ") and parse_holder_tag(argv0) is not None

@@ -228,7 +228,7 @@ def _write(path, text, mode=0o644):
 def classify(argv, name):
     """(role, node) of a munged/scored command line of cluster `name`, else None.
 
-    role: "munged", "agent", "master" or "scored"; node: "head" or "nI"."""
+    role: "munged", "agent", "master", "scored" or "apt-proxy"; node: "head" or "nI"."""
     if not argv:
         return None
     marker = f"{service_dir(name)}/"
@@ -240,6 +240,8 @@ def classify(argv, name):
     base = os.path.basename(argv[0])
     if base == "munged":
         return "munged", node
+    if base == "apt-cacher-ng":   # the apt proxy of root-file-system nodes (aptproxy.py)
+        return "apt-proxy", HEAD
     # scored itself, or an interpreter running a script named scored.
     for i, arg in enumerate(argv[:2]):
         if os.path.basename(arg) == "scored":
@@ -273,11 +275,12 @@ def _terminate(name, pids, grace, kill_wait=3.0):
                                 kill_wait)
 
 
-def stop(name, grace=DEFAULT_GRACE, roles=("agent", "master", "scored", "munged")):
+def stop(name, grace=DEFAULT_GRACE, roles=("agent", "master", "scored", "munged", "apt-proxy")):
     """Stop the daemons of `name` with the given roles: agents, then the
-    master, then munged.  Returns the PIDs that survived SIGKILL."""
+    master, then munged, then the apt proxy.  Returns the PIDs that survived
+    SIGKILL."""
     survivors = []
-    for group in (("agent",), ("master", "scored"), ("munged",)):
+    for group in (("agent",), ("master", "scored"), ("munged",), ("apt-proxy",)):
         group = [r for r in group if r in roles]
         if not group:
             continue
@@ -680,6 +683,10 @@ def up(name, with_scored, score_bin=None, ready_timeout=READY_TIMEOUT, overrides
         current = state.load(name)
         if current is None:
             raise VclusterError(f"cluster {name} is not up (start it with 'vcluster up --name {name}')")
+        if current.get("rootfs"):
+            raise VclusterError(f"cluster {name} has nodes with their own root file system: "
+                                "install score and MUNGE there from their packages "
+                                "(docs/admin/vcluster.md)")
         layout = state.layout(current)
         paths = Paths(name)
         munge_ok, scored_ok, problems = running(current)

@@ -4,6 +4,10 @@ Discovery never trusts the state file alone; it looks for each kind of object
 by its name (see naming.py), so `down` cleans up after a crash, a half-built
 `up`, a deleted or stale state file:
 
+    nodes       root-file-system nodes (holders tagged vcluster-node NAME nI)
+                are powered off first (their systemd stops their services),
+                SIGKILL after a bounded wait; then their directories under
+                /var/lib/score/vcluster/NAME/ go (rootfs.py)
     processes   every process whose network namespace is a node's, holders
                 included: SIGTERM, a bounded wait, then SIGKILL, by PID
     links       root-namespace links with alias vcluster:NAME, or with a
@@ -12,8 +16,8 @@ by its name (see naming.py), so `down` cleans up after a crash, a half-built
     namespaces  /run/netns/vcluster-NAME-nI
     files       /etc/netns/vcluster-NAME-nI/, the block in /etc/hosts, the
                 state file
-    services    munged and scored processes whose command line names a path
-                under /run/score/vcluster/NAME/ (see score.py), the cgroup
+    services    munged, scored and apt-cacher-ng processes whose command line
+                names a path under /run/score/vcluster/NAME/ (see score.py), the cgroup
                 <cgroup2>/score-vcluster-NAME and that directory
     Slurm       slurmctld and slurmd processes whose command line names the
                 cluster's slurm.conf, and the cgroup v1 directories slurm_nI
@@ -28,11 +32,12 @@ deleting veths one by one waits for an RCU grace period each (64 x 8 veths:
 for them (bounded) and then deletes whatever is left, bridges last.
 """
 
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
 
-from . import holder, hosts, log, naming, procs, score, slurm, state, system
+from . import holder, hosts, log, naming, procs, rootfs, score, slurm, state, system
 from .errors import VclusterError
 
 DEFAULT_GRACE = 3.0
@@ -53,9 +58,10 @@ class Found:
     cgroup: bool = False
     slurm: dict = field(default_factory=dict)      # pid -> "slurmctld" | "slurmd"
     slurm_cgroups: bool = False                    # cgroup v1 slurm_nI of this cluster
+    rootfs_dirs: list = field(default_factory=list)  # root-file-system nodes' directories
 
     def empty(self):
-        return not (self.netns or self.links or self.holders or self.node_dirs
+        return not (self.netns or self.links or self.holders or self.node_dirs or self.rootfs_dirs
                     or self.host_block or self.state_file or self.services
                     or self.service_dir or self.cgroup or self.slurm or self.slurm_cgroups)
 
@@ -65,6 +71,7 @@ class Found:
             (self.links, ("link", "links")),
             (self.holders, ("holder process", "holder processes")),
             (self.node_dirs, ("/etc/netns directory", "/etc/netns directories")),
+            (self.rootfs_dirs, ("node root file system", "node root file systems")),
             (self.services, ("munged/scored process", "munged/scored processes")),
             (self.slurm, ("Slurm daemon", "Slurm daemons"))) if items]
         parts += [what for present, what in ((self.host_block, "/etc/hosts block"),
@@ -91,6 +98,7 @@ def discover(name, include_state=True):
                        and link["kind"] in ("bridge", "veth"))]
     found.holders = {node: pid for (_, node), pid in holder.find(name).items()}
     found.node_dirs = hosts.node_dirs(name)
+    found.rootfs_dirs = rootfs.node_dirs(name)
     found.host_block = name in hosts.host_block_clusters()
     found.state_file = include_state and state.exists(name)
     found.services = score.find(name)
@@ -109,6 +117,8 @@ def all_clusters():
     names |= {naming.parse_link_alias(link["alias"]) for link in system.list_links()} - {None}
     names |= {cluster for cluster, _ in holder.find()}
     names |= score.clusters_with_leftovers()
+    if os.path.isdir(rootfs.BASE):
+        names |= {n for n in os.listdir(rootfs.BASE) if naming._NAME_RE.match(n)}
     if hosts.ETC_NETNS.is_dir():
         names |= {parsed[0] for parsed in map(naming.parse_netns_name,
                                               (p.name for p in hosts.ETC_NETNS.iterdir())) if parsed}
@@ -157,6 +167,14 @@ def _wait_for_veths_to_go(found, timeout=VETH_WAIT):
 
 
 def _remove(found, grace):
+    machines = {node: pid for node, pid in found.holders.items()
+                if naming.is_node_tag(procs.argv0(pid))}
+    if machines:
+        log.step(f"powering off {len(machines)} node(s) (their systemd stops their services; "
+                 f"SIGKILL after {rootfs.STOP_TIMEOUT} s)")
+        killed = set(machines) - rootfs.stop_all(found.name, machines)
+        if killed:
+            log.warn("node(s) that did not power off in time, killed: " + ", ".join(sorted(killed)))
     if found.slurm:
         survivors = slurm.stop(found.name, grace)
         if survivors:
@@ -197,6 +215,11 @@ def _remove(found, grace):
             log.warn(str(e))
     if found.service_dir:
         shutil.rmtree(score.service_dir(found.name), ignore_errors=True)
+    for d in found.rootfs_dirs:
+        try:
+            rootfs.remove(found.name, os.path.basename(d))
+        except VclusterError as e:
+            log.warn(str(e))
     hosts.remove_node_dirs(found.name)
     hosts.remove_host_block(found.name)
     state.remove(found.name)
