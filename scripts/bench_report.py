@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_stats import spread  # noqa: E402
 
 DOCS = [ROOT / "docs" / "pm" / "bench.md", ROOT / "docs" / "pm" / "bench-udp.md",
-        ROOT / "docs" / "scored" / "bench.md", ROOT / "docs" / "mpi" / "bench.md"]
+        ROOT / "docs" / "scored" / "bench.md", ROOT / "docs" / "mpi" / "bench.md",
+        ROOT / "docs" / "admin" / "vcluster.md"]
 
 
 # ---------------------------------------------------------------- formatting
@@ -578,6 +579,31 @@ def render_restart(doc, path):
     return "\n".join(out)
 
 
+# ---------------------------------------------------------------- vcluster-rootfs
+
+def render_vcluster_rootfs(doc, path):
+    measures = doc.get("measures")
+    if not measures:
+        return None
+    kind = spread_kind(measures.get("warm_up") or next(iter(measures.values())))
+    out = [provenance(doc, path), ""]
+    out.append(f"{doc['repetitions']} repetitions, each bringing a cluster of {doc['nodes']} "
+               f"nodes up and down as each kind in turns (the cold kind in the first "
+               f"{doc['cold_repetitions']} only: for it the node image is moved aside, so "
+               "mmdebstrap builds it again, and put back afterwards). Wall time of the "
+               f"`vcluster` command; median [{kind}] in s. The baseline is the same network "
+               "with namespace-only nodes. No target: figures only. JSON: "
+               "`measures.<kind>_<up|down>` (every repetition in `samples_s`).")
+    out.append("")
+    rows = [[m["title"], spread_cell(m, 2),
+             ", ".join(num(x, 2) for x in m["samples_s"] if x is not None)]
+            for m in measures.values()]
+    out.append(table(["measurement", "median [spread] s", "per repetition s"], rows,
+                     ["---", "---:", "---"]))
+    out += ["", commands_block(doc)]
+    return "\n".join(out)
+
+
 # ---------------------------------------------------------------- latency breakdown
 
 def render_latency_breakdown(doc, path):
@@ -743,6 +769,7 @@ RENDERERS = {
     "slurm-gang": ("slurm-gang", render_slurm_gang),
     "preempt-soak": ("preempt-soak", render_preempt_soak),
     "restart": ("restart", render_restart),
+    "vcluster-rootfs": ("vcluster-rootfs", render_vcluster_rootfs),
 }
 
 
