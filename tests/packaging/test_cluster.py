@@ -1,10 +1,13 @@
-"""score installed the way a site installs it (docs/admin/packages.md), on a
-cluster of 4 root-file-system nodes (`vcluster up --rootfs`): apt installs
-the packages from the local repository through the cluster's proxy, systemd
-runs the master and the agents from the installed units, a 4x2 PM job runs
-from the installed files alone; an upgrade keeps the edited configuration
-and restarts the daemons; `systemctl stop` ends them cleanly; a purge leaves
-nothing of score."""
+"""score installed the way a site installs it (docs/admin/provisioning.md,
+docs/admin/packages.md), on a cluster of 4 root-file-system nodes with two
+networks (`vcluster up --rootfs`): `ansible-playbook provisioning/site.yml`
+with vcluster's inventory takes the bare nodes to a cluster (apt installs
+the packages from the local repository through the cluster's proxy, one
+MUNGE key, systemd runs the master and the agents from the installed
+units), a second run changes nothing, a wrong variable is refused before
+any change; a 4x2 PM job runs from the installed files alone; an upgrade
+keeps the edited configuration and restarts the daemons; `systemctl stop`
+ends them cleanly; a purge leaves nothing of score."""
 
 import json
 import shutil
@@ -13,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import VCLUSTER, run_vcluster, unique_cluster_name
+from conftest import REPO_ROOT, VCLUSTER, run_vcluster, unique_cluster_name
 
 from .conftest import NEXT_VERSION, VERSION
 
@@ -21,20 +24,10 @@ NODES = [f"n{i}" for i in range(1, 5)]
 UP_TIMEOUT = 1500
 APT = "DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Dpkg::Use-Pty=0"
 PACKAGES = "scored score-client pm-tools"
-
-
-def config():
-    """/etc/score/scored.toml of `node`, edited from the packaged one: the
-    master on n1, 2 slots per node, root may run jobs (the test is root)."""
-    return (
-        "set -e; f=/etc/score/scored.toml; "
-        "sed -i -e 's/^allow_root_jobs = false$/allow_root_jobs = true/' "
-        "-e 's/^# nodes = .*/nodes = [\"n1\", \"n2\", \"n3\", \"n4\"]/' "
-        "-e 's|^master = \"http://head:7100\".*|master = \"http://n1:7100\"|' "
-        "-e 's/^slots = 0 .*/slots = 2/' "
-        "-e 's|^# master = \"http://head:7100\".*|master = \"http://n1:7100\"|' $f; "
-        "echo '# edited by the test' >> $f; "
-        "grep -qx 'allow_root_jobs = true' $f && grep -qx 'slots = 2' $f")
+SITE = REPO_ROOT / "provisioning" / "site.yml"
+# What this test needs of the roles beyond their defaults: root runs the
+# jobs (the test is root), 2 processes per node.
+EXTRA_VARS = ["-e", "scored_allow_root_jobs=true", "-e", "scored_slots=2"]
 
 
 class Cluster:
@@ -60,6 +53,12 @@ class Cluster:
             assert p.returncode == 0, f"{n}: {script}\n{stdout[-3000:]}\n{stderr[-3000:]}"
             out[n] = stdout
         return out
+
+    def playbook(self, inventory, *extra):
+        # The MUNGE key in the test's directory, not in the repository's.
+        key = ["-e", f"munge_key_file={inventory.parent / 'credentials' / 'munge.key'}"]
+        return subprocess.run(["ansible-playbook", "-i", str(inventory), str(SITE), *EXTRA_VARS,
+                               *key, *extra], capture_output=True, text=True, timeout=900)
 
     def main_pid(self, node, unit):
         return int(self.on(node, f"systemctl show -p MainPID --value {unit}").stdout)
@@ -96,20 +95,42 @@ def cluster(require_root, debs):
         assert down.returncode == 0, down.stderr
 
 
-def test_installed_packages_run_a_pm_job_upgrade_stop_and_purge(cluster, next_debs):
-    c = cluster
-    # Installed from the repository (Debian's packages through the proxy).
-    versions = c.everywhere(f"apt-get -q update >/dev/null && {APT} install {PACKAGES} >/dev/null"
-                            " && dpkg-query -W -f '${Version}\\n' scored score-client pm-tools")
-    assert all(v.split() == [VERSION] * 3 for v in versions.values()), versions
+def recap(out):
+    """{host: {counter: n}} of ansible-playbook's PLAY RECAP."""
+    hosts = {}
+    for line in out.split("PLAY RECAP", 1)[-1].splitlines():
+        if ":" in line and "=" in line:
+            host, counters = line.split(":", 1)
+            hosts[host.strip()] = {k: int(v) for k, v in
+                                   (w.split("=") for w in counters.split())}
+    return hosts
 
-    # One MUNGE key for the cluster (n1's), configuration, units enabled.
-    key = c.on("n1", "base64 -w0 /etc/munge/munge.key").stdout.strip()
-    c.everywhere(f"echo {key} | base64 -d > /etc/munge/munge.key && "
-                 "chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key && "
-                 f"systemctl restart munge && {config()}")
-    c.on("n1", "systemctl enable --now scored-master")
-    c.everywhere("systemctl enable --now scored-agent")
+
+def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster, next_debs,
+                                                                          tmp_path):
+    c = cluster
+    inventory = tmp_path / "inventory.yml"
+    inv = run_vcluster("inventory", "--name", c.name)
+    assert inv.returncode == 0, inv.stderr
+    inventory.write_text(inv.stdout)
+
+    # A wrong variable is refused before anything changes.
+    wrong = c.playbook(inventory, "-e", "scored_slots=lots")
+    assert wrong.returncode != 0
+    assert "scored_slots" in wrong.stdout and "int" in wrong.stdout, wrong.stdout[-3000:]
+    assert "is not installed" in c.on("n1", "dpkg -s scored 2>&1 || true").stdout
+
+    # From bare nodes to a cluster; then nothing left to change.
+    first = c.playbook(inventory)
+    assert first.returncode == 0, first.stdout[-5000:] + first.stderr[-2000:]
+    assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in recap(first.stdout).values())
+    again = c.playbook(inventory)
+    assert again.returncode == 0, again.stdout[-5000:]
+    counters = recap(again.stdout)
+    assert sorted(counters) == NODES, again.stdout[-3000:]
+    assert all(h["changed"] == 0 for h in counters.values()), again.stdout[-5000:]
+    versions = c.everywhere("dpkg-query -W -f '${Version}\\n' scored score-client pm-tools")
+    assert all(v.split() == [VERSION] * 3 for v in versions.values()), versions
     c.wait_nodes_up()
 
     # A 4x2 PM job from the head, with nothing but installed files.
@@ -120,6 +141,7 @@ def test_installed_packages_run_a_pm_job_upgrade_stop_and_purge(cluster, next_de
     assert "/work" not in job.stdout and "build/" not in job.stdout
 
     # Upgrade: the edited configuration stays, the daemons restart.
+    c.everywhere("echo '# edited by the test' >> /etc/score/scored.toml")
     before = {n: c.main_pid(n, "scored-agent") for n in NODES}
     master_before = c.main_pid("n1", "scored-master")
     for deb in next_debs[1].values():
