@@ -91,13 +91,15 @@ def pm_contexts(stats_dir):
     return json.loads(proc.stdout)["contexts"]
 
 
-def wait_for_contexts(stats_dir, n, run, limit=60.0):
-    """Poll pminfo until n contexts exist and each has sent something; None
-    when mpirun ended or time ran out first."""
+def wait_for_contexts(stats_dir, n, run, limit=60.0, done=lambda c: c["counters"]["msgs_sent"] > 0):
+    """Poll pminfo until n contexts exist and `done(context)` holds for each
+    (by default: it has sent something); None when mpirun ended or time ran
+    out first.  A check of what the program did must wait for that, not
+    for the first message: the counters are read while the ranks run."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline and run.running():
         ctxs = pm_contexts(stats_dir)
-        if len(ctxs) == n and all(c["counters"]["msgs_sent"] > 0 for c in ctxs):
+        if len(ctxs) == n and all(done(c) for c in ctxs):
             return ctxs
         time.sleep(0.2)
     return None
