@@ -132,6 +132,24 @@ def test_up_again_changes_nothing_and_other_kinds_are_refused(machines_cluster):
     assert no_inv.returncode == 1 and "packages" in no_inv.stderr, no_inv.stderr
 
 
+def test_bad_input_is_refused_and_leaves_nothing(require_root, tmp_path):
+    name = unique_cluster_name()
+    try:
+        not_repo = run_vcluster("up", "--name", name, "--nodes", 1, "--rootfs", "--repo", tmp_path)
+        assert not_repo.returncode == 2 and "not an apt repository" in not_repo.stderr, \
+            not_repo.stderr
+        # An archive the proxy cannot reach: up fails, says so, rolls back.
+        unreachable = run_vcluster("up", "--name", name, "--nodes", 1, "--rootfs",
+                                   "--archive", "http://127.0.0.1:9/debian", timeout=UP_TIMEOUT)
+        assert unreachable.returncode == 1, unreachable.stderr
+        assert "cannot reach the Debian archive (http://127.0.0.1:9/debian)" in unreachable.stderr, \
+            unreachable.stderr
+        assert_nothing_left(name)
+    finally:
+        down = run_vcluster("down", "--name", name, timeout=120)
+    assert down.returncode == 0 and "nothing to do" in down.stderr, down.stderr
+
+
 def test_a_crashed_cluster_is_removed_by_down_without_leftovers(require_root):
     """vcluster killed with its nodes half-built: no state file, the nodes'
     holders and the apt proxy SIGKILLed.  One `down` removes everything."""

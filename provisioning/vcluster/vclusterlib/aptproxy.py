@@ -62,8 +62,9 @@ def node_apt_files(address, with_repo):
     return files
 
 
-def _config(name, address, repo):
+def _config(name, address, repo, archive=None):
     main, security = image.host_archive()
+    main = archive or main
     d = conf_dir(name)
     lines = [
         f"CacheDir: {CACHE}",
@@ -87,9 +88,10 @@ def _config(name, address, repo):
     return "\n".join(lines) + "\n", main + "/\n"
 
 
-def start(name, address, repo=None, timeout=READY_TIMEOUT):
+def start(name, address, repo=None, archive=None, timeout=READY_TIMEOUT):
     """Start the cluster's proxy on `address`; returns its PID once it
-    answers.  `repo`: a directory with a flat repository (Packages), or None."""
+    answers.  `repo`: a directory with a flat repository (Packages), or None;
+    `archive`: the Debian archive to fetch from (default: the host's)."""
     acng = system.tool("apt-cacher-ng")
     if repo is not None and not os.path.isfile(os.path.join(repo, "Packages")):
         raise VclusterError(f"{repo} is not an apt repository (no Packages file); "
@@ -97,7 +99,7 @@ def start(name, address, repo=None, timeout=READY_TIMEOUT):
     d = conf_dir(name)
     d.mkdir(parents=True, exist_ok=True)
     os.makedirs(CACHE, mode=0o755, exist_ok=True)
-    conf, backend = _config(name, address, repo)
+    conf, backend = _config(name, address, repo, archive)
     (d / "acng.conf").write_text(conf)
     (d / "backends_debian").write_text(backend)
     log_path = d / "apt-cacher-ng.console"
@@ -127,7 +129,7 @@ def check(address):
                             f"({e.strerror or e}); 'vcluster down' and 'up --rootfs' again") from None
 
 
-def fetch_check(address, path="/debian/dists/bookworm/InRelease"):
+def fetch_check(address, archive=None, path="/debian/dists/bookworm/InRelease"):
     """Whether the proxy can reach the Debian archive: one small request."""
     argv = [system.tool("python3"), "-c",
             "import sys, urllib.request\n"
@@ -137,5 +139,5 @@ def fetch_check(address, path="/debian/dists/bookworm/InRelease"):
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     if proc.returncode != 0:
         raise VclusterError("the apt proxy cannot reach the Debian archive "
-                            f"({image.host_archive()[0]}): "
+                            f"({archive or image.host_archive()[0]}): "
                             + (proc.stderr.strip().splitlines() or ["no message"])[-1])

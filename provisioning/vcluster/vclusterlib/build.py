@@ -37,7 +37,8 @@ def up(name, shape, subnet=None, rootfs=None):
     """Bring cluster `name` up with `shape`; return (changed, state dict).
 
     `rootfs`: None for namespace-only nodes, else {"image": DIR, "repo": DIR
-    or None}: nodes with a root file system of their own."""
+    or None, "archive": URI or None}: nodes with a root file system of their
+    own."""
     system.require_root()
     system.require_tools("ip", "tc", "unshare", "nsenter", "bash", "sleep")
     with state.lock():
@@ -163,10 +164,11 @@ def _create(layout, rootfs=None):
     address = layout.networks[0].host_address
     log.step(f"starting the apt proxy (apt-cacher-ng) on {address}:{aptproxy.PORT}"
              + (f", serving {rootfs['repo']}" if rootfs["repo"] else ""))
-    proxy_pid = aptproxy.start(layout.name, address, rootfs["repo"])
-    aptproxy.fetch_check(address)
+    proxy_pid = aptproxy.start(layout.name, address, rootfs["repo"], rootfs.get("archive"))
+    aptproxy.fetch_check(address, rootfs.get("archive"))
     pids = machines.start(layout, rootfs["image"], rootfs["repo"])
     return pids, {"rootfs": {"image": rootfs["image"], "repo": rootfs["repo"],
+                             "archive": rootfs.get("archive"),
                              "apt_proxy": aptproxy.proxy_url(address), "apt_proxy_pid": proxy_pid,
                              "ssh_key": str(machines.key_path(layout.name)),
                              "known_hosts": str(machines.known_hosts_path(layout.name))}}

@@ -310,6 +310,9 @@ def parser():
     up.add_argument("--repo", metavar="DIR",
                     help="with --rootfs: the apt repository to serve to the nodes (a "
                          "directory with a Packages file; default build/deb/repo if there)")
+    up.add_argument("--archive", metavar="URI",
+                    help="with --rootfs: the Debian archive the nodes' apt proxy fetches from "
+                         "(default: the one the host's apt uses)")
     up.add_argument("--score-bin", metavar="DIR",
                     help="directory of scored and scorectl (default: build/bin of the "
                          "repository if scored is there, else PATH)")
@@ -482,8 +485,8 @@ def _up(args):
         raise VclusterError("--slurm-gang needs --with-slurm", 2)
     if args.with_slurm:
         system.require_tools(*slurm.TOOLS)
-    if args.repo and not args.rootfs:
-        raise VclusterError("--repo needs --rootfs", 2)
+    if (args.repo or args.archive) and not args.rootfs:
+        raise VclusterError("--repo and --archive need --rootfs", 2)
     rootfs = _rootfs_options(args) if args.rootfs else None
     changed, record = build.up(name, shape, subnet, rootfs)
     if args.with_score or args.with_munge or args.with_slurm:
@@ -516,8 +519,10 @@ def _rootfs_options(args):
         if not os.path.isfile(os.path.join(repo, "Packages")):
             raise VclusterError(f"--repo {repo}: not an apt repository (no Packages file); "
                                 "'make deb' builds one in build/deb/repo", 2)
+    if args.archive and not args.archive.startswith("http://"):
+        raise VclusterError(f"--archive {args.archive}: apt-cacher-ng fetches over http:// only", 2)
     path, _ = image.ensure()
-    return {"image": path, "repo": repo}
+    return {"image": path, "repo": repo, "archive": args.archive}
 
 
 def _inventory(args):
