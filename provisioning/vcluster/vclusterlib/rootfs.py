@@ -73,8 +73,16 @@ mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$R/dev/shm"
 mount -t tmpfs -o mode=755,nosuid,nodev tmpfs "$R/run"
 mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$R/tmp"
 hostname "$6"
-exec unshare --cgroup --root="$R" /bin/sh -c \
-    'mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup && exec /usr/bin/env -i container='"{container}"' /lib/systemd/systemd'
+# pivot_root, not chroot: the kernel refuses user namespaces to a chrooted
+# process, and services sandboxed by systemd (PrivateUsers=, as Debian's
+# prometheus.service) need them.  The host's tree is then detached.
+mkdir "$R/tmp/.host"
+cd "$R"
+pivot_root . tmp/.host
+exec unshare --cgroup /bin/sh -c \
+    'cd / && umount -l /tmp/.host && rmdir /tmp/.host &&
+     mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup &&
+     exec /usr/bin/env -i container='"{container}"' /lib/systemd/systemd'
 '''.replace("{container}", CONTAINER)
 
 
