@@ -13,6 +13,8 @@ import json
 import shutil
 import subprocess
 import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +29,9 @@ PACKAGES = "scored score-client pm-tools"
 SITE = REPO_ROOT / "provisioning" / "site.yml"
 # What this test needs of the roles beyond their defaults: root runs the
 # jobs (the test is root), 2 processes per node.
-EXTRA_VARS = ["-e", "scored_allow_root_jobs=true", "-e", "scored_slots=2"]
+EXTRA_VARS = ["-e", "scored_allow_root_jobs=true", "-e", "scored_slots=2",
+              "-e", "score_monitoring_interval=5s"]
+PROMETHEUS = "http://n1:9090"
 
 
 class Cluster:
@@ -60,6 +64,26 @@ class Cluster:
         return subprocess.run(["ansible-playbook", "-i", str(inventory), str(SITE), *EXTRA_VARS,
                                *key, *extra], capture_output=True, text=True, timeout=900)
 
+    def prometheus(self, path, timeout=120, until=lambda doc: True, what="Prometheus"):
+        """GET Prometheus's API on n1 (from the host) until `until(doc)`."""
+        address = self.address("n1")
+        deadline = time.monotonic() + timeout
+        doc = None
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://{address}:9090{path}", timeout=5) as r:
+                    doc = json.load(r)
+                if until(doc):
+                    return doc
+            except OSError:
+                pass
+            time.sleep(1)
+        raise AssertionError(f"{what}: not within {timeout} s; last answer: {doc}")
+
+    def address(self, node):
+        state = json.loads(Path(f"/run/score/vcluster/{self.name}.json").read_text())
+        return next(n["nics"][0]["address"] for n in state["nodes"] if n["name"] == node)
+
     def main_pid(self, node, unit):
         return int(self.on(node, f"systemctl show -p MainPID --value {unit}").stdout)
 
@@ -86,8 +110,8 @@ def cluster(require_root, debs):
     shutil.copytree(debs[0] / "repo", repo)
     name = unique_cluster_name()
     try:
-        up = run_vcluster("up", "--name", name, "--nodes", len(NODES), "--rootfs", "--repo", repo,
-                          timeout=UP_TIMEOUT)
+        up = run_vcluster("up", "--name", name, "--nodes", len(NODES), "--nics", 2, "--rootfs",
+                          "--repo", repo, timeout=UP_TIMEOUT)
         assert up.returncode == 0, up.stderr
         yield Cluster(name, repo)
     finally:
@@ -129,6 +153,25 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     counters = recap(again.stdout)
     assert sorted(counters) == NODES, again.stdout[-3000:]
     assert all(h["changed"] == 0 for h in counters.values()), again.stdout[-5000:]
+    pm_conf = c.everywhere("cat /etc/score/pm.conf | grep -v '^#'")
+    assert all(v.split() == ["nic", "eth0", "nic", "eth1"] for v in pm_conf.values()), pm_conf
+
+    # n4 loses its second NIC in the inventory: only n4's PM list changes.
+    fewer = json.loads(run_vcluster("inventory", "--name", c.name, "--json").stdout)
+    fewer["all"]["hosts"]["n4"]["score_networks"] = fewer["all"]["hosts"]["n4"]["score_networks"][:1]
+    inventory.write_text(json.dumps(fewer))
+    third = c.playbook(inventory)
+    assert third.returncode == 0, third.stdout[-5000:]
+    changed = {h: n["changed"] for h, n in recap(third.stdout).items()}
+    assert changed["n4"] > 0 and all(changed[h] == 0 for h in ("n1", "n2", "n3")), changed
+    assert c.on("n4", "grep -v '^#' /etc/score/pm.conf").stdout.split() == ["nic", "eth0"]
+
+    # Prometheus on the head scrapes every node_exporter, agent and the master.
+    def all_up(doc):
+        targets = doc["data"]["activeTargets"]
+        return len(targets) == 2 + 2 * len(NODES) and all(t["health"] == "up" for t in targets)
+    c.prometheus("/api/v1/targets", until=all_up, what="every target up")
+
     versions = c.everywhere("dpkg-query -W -f '${Version}\\n' scored score-client pm-tools")
     assert all(v.split() == [VERSION] * 3 for v in versions.values()), versions
     c.wait_nodes_up()
@@ -166,6 +209,11 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     out = c.on("n4", "systemctl show -p ActiveState -p Result -p ExecMainStatus "
                      "scored-agent").stdout.split()
     assert sorted(out) == ["ActiveState=inactive", "ExecMainStatus=0", "Result=success"], out
+    # Its agent gone, n4 fires AgentLost (for: 30s) in Prometheus.
+    def lost(doc):
+        return any(a["labels"].get("alertname") == "AgentLost" and a["state"] == "firing"
+                   and a["labels"].get("instance") == "n4:7102" for a in doc["data"]["alerts"])
+    c.prometheus("/api/v1/alerts", timeout=120, until=lost, what="AgentLost firing for n4")
     c.on("n1", "systemctl stop scored-master")
     out = c.on("n1", "systemctl show -p ActiveState -p Result scored-master").stdout.split()
     assert sorted(out) == ["ActiveState=inactive", "Result=success"], out
