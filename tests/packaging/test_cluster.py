@@ -220,6 +220,9 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
 
     # Purged: nothing of score stays on the node.
     c.on("n4", f"{APT} purge {PACKAGES} libpm0 >/dev/null")
+    # /etc/score/pm.conf is the role score_network's, not a package's.
+    assert c.on("n4", "ls -A /etc/score").stdout.split() == ["pm.conf"]
+    c.on("n4", "rm /etc/score/pm.conf && rmdir /etc/score")
     left = c.on("n4", "for p in /etc/score /var/lib/scored /run/score /usr/sbin/scored "
                       "/usr/lib/score /usr/bin/scrun /usr/bin/pmcheck "
                       "/etc/systemd/system/multi-user.target.wants/scored-agent.service; do "
