@@ -102,14 +102,15 @@ def test_without_an_agent_to_answer_the_step_fails_and_says_where(cluster):
     socket = cluster.service_dir / "n2" / "run" / "adopt.sock"
     assert socket.exists()
     socket.unlink()      # the agent runs, but nothing answers on n2's socket
-    # n1's task runs on after n2's fails (no KillOnBadExit): srun is ended
-    # by the test after 120 s.  With --kill-on-bad-exit the step ends at
-    # once, but n2's message may then never reach srun's stderr.
+    # n1's task runs on after n2's fails (no KillOnBadExit), so it is short:
+    # srun then ends by itself, with n2's failure as its status.  With
+    # --kill-on-bad-exit n2's message may never reach srun's stderr.
     rc, out, err = finish(start_srun(cluster, "-p", "score", "--score-gang", "-N", 2, "-n", 2,
-                                     "sleep", "977"), timeout=120)
+                                     "sleep", "9.77"), timeout=120)
+    assert "(test: srun killed" not in err, err
     assert rc != 0
     assert f"no scored agent answers at {socket}" in err, err
-    wait_for("no task left", lambda: not processes_with_argv(["sleep", "977"]), timeout=30)
+    wait_for("no task left", lambda: not processes_with_argv(["sleep", "9.77"]), timeout=30)
     # scored's record of the step ends too.
     def settled():
         jobs = json.loads(scorectl(cluster, "jobs", "--json"))
