@@ -16,7 +16,11 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${DEB_OUT:-$ROOT/build/deb}
-WORK=$OUT/work
+# The work tree and cargo's target directory do not depend on OUT: a build
+# into another directory or of another version then reuses what the last one
+# compiled (cargo keys its incremental state by the workspace's path).  A
+# lock keeps two runs from sharing them at once.
+WORK=$ROOT/build/deb-work
 say() { echo "make-deb: $*" >&2; }
 die() { say "error: $*"; exit 1; }
 
@@ -30,9 +34,10 @@ changelog_version=$(dpkg-parsechangelog -l packaging/debian/changelog -S Version
 version=${DEB_VERSION:-$changelog_version}
 [[ $version =~ ^[0-9][A-Za-z0-9.+~]*$ ]] ||
   die "DEB_VERSION '$version' is not a native Debian version (digits first, then letters, digits, . + ~)"
-# One path whatever the version, so that cargo's incremental build (keyed by
-# the workspace's path) serves every run.
 src=$WORK/score
+mkdir -p "$WORK"
+exec 9>"$WORK/lock"
+flock -w 3600 9 || die "another make deb holds $WORK/lock"
 
 say "copying the tree to $src"
 rm -rf "$src"
@@ -54,7 +59,9 @@ if [ "$version" != "$changelog_version" ]; then
     echo
     echo "  * Rebuilt as $version by make deb (DEB_VERSION)."
     echo
-    echo " -- score developers <score-dev@lists.example.org>  $(date -R)"
+    # A second after the source's own entry: lintian wants a newer date.
+    epoch=$(dpkg-parsechangelog -l packaging/debian/changelog -S Timestamp)
+    echo " -- score developers <score-dev@lists.example.org>  $(date -R -u -d "@$((epoch + 1))")"
     echo
     cat packaging/debian/changelog
   } > "$src/debian/changelog"
@@ -63,15 +70,17 @@ fi
 # The Rust programs build in a target directory of their own; the first
 # time, it starts as a copy of the main build's, whose compiled crates cargo
 # then reuses (only the workspace's own crates build again).
-if [ ! -d "$OUT/cargo" ] && [ -d "$ROOT/build/cargo/release" ]; then
-  say "seeding $OUT/cargo from build/cargo (compiled crates)"
-  mkdir -p "$OUT/cargo"
-  cp -a "$ROOT/build/cargo/release" "$OUT/cargo/"
+cargo_dir=$WORK/cargo
+if [ ! -d "$cargo_dir" ] && [ -d "$ROOT/build/cargo/release" ]; then
+  say "seeding $cargo_dir from build/cargo (compiled crates)"
+  mkdir -p "$cargo_dir"
+  cp -a "$ROOT/build/cargo/release" "$cargo_dir/"
 fi
-say "building the packages (dpkg-buildpackage -b; the Rust programs build in $OUT/cargo)"
+say "building the packages (dpkg-buildpackage -b; the Rust programs build in $cargo_dir)"
+mkdir -p "$OUT"
 (
   cd "$src"
-  CARGO_TARGET_DIR=$OUT/cargo dpkg-buildpackage -b -us -uc --no-sign >"$WORK/build.log" 2>&1
+  CARGO_TARGET_DIR=$cargo_dir dpkg-buildpackage -b -us -uc --no-sign >"$WORK/build.log" 2>&1
 ) || { tail -40 "$WORK/build.log" >&2; die "dpkg-buildpackage failed; the whole log is $WORK/build.log"; }
 
 rm -f "$OUT"/*.deb "$OUT"/*.changes "$OUT"/*.buildinfo
