@@ -15,7 +15,7 @@ CARGO_DIR  := $(BUILD)/cargo
 RUST_BINS  := scored scrun scorectl score-impostor
 MESON_OPTS := --prefix=$(BUILD) --bindir=bin --libdir=lib --buildtype=debugoptimized
 
-.PHONY: all deps build asan test demo bench deb clean help
+.PHONY: all deps build asan grafana-schema test demo bench deb clean help
 
 all: build
 
@@ -46,9 +46,19 @@ asan: deps
 	  meson setup $(ASAN_DIR) --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false >/dev/null; fi
 	@ninja -C $(ASAN_DIR) >/dev/null || ninja -C $(ASAN_DIR)
 
+# Grafana's schema (@grafana/schema) and tsc, pinned by the lock file, for
+# the type check of the dashboards (tests/provisioning/test_dashboards.py).
+GRAFANA_SCHEMA := $(BUILD)/grafana-schema
+GRAFANA_SCHEMA_SRC := tests/provisioning/grafana_schema
+grafana-schema: deps $(GRAFANA_SCHEMA)/node_modules/.package-lock.json
+$(GRAFANA_SCHEMA)/node_modules/.package-lock.json: $(GRAFANA_SCHEMA_SRC)/package.json $(GRAFANA_SCHEMA_SRC)/package-lock.json
+	@mkdir -p $(GRAFANA_SCHEMA)
+	@cp $^ $(GRAFANA_SCHEMA)/
+	@cd $(GRAFANA_SCHEMA) && npm ci --no-audit --no-fund --loglevel=error
+
 # A full run fails on any skipped test and, as another user than root, before
 # it starts.  `make test ALLOW_SKIPS=1` asks for a partial run (docs/testing.md).
-test: build asan
+test: build asan grafana-schema
 	@CARGO=$(CARGO) $(PYTHON) scripts/run-tests --build $(BUILD) \
 	  $(if $(filter-out 0,$(ALLOW_SKIPS)),--allow-skips)
 

@@ -25,7 +25,7 @@ test_pkgs=(
   python3 python3-mpi4py python3-pip python3-pytest
   hpcc iperf3 libfabric-bin netpipe-openmpi netpipe-tcp sockperf linux-perf
   ansible-core ansible-lint
-  prometheus
+  nodejs prometheus python3-matplotlib
 )
 pkgs=("${build_pkgs[@]}" "${run_pkgs[@]}" "${test_pkgs[@]}")
 
@@ -47,11 +47,16 @@ mapfile -t missing < <(missing_pkgs)
 
 rust_missing=0
 command -v cargo >/dev/null 2>&1 || rust_missing=1
+# npm (the Grafana schema check): Debian packages it apart from nodejs;
+# NodeSource's nodejs carries it (and conflicts with Debian's npm).
+npm_missing=0
+command -v npm >/dev/null 2>&1 || npm_missing=1
 
 if [ "${1:-}" = "--check" ]; then
   status=0
   if [ ${#missing[@]} -gt 0 ]; then echo "missing packages: ${missing[*]}"; status=1; fi
   if [ $rust_missing -eq 1 ]; then echo "missing: cargo (Rust toolchain)"; status=1; fi
+  if [ $npm_missing -eq 1 ]; then echo "missing: npm"; status=1; fi
   exit $status
 fi
 
@@ -61,6 +66,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   # A fresh machine has no package lists yet; refresh them once per install run.
   as_root apt-get update -qq
   as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ $npm_missing -eq 1 ] && ! command -v npm >/dev/null 2>&1; then
+  echo "install-deps: installing npm" >&2
+  as_root apt-get install -y -qq --no-install-recommends npm >/dev/null
 fi
 
 if [ $rust_missing -eq 1 ]; then
