@@ -145,6 +145,11 @@ pub struct AgentConfig {
     pub node_name: String,
     /// Processes a job may place on this node; 0: the number of CPUs.
     pub slots: u32,
+    /// CPUs (OS numbers) the ranks are bound to, in order: a job's i-th
+    /// rank on this node runs on `cpus[i % len]`.  Empty: no binding.  The
+    /// role score_smp writes them from the node's topology, spreading ranks
+    /// over NUMA domains first.
+    pub cpus: Vec<u32>,
     /// Prometheus /metrics address ("" disables it).
     pub metrics_listen: String,
     /// The parent cgroup (v2) of the job cgroups; "": `score` under the
@@ -169,6 +174,7 @@ impl Default for AgentConfig {
             master: format!("http://127.0.0.1:{DEFAULT_MASTER_PORT}"),
             node_name: String::new(),
             slots: 0,
+            cpus: Vec::new(),
             metrics_listen: "0.0.0.0:7102".into(),
             cgroup_root: String::new(),
             state_dir: "/run/score".into(),
@@ -251,6 +257,13 @@ impl Config {
             return Err(invalid(format!(
                 "master.quantum_ms = {} is too short (at least 10 ms)",
                 self.master.quantum_ms.as_millis()
+            )));
+        }
+        let max_cpu = libc::CPU_SETSIZE as u32;
+        if let Some(c) = self.agent.cpus.iter().find(|&&c| c >= max_cpu) {
+            return Err(invalid(format!(
+                "agent.cpus names CPU {c}; CPU numbers go up to {}",
+                max_cpu - 1
             )));
         }
         if self.master.heartbeat_interval_ms.is_zero() {

@@ -145,6 +145,7 @@ impl AgentJob {
         &mut self,
         pmix: &PmixServer,
         out: &mpsc::UnboundedSender<AgentMessage>,
+        cpus: &[u32],
     ) -> Result<Vec<u32>, String> {
         self.started = true;
         let info = self.info.clone();
@@ -191,6 +192,7 @@ impl AgentJob {
                 user: &info.user,
                 cgroup_procs: &procs,
                 stdin: with_stdin,
+                cpu: (!cpus.is_empty()).then(|| cpus[local as usize % cpus.len()]),
             })
             .map_err(|e| {
                 format!(

@@ -60,6 +60,8 @@ enum Internal {
 struct Agent {
     node: String,
     slots: u32,
+    /// agent.cpus: the CPUs the ranks are bound to, in order.
+    cpus: Vec<u32>,
     boot_id: u64,
     metrics_url: String,
     cgroups: CgroupRoot,
@@ -97,6 +99,35 @@ fn send(out: &mpsc::UnboundedSender<AgentMessage>, job: u64, msg: agent_message:
     });
 }
 
+/// agent.cpus must be CPUs the agent may run on: a rank bound elsewhere
+/// would fail to start, long after the mistake.
+fn check_cpus(cpus: &[u32]) -> anyhow::Result<()> {
+    if cpus.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: sched_getaffinity fills the zeroed set it is given.
+    let allowed = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(std::io::Error::last_os_error()).context("sched_getaffinity");
+        }
+        set
+    };
+    // SAFETY: CPU_ISSET reads the set; the config refuses numbers beyond CPU_SETSIZE.
+    let outside: Vec<u32> = cpus
+        .iter()
+        .copied()
+        .filter(|&c| unsafe { !libc::CPU_ISSET(c as usize, &allowed) })
+        .collect();
+    if !outside.is_empty() {
+        anyhow::bail!(
+            "agent.cpus names CPU(s) {outside:?}, which this agent may not use (its affinity); \
+             see the node's topology (role score_smp) or leave agent.cpus empty"
+        );
+    }
+    Ok(())
+}
+
 pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
     let ac = &config.agent;
     let node = node
@@ -107,6 +138,7 @@ pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
     } else {
         ac.slots
     };
+    check_cpus(&ac.cpus)?;
     let cgroups = CgroupRoot::open(&ac.cgroup_root).context("job cgroups (agent.cgroup_root)")?;
     let state_dir = PathBuf::from(&ac.state_dir);
     let jobs_dir = state_dir.join("jobs");
@@ -191,6 +223,7 @@ pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
     let mut agent = Agent {
         node,
         slots,
+        cpus: ac.cpus.clone(),
         boot_id: score_config_boot_id(),
         metrics_url,
         cgroups,
@@ -617,7 +650,7 @@ impl Agent {
                 result,
             } => match self.jobs.get_mut(&job) {
                 Some(j) if !j.is_cleaning() => {
-                    let r = result.and_then(|()| j.start(&self.pmix, &self.out));
+                    let r = result.and_then(|()| j.start(&self.pmix, &self.out, &self.cpus));
                     self.launched(job, r);
                 }
                 Some(_) => {} // being cleaned: its release deregisters

@@ -20,6 +20,19 @@ pub struct RankSpawn<'a> {
     pub user: &'a str,
     pub cgroup_procs: &'a Path,
     pub stdin: bool,
+    /// The CPU the rank is bound to (agent.cpus), if any.
+    pub cpu: Option<u32>,
+}
+
+/// A CPU set of the one CPU `cpu`, for sched_setaffinity(2).
+fn cpu_set_of(cpu: u32) -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set,
+    // and the config refuses CPU numbers beyond CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        set
+    }
 }
 
 /// The supplementary groups of `user` (with `gid`), as initgroups(3) would set.
@@ -56,6 +69,7 @@ pub fn spawn(r: &RankSpawn) -> std::io::Result<Child> {
     let groups = groups_of(r.user, r.gid);
     let (uid, gid) = (r.uid, r.gid);
     let agent = std::process::id() as libc::pid_t;
+    let cpu_set = r.cpu.map(cpu_set_of);
     // SAFETY: the closure runs in the child between fork and exec; it only
     // makes async-signal-safe system calls on data prepared before the fork.
     unsafe {
@@ -92,6 +106,11 @@ pub fn spawn(r: &RankSpawn) -> std::io::Result<Child> {
             // the step in its message.
             if libc::chdir(cwd.as_ptr()) != 0 {
                 return Err(last_os_error());
+            }
+            if let Some(set) = &cpu_set {
+                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
+                    return Err(last_os_error());
+                }
             }
             Ok(())
         });
