@@ -9,10 +9,15 @@ any change; a 4x2 PM job runs from the installed files alone; an upgrade
 keeps the edited configuration and restarts the daemons; `systemctl stop`
 ends them cleanly; a purge leaves nothing of score."""
 
+import importlib.util
 import json
+import math
+import os
 import shutil
+import signal
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -23,6 +28,10 @@ from conftest import REPO_ROOT, VCLUSTER, run_vcluster, unique_cluster_name
 from .conftest import NEXT_VERSION, VERSION
 
 NODES = [f"n{i}" for i in range(1, 5)]
+# How long two loops of jobs may run for the dashboards' queries.
+LOAD_SECONDS = 180
+LOAD = ("while [ ! -e /run/stop-load ]; do "
+        "scrun -nodes=4x2 pmcheck --pattern all --count 20000 --quiet >/dev/null || exit 1; done")
 UP_TIMEOUT = 1500
 APT = "DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Dpkg::Use-Pty=0"
 PACKAGES = "scored score-client pm-tools"
@@ -119,6 +128,61 @@ def cluster(require_root, debs):
         assert down.returncode == 0, down.stderr
 
 
+def grafana_queries():
+    """(dashboard, panel, PromQL) of every panel, from the dashboards' one
+    source, scripts/grafana_dashboards.py."""
+    spec = importlib.util.spec_from_file_location(
+        "grafana_dashboards", REPO_ROOT / "scripts" / "grafana_dashboards.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    # 1m: four scrapes at the test's 5 s interval, as Grafana's
+    # $__rate_interval would be.
+    return list(module.panel_queries("1m"))
+
+
+def check_dashboard_queries(c):
+    """Every panel's query returns a number (not only NaN) from Prometheus
+    while two loops of 4x2 jobs share the nodes in turns: PM traffic on
+    both NICs, gang switches with quiesces, jobs launching and ending."""
+    loops = [subprocess.Popen([str(VCLUSTER), "exec", "--name", c.name, "n1", "--", "timeout",
+                               str(LOAD_SECONDS), "sh", "-c", LOAD],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+             for _ in range(2)]
+    pending = {(uid, title, expr): None for uid, title, expr in grafana_queries()}
+    address = c.address("n1")
+    try:
+        deadline = time.monotonic() + LOAD_SECONDS - 30
+        while pending and time.monotonic() < deadline:
+            for q in list(pending):
+                url = f"http://{address}:9090/api/v1/query?" + urllib.parse.urlencode({"query": q[2]})
+                try:
+                    with urllib.request.urlopen(url, timeout=10) as r:
+                        doc = json.load(r)
+                except OSError as e:
+                    pending[q] = str(e)
+                    continue
+                values = [float(v["value"][1]) for v in doc["data"]["result"]]
+                if any(not math.isnan(v) for v in values):
+                    del pending[q]
+                else:
+                    pending[q] = values
+            assert all(p.poll() is None for p in loops), "a job of the load failed: " + \
+                "".join(p.stderr.read() for p in loops if p.poll() is not None)
+            time.sleep(2)
+    finally:
+        c.on("n1", "touch /run/stop-load")
+        for p in loops:
+            try:
+                p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        c.on("n1", "rm -f /run/stop-load")
+    assert not pending, "dashboard queries without data:\n" + "\n".join(
+        f"{uid} / {title}: {expr} -> {last}" for (uid, title, expr), last in pending.items())
+
+
 def recap(out):
     """{host: {counter: n}} of ansible-playbook's PLAY RECAP."""
     hosts = {}
@@ -182,6 +246,14 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     assert job.stdout.split()[:2] == ["/usr/bin/scrun", "/usr/bin/pmcheck"], job.stdout
     assert job.stdout.strip().endswith("status=0"), job.stdout + job.stderr
     assert "/work" not in job.stdout and "build/" not in job.stdout
+
+    # Grafana's provisioning on the head, and every panel's query answered
+    # by the live Prometheus while jobs run.
+    files = c.on("n1", "ls /etc/grafana/provisioning/datasources /etc/grafana/provisioning/dashboards "
+                       "/var/lib/grafana/dashboards/score").stdout.split()
+    assert {"score.yaml", "score-cluster.json", "score-pm-network.json"} <= set(files), files
+    assert "url: http://n1:9090" in c.on("n1", "cat /etc/grafana/provisioning/datasources/score.yaml").stdout
+    check_dashboard_queries(c)
 
     # Upgrade: the edited configuration stays, the daemons restart.
     c.everywhere("echo '# edited by the test' >> /etc/score/scored.toml")
