@@ -34,6 +34,9 @@ import os
 import shutil
 import subprocess
 import time
+import tomllib
+import urllib.request
+from pathlib import Path
 
 from bench_stats import ratios, spread, verdict
 from bench_udp import VCLUSTER, MPI_ENV, Cluster
@@ -201,6 +204,25 @@ def mpirun_jobs(ctx, cl, nodes, n_jobs, env, argv=None, ppn=1, stamps=None):
     return out
 
 
+def switch_histogram(metric="score_gang_switch_seconds"):
+    """The master's histogram `metric` as [[upper bound in s, count]] (not
+    cumulative; the last bound is +Inf as null), from its /metrics."""
+    conf = tomllib.loads(Path(f"/run/score/vcluster/{NAME}/scored.toml").read_text())
+    with urllib.request.urlopen(f"http://{conf['master']['metrics_listen']}/metrics",
+                                timeout=10) as r:
+        text = r.read().decode()
+    cumulative = []
+    for line in text.splitlines():
+        if line.startswith(f'{metric}_bucket{{le="'):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            cumulative.append((None if le == "+Inf" else float(le), float(line.split()[-1])))
+    out, below = [], 0.0
+    for le, count in cumulative:
+        out.append([le, int(count - below)])
+        below = count
+    return out
+
+
 def switch_times(ctx, cl, score, nodes, seconds):
     """Two jobs on the same `nodes` nodes (the others drained), 50 ms
     quantum, for about `seconds`; statistics of a freshly started master."""
@@ -213,9 +235,11 @@ def switch_times(ctx, cl, score, nodes, seconds):
     while time.perf_counter() < t_end:
         run_jobs(score, ctx, nodes, 2, count=COUNT // 2)
     m = score.matrix()
+    # The master is fresh: its histogram holds this run's switches only.
+    buckets = switch_histogram()
     for n in range(nodes + 1, 5):
         score.scorectl("resume", f"n{n}")
-    return {"nodes": nodes, "switches": m["switches"] - before,
+    return {"nodes": nodes, "switches": m["switches"] - before, "histogram_s": buckets,
             "median_ms": m["switch_median_s"] * 1e3, "p99_ms": m["switch_p99_s"] * 1e3,
             "quiesce_median_ms": m["quiesce_median_s"] * 1e3, "unanswered": m["unanswered"],
             "silent": m.get("silent")}

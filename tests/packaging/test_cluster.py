@@ -37,9 +37,29 @@ APT = "DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Dpkg::Use-Pty=0"
 PACKAGES = "scored score-client pm-tools"
 SITE = REPO_ROOT / "provisioning" / "site.yml"
 # What this test needs of the roles beyond their defaults: root runs the
-# jobs (the test is root), 2 processes per node.
-EXTRA_VARS = ["-e", "scored_allow_root_jobs=true", "-e", "scored_slots=2",
-              "-e", "score_monitoring_interval=5s"]
+# jobs (the test is root), a short scrape interval.  Slots per node come
+# from the topology (role score_smp: one per core).
+EXTRA_VARS = ["-e", "scored_allow_root_jobs=true", "-e", "score_monitoring_interval=5s"]
+# score_rdma alone on n4, forced (there is no RDMA hardware here).
+RDMA_PLAY = """
+- name: RDMA settings on a node without the hardware
+  hosts: n4
+  become: true
+  roles:
+    - role: score_rdma
+      vars:
+        score_rdma_force: true
+        score_rdma_ipoib:
+          - {nic: ib0, address: 192.168.100.4, prefix: 24, subnet: 192.168.100.0/24}
+"""
+# score_network alone on every node.
+NETWORK_PLAY = """
+- name: The networks of every node
+  hosts: all
+  become: true
+  roles:
+    - role: score_network
+"""
 PROMETHEUS = "http://n1:9090"
 
 
@@ -67,11 +87,14 @@ class Cluster:
             out[n] = stdout
         return out
 
-    def playbook(self, inventory, *extra):
+    def playbook(self, inventory, *extra, playbook=SITE):
         # The MUNGE key in the test's directory, not in the repository's.
         key = ["-e", f"munge_key_file={inventory.parent / 'credentials' / 'munge.key'}"]
-        return subprocess.run(["ansible-playbook", "-i", str(inventory), str(SITE), *EXTRA_VARS,
-                               *key, *extra], capture_output=True, text=True, timeout=900)
+        # A play of the test's own finds the roles of the repository.
+        env = dict(os.environ, ANSIBLE_ROLES_PATH=str(REPO_ROOT / "roles"))
+        return subprocess.run(["ansible-playbook", "-i", str(inventory), str(playbook),
+                               *EXTRA_VARS, *key, *extra], capture_output=True, text=True,
+                              timeout=900, env=env)
 
     def prometheus(self, path, timeout=120, until=lambda doc: True, what="Prometheus"):
         """GET Prometheus's API on n1 (from the host) until `until(doc)`."""
@@ -198,9 +221,12 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
                                                                           tmp_path):
     c = cluster
     inventory = tmp_path / "inventory.yml"
-    inv = run_vcluster("inventory", "--name", c.name)
+    inv = run_vcluster("inventory", "--name", c.name, "--json")
     assert inv.returncode == 0, inv.stderr
-    inventory.write_text(inv.stdout)
+    # n3 is said to be an RDMA node; it has no device.
+    hosts = json.loads(inv.stdout)
+    hosts["all"]["children"]["rdma"]["hosts"] = {"n3": {}}
+    inventory.write_text(json.dumps(hosts))
 
     # A wrong variable is refused before anything changes.
     wrong = c.playbook(inventory, "-e", "scored_slots=lots")
@@ -217,8 +243,27 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     counters = recap(again.stdout)
     assert sorted(counters) == NODES, again.stdout[-3000:]
     assert all(h["changed"] == 0 for h in counters.values()), again.stdout[-5000:]
+    # A --check run: nothing would change, nothing fails.
+    check = c.playbook(inventory, "--check")
+    assert check.returncode == 0, check.stdout[-5000:]
+    assert all(h["changed"] == 0 and h["failed"] == 0 for h in recap(check.stdout).values()), \
+        check.stdout[-5000:]
     pm_conf = c.everywhere("cat /etc/score/pm.conf | grep -v '^#'")
     assert all(v.split() == ["nic", "eth0", "nic", "eth1"] for v in pm_conf.values()), pm_conf
+    # score_rdma on n3 found no device, said so and changed nothing.
+    assert "n3 has no RDMA device" in first.stdout, first.stdout[-5000:]
+    assert c.on("n3", "test ! -e /etc/security/limits.d/90-score-rdma.conf && "
+                      "! dpkg-query -W rdma-core 2>/dev/null && echo untouched").stdout.split() \
+        == ["untouched"]
+
+    # score_smp's topology: Slurm's own view of the node, and scored's slots
+    # and rank binding.
+    fact = json.loads(c.on("n2", "cat /etc/ansible/facts.d/score_smp.fact").stdout)
+    slurmd = c.on("n2", "slurmd -C | head -1").stdout.split()
+    assert fact["slurm_node"].split() == slurmd, (fact, slurmd)
+    assert fact["slots"] == fact["topology"]["cores"] and len(fact["cpus"]) == fact["slots"], fact
+    toml = c.on("n2", "grep -E '^(slots|cpus) =' /etc/score/scored.toml").stdout.splitlines()
+    assert toml == [f"slots = {fact['slots']}", f"cpus = {json.dumps(fact['cpus'])}"], toml
 
     # n4 loses its second NIC in the inventory: only n4's PM list changes.
     fewer = json.loads(run_vcluster("inventory", "--name", c.name, "--json").stdout)
@@ -247,6 +292,14 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     assert job.stdout.strip().endswith("status=0"), job.stdout + job.stderr
     assert "/work" not in job.stdout and "build/" not in job.stdout
 
+    # Slurm from the roles: PMIx steps of PM programs on every node.
+    srun = c.on("n1", "srun --mpi=pmix -N4 pmcheck --pattern all --quiet; echo status=$?",
+                timeout=300)
+    assert srun.stdout.strip().endswith("status=0"), srun.stdout + srun.stderr
+    results = [json.loads(line) for line in srun.stdout.splitlines() if line.startswith("{")]
+    assert sorted(r["rank"] for r in results) == [0, 1, 2, 3] and all(r["ok"] for r in results), \
+        srun.stdout
+
     # Grafana's provisioning on the head, and every panel's query answered
     # by the live Prometheus while jobs run.
     files = c.on("n1", "ls /etc/grafana/provisioning/datasources /etc/grafana/provisioning/dashboards "
@@ -254,6 +307,21 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     assert {"score.yaml", "score-cluster.json", "score-pm-network.json"} <= set(files), files
     assert "url: http://n1:9090" in c.on("n1", "cat /etc/grafana/provisioning/datasources/score.yaml").stdout
     check_dashboard_queries(c)
+
+    # score_rdma forced on n4: packages, limits, the IPoIB file; then
+    # nothing to change.
+    play = tmp_path / "rdma.yml"
+    play.write_text(RDMA_PLAY)
+    for run in range(2):
+        rdma = c.playbook(inventory, playbook=play)
+        assert rdma.returncode == 0, rdma.stdout[-5000:]
+        assert recap(rdma.stdout)["n4"]["changed"] == (0 if run else 3), rdma.stdout[-5000:]
+    out = c.on("n4", "dpkg-query -W -f '${Status}\\n' rdma-core ibverbs-providers; "
+                     "cat /etc/security/limits.d/90-score-rdma.conf "
+                     "/etc/network/interfaces.d/score-ib0").stdout
+    assert out.count("install ok installed") == 2, out
+    assert "memlock    unlimited" in out and "address 192.168.100.4/24" in out, out
+    assert "pre-up echo connected > /sys/class/net/ib0/mode" in out and "mtu 65520" in out, out
 
     # Upgrade: the edited configuration stays, the daemons restart.
     c.everywhere("echo '# edited by the test' >> /etc/score/scored.toml")
@@ -289,6 +357,29 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     c.on("n1", "systemctl stop scored-master")
     out = c.on("n1", "systemctl show -p ActiveState -p Result scored-master").stdout.split()
     assert sorted(out) == ["ActiveState=inactive", "Result=success"], out
+
+    # MTUs: n4's eth0 down to 1400 changes n4 alone, and every node still
+    # reaches it with unfragmented datagrams of the smaller MTU.  Jumbo
+    # frames on network 1, whose bridge carries 1500 bytes, fail the check
+    # by name.  (Last: PM runs no job after this.)
+    play = tmp_path / "network.yml"
+    play.write_text(NETWORK_PLAY)
+    fewer["all"]["hosts"]["n4"]["score_networks"][0]["mtu"] = 1400
+    inventory.write_text(json.dumps(fewer))
+    mtu = c.playbook(inventory, playbook=play)
+    assert mtu.returncode == 0, mtu.stdout[-5000:]
+    changed = {h: n["changed"] for h, n in recap(mtu.stdout).items()}
+    assert changed["n4"] > 0 and all(changed[h] == 0 for h in ("n1", "n2", "n3")), changed
+    assert "eth0 -> n4 (" in mtu.stdout and ", 1372 bytes)" in mtu.stdout, mtu.stdout[-3000:]
+    assert " mtu 1400 " in c.on("n4", "ip link show eth0").stdout
+    assert "MTUBytes=1400" in c.on("n4", "cat /etc/systemd/network/60-score-eth0.network").stdout
+    for h in ("n1", "n2", "n3"):
+        fewer["all"]["hosts"][h]["score_networks"][1]["mtu"] = 9000
+    inventory.write_text(json.dumps(fewer))
+    jumbo = c.playbook(inventory, playbook=play)
+    assert jumbo.returncode != 0
+    assert "failed: [n1] (item=eth1 -> n2 (" in jumbo.stdout and "8972 bytes" in jumbo.stdout, \
+        jumbo.stdout[-5000:]
 
     # Purged: nothing of score stays on the node.
     c.on("n4", f"{APT} purge {PACKAGES} libpm0 >/dev/null")

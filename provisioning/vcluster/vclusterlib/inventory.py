@@ -9,6 +9,9 @@
         compute:         every node (the head computes too in a small cluster)
         ethernet_trunk:  every node, when the cluster has 2 networks or more
                          (PM trunks over them)
+        smp:             every node (each has the host's CPUs and NUMA
+                         domains; role score_smp reads them)
+        rdma:            none: no node has RDMA hardware (role score_rdma)
       hosts:     nI with ansible_host (its network-0 address) and
                  score_networks: one entry per network (NIC, address, subnet)
 
@@ -47,6 +50,8 @@ def build(current, head=None):
                 "compute": {"hosts": {n.name: {} for n in layout.nodes}}}
     if len(layout.networks) > 1:
         children["ethernet_trunk"] = {"hosts": {n.name: {} for n in layout.nodes}}
+    children["smp"] = {"hosts": {n.name: {} for n in layout.nodes}}
+    children["rdma"] = {"hosts": {}}
     return {"all": {
         "vars": {
             "ansible_user": "root",
