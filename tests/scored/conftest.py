@@ -53,6 +53,17 @@ def score(shared_cluster):
         s.cleanup()
 
 
+@pytest.fixture
+def own_score(own_cluster):
+    """Score on the module's own cluster (own_cluster), cleaned up after
+    each test."""
+    s = Score(own_cluster)
+    try:
+        yield s
+    finally:
+        s.cleanup()
+
+
 @pytest.fixture(scope="module")
 def own_cluster_factory(vcluster_module):
     """Factory: own_cluster_factory(score_master=None) -> a cluster of 4

@@ -10,16 +10,12 @@ import subprocess
 
 import pytest
 
-from .score import SCORE_BIN, Score, agent_pid, start_agent, wait_for
+from .score import SCORE_BIN, agent_pid, start_agent, wait_for
 
 
 @pytest.fixture
-def score(own_cluster):
-    s = Score(own_cluster)
-    try:
-        yield s
-    finally:
-        s.cleanup()
+def score(own_score):
+    return own_score
 
 
 def with_cpus(toml, cpus):

@@ -10,16 +10,12 @@ import signal
 
 import pytest
 
-from .score import Score, agent_pid, marker, processes_with, start_agent, wait_for
+from .score import agent_pid, marker, processes_with, start_agent, wait_for
 
 
 @pytest.fixture
-def score(own_cluster):
-    s = Score(own_cluster)
-    try:
-        yield s
-    finally:
-        s.cleanup()
+def score(own_score):
+    return own_score
 
 
 def start_4x1(score):
