@@ -206,6 +206,11 @@ def check_dashboard_queries(c):
         f"{uid} / {title}: {expr} -> {last}" for (uid, title, expr), last in pending.items())
 
 
+def fact_address(inventory, host, net):
+    """The address of `host` on network `net` in a vcluster inventory."""
+    return inventory["all"]["hosts"][host]["score_networks"][net]["address"]
+
+
 def recap(out):
     """{host: {counter: n}} of ansible-playbook's PLAY RECAP."""
     hosts = {}
@@ -255,6 +260,10 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     assert c.on("n3", "test ! -e /etc/security/limits.d/90-score-rdma.conf && "
                       "! dpkg-query -W rdma-core 2>/dev/null && echo untouched").stdout.split() \
         == ["untouched"]
+
+    # score_common: every node named on each network; PM's socket buffers.
+    n1_eth1 = c.on("n4", "getent hosts n1-eth1; sysctl -n net.core.rmem_max").stdout.split()
+    assert n1_eth1 == [fact_address(hosts, "n1", 1), "n1-eth1", "4194304"], n1_eth1
 
     # score_smp's topology: Slurm's own view of the node, and scored's slots
     # and rank binding.
