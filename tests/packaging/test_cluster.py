@@ -345,10 +345,10 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
         assert recap(rdma.stdout)["n4"]["changed"] == (0 if run else 3), rdma.stdout[-5000:]
     out = c.on("n4", "dpkg-query -W -f '${Status}\\n' rdma-core ibverbs-providers; "
                      "cat /etc/security/limits.d/90-score-rdma.conf "
-                     "/etc/network/interfaces.d/score-ib0").stdout
+                     "/etc/systemd/network/60-score-ib0.network").stdout
     assert out.count("install ok installed") == 2, out
-    assert "memlock    unlimited" in out and "address 192.168.100.4/24" in out, out
-    assert "pre-up echo connected > /sys/class/net/ib0/mode" in out and "mtu 65520" in out, out
+    assert "memlock    unlimited" in out and "Address=192.168.100.4/24" in out, out
+    assert "Mode=connected" in out and "MTUBytes=65520" in out, out
 
     # Upgrade: the edited configuration stays, the daemons restart.
     c.everywhere("echo '# edited by the test' >> /etc/score/scored.toml")
