@@ -91,7 +91,10 @@ class Cluster:
         # The MUNGE key in the test's directory, not in the repository's.
         key = ["-e", f"munge_key_file={inventory.parent / 'credentials' / 'munge.key'}"]
         # A play of the test's own finds the roles of the repository.
-        env = dict(os.environ, ANSIBLE_ROLES_PATH=str(REPO_ROOT / "roles"))
+        # Pipelining: a module runs over the ssh connection it came on, not
+        # a copy, a run and a removal each (docs/admin/provisioning.md).
+        env = dict(os.environ, ANSIBLE_ROLES_PATH=str(REPO_ROOT / "roles"),
+                   ANSIBLE_PIPELINING="True")
         return subprocess.run(["ansible-playbook", "-i", str(inventory), str(playbook),
                                *EXTRA_VARS, *key, *extra], capture_output=True, text=True,
                               timeout=900, env=env)
