@@ -22,6 +22,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -506,9 +507,12 @@ static int shm_sleep(struct pm_device *dev, uint64_t deadline)
 	if (now >= deadline)
 		return 0;
 
-	/* Wake at least every slice to look at the peers' health. */
+	/* Wake at least every slice to look at the peers' health.  Alone on
+	 * the node there is no one to watch, and nothing but the deadline can
+	 * end the wait: sleep until then. */
 	uint64_t left_ms = (deadline - now + 999999u) / 1000000u;
-	int slice = left_ms < SHM_BLOCK_SLICE_MS ? (int)left_ms : SHM_BLOCK_SLICE_MS;
+	uint64_t most = s->nlocal > 1 ? SHM_BLOCK_SLICE_MS : INT_MAX;
+	int slice = (int)(left_ms < most ? left_ms : most);
 	uint32_t bell = atomic_load_explicit(&s->me->bell, memory_order_relaxed);
 
 	atomic_store_explicit(&s->me->sleeping, 1, memory_order_relaxed);
