@@ -12,7 +12,8 @@
  * function blocks except pm_open(), pm_wait() and pm_quiesce(); none
  * allocates memory except pm_open() and pm_mr_register().
  *
- * Thread safety: a context is used by one thread at a time.
+ * Thread safety: a context is used by one thread at a time; pm_signal()
+ * alone may be called meanwhile from any thread or a signal handler.
  *
  * See docs/pm/guide.md for the programming guide.
  */
@@ -137,13 +138,27 @@ int pm_release(pm_context_t *ctx, const struct pm_msg *msg);
 
 /*
  * Progress: busy-poll for up to spin_us, then block until a message may
- * have arrived or send space may have been freed, or timeout_ms passes
- * (-1 waits forever).  Returns 0 on an event, -ETIMEDOUT, or -ECONNRESET
- * when a peer has died without closing its context (crashed, killed); a
- * peer that closed and exited is simply gone (see pm_peer_alive()).
- * Spurious wake-ups happen; callers retry their pm_recv()/pm_send_buffer().
+ * have arrived or send space may have been freed, pm_signal() is called,
+ * or timeout_ms passes (-1 waits forever).  Returns 0 on an event,
+ * -ETIMEDOUT, or -ECONNRESET when a peer has died without closing its
+ * context (crashed, killed); a peer that closed and exited is simply gone
+ * (see pm_peer_alive()).  Spurious wake-ups happen; callers retry their
+ * pm_recv()/pm_send_buffer().
  */
 int pm_wait(pm_context_t *ctx, int timeout_ms);
+
+/*
+ * Wake a thread blocked in pm_wait() on ctx: that pm_wait() returns 0
+ * soon (at once if it is spinning, within microseconds if it sleeps).
+ * A pm_signal() made while no thread waits makes the next pm_wait()
+ * return at once (the wake-up is remembered, not counted: several
+ * signals before one wait wake it once).  The one PM call that may be
+ * made from another thread while ctx is in use, and from a signal
+ * handler: it takes no lock and allocates nothing (and keeps errno).
+ * The pm_wait() that takes the signal also sees what the signalling
+ * thread wrote before pm_signal().  Errors: -EINVAL ctx is NULL.
+ */
+int pm_signal(pm_context_t *ctx);
 
 /* 1 if peer is alive, 0 if it is gone (exited or died), negative on error. */
 int pm_peer_alive(pm_context_t *ctx, int peer);

@@ -221,6 +221,27 @@ static int comp_sleep(struct pm_device *dev, uint64_t deadline)
 	return ready < 0 ? ready : err;
 }
 
+/*
+ * pm_signal(): wake the device that sleeps.  Alone, that is the only one;
+ * beside others, the last one blocks (comp_sleep) and the others only
+ * announce their sleep (sleep_prepare, where a pending signal counts as an
+ * event).  A last device without a wake op is reached through the others'
+ * wake descriptors, which it polls.
+ */
+static void comp_wake(struct pm_device *dev)
+{
+	struct composite_dev *c = to_comp(dev);
+	struct pm_device *last = c->sub[c->nsub - 1];
+
+	if (last->ops->wake) {
+		last->ops->wake(last);
+		return;
+	}
+	for (int i = 0; i < c->nsub - 1; i++)
+		if (c->sub[i]->ops->wake)
+			c->sub[i]->ops->wake(c->sub[i]);
+}
+
 static int comp_peer_alive(struct pm_device *dev, int peer)
 {
 	struct pm_device *d = route_of(dev, peer);
@@ -325,6 +346,7 @@ const struct pm_device_ops pm_composite_ops = {
 	.release = comp_release,
 	.sleep = comp_sleep,
 	.poll = comp_poll,
+	.wake = comp_wake,
 	.peer_alive = comp_peer_alive,
 	.expose = comp_expose,
 	.rma = comp_rma,

@@ -354,6 +354,16 @@ static inline bool preempt_asked(const struct pm_context *ctx)
 				 (uint32_t)ctx->ctl_pending) != 0, 0);
 }
 
+/* Take a pending pm_signal(), if any.  The plain load first keeps the
+ * spin loop free of locked instructions while nobody signals; acquire pairs
+ * with pm_signal()'s exchange, so what the signaller wrote before it is
+ * visible once pm_wait() returns. */
+static inline bool signal_taken(struct pm_context *ctx)
+{
+	return __builtin_expect(atomic_load_explicit(&ctx->signaled, memory_order_relaxed) != 0, 0) &&
+	       atomic_exchange_explicit(&ctx->signaled, 0, memory_order_acquire) != 0;
+}
+
 static inline int wait_call(pm_context_t *ctx, int timeout_ms)
 {
 	struct pm_device *dev = ctx->dev;
@@ -371,7 +381,7 @@ static inline int wait_call(pm_context_t *ctx, int timeout_ms)
 			return 0;
 		/* The agent asks for a quiesce: return (a spurious wake-up) so
 		 * that the call's exit runs the procedure. */
-		if (preempt_asked(ctx))
+		if (preempt_asked(ctx) || signal_taken(ctx))
 			return 0;
 		if ((n & 15) == 15 && pm_now_ns() >= spin_stop)
 			break;
@@ -387,7 +397,10 @@ static inline int wait_call(pm_context_t *ctx, int timeout_ms)
 
 		if (err)
 			return err;
-		if (dev->ops->poll(dev) || preempt_asked(ctx))
+		/* The flag is looked at after every sleep: the device's sleep
+		 * only ends early for it (pm_signal_pending), it leaves the
+		 * taking to us. */
+		if (signal_taken(ctx) || dev->ops->poll(dev) || preempt_asked(ctx))
 			return 0;
 	}
 }
@@ -399,6 +412,42 @@ int pm_wait(pm_context_t *ctx, int timeout_ms)
 
 	pm_call_exit(ctx);
 	return ret;
+}
+
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "pm_signal() needs a lock-free flag");
+
+/*
+ * Not a call in pm_call_enter()'s sense: it runs on any thread, or in a
+ * signal handler that interrupted anything (PM included), so it touches
+ * nothing of the context but the flag and the device's wake, which use
+ * only atomics and system calls.  Publishing the flag comes first and a
+ * full fence separates it from the device's look at whether its owner
+ * sleeps; the sleeper announces its sleep, fences, and looks at the flag
+ * (pm_signal_pending): one of the two sees the other, so no wake-up is
+ * lost (docs/pm/design.md, "Progress").
+ */
+int pm_signal(pm_context_t *ctx)
+{
+	if (!ctx)
+		return -EINVAL;
+
+	/* Already set: the signal that set it woke (or will be seen by) the
+	 * sleeper, and the flag is taken once anyway. */
+	if (atomic_exchange_explicit(&ctx->signaled, 1, memory_order_release))
+		return 0;
+	atomic_thread_fence(memory_order_seq_cst);
+
+	struct pm_device *dev = ctx->dev;
+
+	if (dev->ops->wake) {
+		/* A handler must leave errno as it found it; the wake's
+		 * system calls should not fail, but they may. */
+		int saved = errno;
+
+		dev->ops->wake(dev);
+		errno = saved;
+	}
+	return 0;
 }
 
 static inline int peer_alive_call(pm_context_t *ctx, int peer)

@@ -94,6 +94,14 @@ struct pm_device_ops {
 	void (*sleep_finish)(struct pm_device *dev);
 	int (*block)(struct pm_device *dev, uint64_t deadline_ns, const int *extra_fds,
 		     int nextra);
+	/* pm_signal(): end the sleep of sleep or block early (a NULL op: the
+	 * signal is seen when the sleep ends by itself).  Called from any
+	 * thread or a signal handler, after ctx->signaled was set and a
+	 * full fence: it may only use atomics and system calls, no lock, no
+	 * allocation, and wakes the owner only if the owner announced a sleep.
+	 * The other half is the sleeper's: announce the sleep, full fence,
+	 * then look at pm_signal_pending() before sleeping. */
+	void (*wake)(struct pm_device *dev);
 	int (*peer_alive)(struct pm_device *dev, int peer);
 
 	/* Make [addr, addr+len) reachable by peers under key in window slot
@@ -179,6 +187,9 @@ struct pm_context {
 	volatile sig_atomic_t ctl_pending; /* the handler found this call in
 					      progress: serve at its exit */
 	volatile pid_t owner_tid;       /* thread of the latest call */
+	/* Set by pm_signal() (any thread, a signal handler), taken by the
+	 * pm_wait() it ends: a flag, not a count. */
+	_Atomic uint32_t signaled;
 	volatile sig_atomic_t opening;  /* in pm_open(): no device yet, nothing
 					   on the wire, so a quiesce is answered
 					   at once (control.c) */
@@ -187,6 +198,14 @@ struct pm_context {
 	uint64_t window_gen;
 	struct pm_mr windows[PM_MAX_WINDOWS];
 };
+
+/* A pm_signal() is pending: a device that is about to sleep looks here
+ * after announcing its sleep (the wake op's other half); it does not take
+ * the flag, pm_wait() does. */
+static inline bool pm_signal_pending(const struct pm_context *ctx)
+{
+	return atomic_load_explicit(&ctx->signaled, memory_order_relaxed) != 0;
+}
 
 /* ---- preemption from outside: control.c ---- */
 

@@ -348,8 +348,18 @@ static size_t shm_max_message(const struct pm_device *dev, int peer)
 
 static int shm_sleep_fd(struct pm_device *dev);
 
+/* One byte from fd to a sleeper's loopback wake socket at port. */
+static void wake_datagram(int fd, uint32_t port)
+{
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = (in_port_t)port,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	char b = 0;
+
+	sendto(fd, &b, 1, MSG_DONTWAIT, (struct sockaddr *)&to, sizeof(to));
+}
+
 /* Wake the owner of seg if it sleeps.  The fence pairs with the one in
- * shm_wait(): either it sees our update or we see it sleeping.  An owner
+ * shm_sleep(): either it sees our update or we see it sleeping.  An owner
  * that sleeps in poll() beside a network device (composite) is woken by a
  * datagram on its loopback wake socket; the futex covers everyone else. */
 static void ring_bell(struct shm_dev *s, struct shm_seg *seg)
@@ -364,13 +374,32 @@ static void ring_bell(struct shm_dev *s, struct shm_seg *seg)
 
 	/* Any process can wake a poll()ing sleeper: the socket to send from
 	 * is made on first need. */
-	if (port && (s->wake_fd >= 0 || shm_sleep_fd(&s->base) >= 0)) {
-		struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = (in_port_t)port,
-					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-		char b = 0;
+	if (port && (s->wake_fd >= 0 || shm_sleep_fd(&s->base) >= 0))
+		wake_datagram(s->wake_fd, port);
+}
 
-		sendto(s->wake_fd, &b, 1, MSG_DONTWAIT, (struct sockaddr *)&to, sizeof(to));
-	}
+/*
+ * pm_signal(): ring our own bell, the way a peer does (ring_bell), from
+ * any thread or a signal handler.  Unlike ring_bell it never makes the
+ * wake socket (the owner may be making it right now): a port in our
+ * header means our socket exists, and the acquire load makes its
+ * descriptor, stored before the port (shm_sleep_fd), visible here.
+ */
+static void shm_wake(struct pm_device *dev)
+{
+	struct shm_dev *s = to_shm(dev);
+	struct shm_seg *me = s->me;
+
+	/* pm_signal() fenced after setting its flag: pairs with shm_sleep's. */
+	if (!atomic_load_explicit(&me->sleeping, memory_order_relaxed))
+		return;
+	atomic_fetch_add_explicit(&me->bell, 1, memory_order_relaxed);
+	futex_wake_shared(&me->bell);
+
+	uint32_t port = atomic_load_explicit(&me->wake_port, memory_order_acquire);
+
+	if (port)
+		wake_datagram(s->wake_fd, port);
 }
 
 static int shm_send_buffer(struct pm_device *dev, int peer, size_t len, void **buf)
@@ -508,8 +537,8 @@ static int shm_sleep(struct pm_device *dev, uint64_t deadline)
 		return 0;
 
 	/* Wake at least every slice to look at the peers' health.  Alone on
-	 * the node there is no one to watch, and nothing but the deadline can
-	 * end the wait: sleep until then. */
+	 * the node there is no one to watch, and nothing but pm_signal()
+	 * (shm_wake) or the deadline can end the wait: sleep until then. */
 	uint64_t left_ms = (deadline - now + 999999u) / 1000000u;
 	uint64_t most = s->nlocal > 1 ? SHM_BLOCK_SLICE_MS : INT_MAX;
 	int slice = (int)(left_ms < most ? left_ms : most);
@@ -517,7 +546,7 @@ static int shm_sleep(struct pm_device *dev, uint64_t deadline)
 
 	atomic_store_explicit(&s->me->sleeping, 1, memory_order_relaxed);
 	atomic_thread_fence(memory_order_seq_cst);
-	if (!shm_event(s))
+	if (!shm_event(s) && !pm_signal_pending(dev->ctx))
 		futex_wait_shared(&s->me->bell, bell, slice);
 	atomic_store_explicit(&s->me->sleeping, 0, memory_order_relaxed);
 	return 0;
@@ -548,6 +577,8 @@ static int shm_sleep_fd(struct pm_device *dev)
 		s->wake_fd = -1;
 		return -1;
 	}
+	/* After the descriptor: shm_wake, on another thread, uses the
+	 * descriptor once it sees the port. */
 	atomic_store(&s->me->wake_port, sa.sin_port);
 	return s->wake_fd;
 }
@@ -560,7 +591,9 @@ static int shm_sleep_prepare(struct pm_device *dev)
 		return shm_event(s) ? 1 : -ECONNRESET;
 	atomic_store_explicit(&s->me->sleeping, 1, memory_order_relaxed);
 	atomic_thread_fence(memory_order_seq_cst);
-	return shm_event(s);
+	/* A pending pm_signal() is an event for the composite's sleep: it
+	 * must not block (the signaller may have found us awake). */
+	return shm_event(s) || pm_signal_pending(dev->ctx);
 }
 
 static void shm_sleep_finish(struct pm_device *dev)
@@ -725,6 +758,7 @@ const struct pm_device_ops pm_shm_ops = {
 	.sleep_fd = shm_sleep_fd,
 	.sleep_prepare = shm_sleep_prepare,
 	.sleep_finish = shm_sleep_finish,
+	.wake = shm_wake,
 	.peer_alive = shm_peer_alive,
 	.expose = shm_expose,
 	.rma = shm_rma,

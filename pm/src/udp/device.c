@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -86,6 +87,10 @@ struct udp_dev {
 	/* Per NIC: consecutive receive passes that found data (receive). */
 	unsigned rx_streak[UDP_MAX_NICS];
 	bool remote_only;               /* under composite: peers off this node */
+	/* pm_signal() writes the eventfd while the owner sleeps in pm_wait()
+	 * (udp_wake): the sockets alone would not end the poll. */
+	int wake_fd;
+	_Atomic uint32_t sleeping;
 	struct pm_stats_nic *nic_stats; /* in the statistics page */
 };
 
@@ -557,6 +562,13 @@ static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 		pm_log(ctx->rank, "udp: %s", err);
 		return n;
 	}
+	u->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (u->wake_fd < 0) {
+		int e = -errno;
+
+		pm_log(ctx->rank, "udp: eventfd: %s", strerror(-e));
+		return e;
+	}
 	u->nnics = n;
 
 	struct udp_proto_conf conf = {
@@ -699,7 +711,8 @@ static void udp_ready(struct pm_device *dev)
 #define UDP_LINGER_QUIET_NS 20000000ull
 #define UDP_LINGER_MAX_NS 500000000ull
 
-static int udp_block(struct udp_dev *u, uint64_t deadline, const int *extra, int nextra);
+static int udp_block(struct udp_dev *u, uint64_t deadline, const int *extra, int nextra,
+		     bool wakeable);
 
 static uint64_t packets_in(const struct udp_dev *u)
 {
@@ -724,7 +737,7 @@ static void linger(struct udp_dev *u)
 
 		if (now >= quiet_until || now - start >= UDP_LINGER_MAX_NS)
 			break;
-		udp_block(u, quiet_until, NULL, 0);
+		udp_block(u, quiet_until, NULL, 0, false);
 		progress(u);
 		if (packets_in(u) != seen) {
 			seen = packets_in(u);
@@ -743,6 +756,8 @@ static void udp_destroy(struct pm_device *dev)
 	for (int i = 0; i < u->nnics; i++)
 		if (u->fds[i] >= 0)
 			close(u->fds[i]);
+	if (u->wake_fd >= 0)
+		close(u->wake_fd);
 	free(u->rxbuf);
 	free(u);
 }
@@ -841,10 +856,19 @@ static bool udp_poll(struct pm_device *dev)
 
 #define UDP_EXTRA_FDS 4
 
-static int udp_block(struct udp_dev *u, uint64_t deadline, const int *extra, int nextra)
+/*
+ * Sleep until a socket (or one of extra) is readable or deadline.  A
+ * wakeable sleep is pm_wait()'s: it announces itself to udp_wake (the
+ * fence pairs with pm_signal()'s), then looks for a signal that came
+ * before, and sleeps on the eventfd too.  The others (closing, draining,
+ * held by the agent) are not ended by pm_signal(): its flag waits for the
+ * next pm_wait().
+ */
+static int udp_block(struct udp_dev *u, uint64_t deadline, const int *extra, int nextra,
+		     bool wakeable)
 {
-	struct pollfd pfd[UDP_MAX_NICS + UDP_EXTRA_FDS];
-	int n = 0;
+	struct pollfd pfd[UDP_MAX_NICS + UDP_EXTRA_FDS + 1];
+	int n = 0, wake = -1;
 
 	/* Going to sleep: no reply will carry our acks soon, so send them
 	 * now instead of letting senders wait out the delay. */
@@ -866,18 +890,60 @@ static int udp_block(struct udp_dev *u, uint64_t deadline, const int *extra, int
 		pfd[n++] = (struct pollfd){ .fd = u->fds[i], .events = POLLIN };
 	for (int i = 0; i < nextra && i < UDP_EXTRA_FDS; i++)
 		pfd[n++] = (struct pollfd){ .fd = extra[i], .events = POLLIN };
-	return ppoll(pfd, (nfds_t)n, until == UINT64_MAX ? NULL : &ts, NULL) < 0 &&
-	       errno != EINTR ? -errno : 0;
+	if (wakeable) {
+		atomic_store_explicit(&u->sleeping, 1, memory_order_relaxed);
+		atomic_thread_fence(memory_order_seq_cst);
+		if (pm_signal_pending(u->base.ctx)) {
+			atomic_store_explicit(&u->sleeping, 0, memory_order_relaxed);
+			return 0;
+		}
+		wake = n;
+		pfd[n++] = (struct pollfd){ .fd = u->wake_fd, .events = POLLIN };
+	}
+
+	int r = ppoll(pfd, (nfds_t)n, until == UINT64_MAX ? NULL : &ts, NULL);
+	int err = r < 0 && errno != EINTR ? -errno : 0;
+
+	if (wakeable) {
+		uint64_t count;
+
+		atomic_store_explicit(&u->sleeping, 0, memory_order_relaxed);
+		/* Reset the eventfd only when it woke us: no system call on the
+		 * usual wake-up by a packet.  A write that lands after this
+		 * (a signaller that saw us still asleep) ends the next sleep
+		 * early, once: a spurious wake-up, which pm_wait() allows. */
+		if (r > 0 && (pfd[wake].revents & POLLIN)) {
+			ssize_t got = read(u->wake_fd, &count, sizeof(count));
+
+			(void)got;      /* readable, ours alone: it cannot fail */
+		}
+	}
+	return err;
 }
 
 static int udp_block_op(struct pm_device *dev, uint64_t deadline, const int *extra, int nextra)
 {
-	return udp_block(to_udp(dev), deadline, extra, nextra);
+	return udp_block(to_udp(dev), deadline, extra, nextra, true);
 }
 
 static int udp_sleep(struct pm_device *dev, uint64_t deadline)
 {
-	return udp_block(to_udp(dev), deadline, NULL, 0);
+	return udp_block(to_udp(dev), deadline, NULL, 0, true);
+}
+
+/* pm_signal(): end the owner's wakeable sleep (udp_block), from any thread
+ * or a signal handler; write() is async-signal-safe.  pm_signal() fenced
+ * after setting its flag: a sleeper we do not see here sees the flag. */
+static void udp_wake(struct pm_device *dev)
+{
+	struct udp_dev *u = to_udp(dev);
+	uint64_t one = 1;
+
+	if (!atomic_load_explicit(&u->sleeping, memory_order_relaxed))
+		return;
+	ssize_t put = write(u->wake_fd, &one, sizeof(one));
+
+	(void)put;              /* fails only on a full count: readable anyway */
 }
 
 static int udp_peer_alive(struct pm_device *dev, int peer)
@@ -942,7 +1008,7 @@ static int udp_drain(struct pm_device *dev)
 			       (unsigned long long)(UDP_DRAIN_TIMEOUT_NS / 1000000000ull));
 			return -ETIMEDOUT;
 		}
-		udp_block(u, pm_now_ns() + 1000000, NULL, 0);
+		udp_block(u, pm_now_ns() + 1000000, NULL, 0, false);
 	}
 }
 
@@ -953,7 +1019,7 @@ static void udp_hold(struct pm_device *dev, uint64_t deadline)
 	struct udp_dev *u = to_udp(dev);
 
 	progress(u);
-	udp_block(u, deadline, NULL, 0);
+	udp_block(u, deadline, NULL, 0, false);
 	progress(u);
 }
 
@@ -976,6 +1042,7 @@ static struct pm_device *udp_create(struct pm_context *ctx, unsigned flags)
 	u->base.ops = &pm_udp_ops;
 	u->base.ctx = ctx;
 	u->remote_only = flags & PM_DEVICE_REMOTE_ONLY;
+	u->wake_fd = -1;
 	return &u->base;
 }
 
@@ -995,6 +1062,7 @@ const struct pm_device_ops pm_udp_ops = {
 	.sleep = udp_sleep,
 	.poll = udp_poll,
 	.block = udp_block_op,
+	.wake = udp_wake,
 	.peer_alive = udp_peer_alive,
 	.expose = udp_expose,
 	.rma = udp_rma,
