@@ -1,0 +1,373 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * common.c - argument parsing, input generator, timing, checksum and the
+ * result line of the example programs (common.h).
+ */
+#include "common.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Which options each program takes. */
+enum {
+	OPT_N = 1 << 0,
+	OPT_ITERATIONS = 1 << 1,
+	OPT_OMEGA = 1 << 2,
+	OPT_ITEMS = 1 << 3,
+	OPT_BINS = 1 << 4,
+	OPT_CHUNK = 1 << 5,
+};
+
+struct program_desc {
+	const char *name;
+	unsigned opts;
+	const char *what;
+};
+
+static const struct program_desc programs[] = {
+	[PROG_JACOBI] = { "jacobi", OPT_N | OPT_ITERATIONS,
+		"2-D 5-point Jacobi stencil on an N x N grid of doubles with fixed\n"
+		"boundary values: every sweep computes a new grid from the old one." },
+	[PROG_SOR] = { "sor", OPT_N | OPT_ITERATIONS | OPT_OMEGA,
+		"Red-black successive over-relaxation on an N x N grid of doubles with\n"
+		"fixed boundary values: every iteration a red sweep, then a black one." },
+	[PROG_MATMUL] = { "matmul", OPT_N,
+		"C = A x B for N x N matrices of doubles." },
+	[PROG_HISTOGRAM] = { "histogram", OPT_ITEMS | OPT_BINS | OPT_CHUNK,
+		"Histogram of M generated items into K bins of 64-bit counters; the\n"
+		"items are cut into tasks of irregular size (CHUNK on average)." },
+};
+
+static const char *version_what(const char *version)
+{
+	if (strcmp(version, "dsm") == 0)
+		return "This is the DSM version (libpmdsm): run it under a PMIx launcher\n"
+		       "(scrun, srun --mpi=pmix, mpirun) or alone as a job of one.";
+	if (strcmp(version, "mpi") == 0)
+		return "This is the MPI version: run it with mpirun (or srun --mpi=pmix).";
+	return "This is the sequential version, the reference of the other two.";
+}
+
+static char prog_name[64] = "example";
+static void (*fail_hook)(int status);
+
+void set_fail_hook(void (*hook)(int status))
+{
+	fail_hook = hook;
+}
+
+void fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", prog_name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	fflush(stderr);
+	if (fail_hook)
+		fail_hook(1);
+	exit(1);
+}
+
+void *xmalloc(size_t size)
+{
+	void *p = malloc(size ? size : 1);
+
+	if (!p)
+		fail("out of memory (%zu bytes)", size);
+	return p;
+}
+
+void *xcalloc(size_t count, size_t size)
+{
+	void *p = calloc(count ? count : 1, size ? size : 1);
+
+	if (!p)
+		fail("out of memory (%zu x %zu bytes)", count, size);
+	return p;
+}
+
+static void usage(const struct program_desc *d, const char *version, FILE *f)
+{
+	fprintf(f, "usage: %s_%s [options]\n\n%s\n%s\n\noptions:\n",
+	        d->name, version, d->what, version_what(version));
+	if (d->opts & OPT_N)
+		fprintf(f, "  -n, --size N         side of the %s (default %u; %u..%u)\n",
+		        d->opts & OPT_ITERATIONS ? "grid" : "matrices",
+		        d->opts & OPT_ITERATIONS ? 512u : 256u,
+		        d->opts & OPT_ITERATIONS ? 3u : 1u, MAX_N);
+	if (d->opts & OPT_ITERATIONS)
+		fprintf(f, "  -i, --iterations N   iterations (default 100; 0..%u)\n",
+		        MAX_ITERATIONS);
+	if (d->opts & OPT_OMEGA)
+		fprintf(f, "  -w, --omega W        relaxation factor, 0 < W < 2 (default 1.5)\n");
+	if (d->opts & OPT_ITEMS)
+		fprintf(f, "  -m, --items M        items (default 1000000; 1..%" PRIu64 ")\n",
+		        MAX_ITEMS);
+	if (d->opts & OPT_BINS)
+		fprintf(f, "  -k, --bins K         bins (default 256; 1..%u)\n", MAX_BINS);
+	if (d->opts & OPT_CHUNK)
+		fprintf(f, "  -c, --chunk C        mean items per task (default 10000; 1..M)\n");
+	fprintf(f,
+	        "  -s, --seed S         seed of the input generator (default 1)\n"
+	        "      --check          %s\n"
+	        "  -h, --help           show this text\n\n"
+	        "Prints one JSON line (on rank 0): program, version, the parameters,\n"
+	        "ranks, seconds (the compute phase) and checksum (FNV-1a of the result).\n",
+	        strcmp(version, "seq") == 0
+	                ? "accepted for symmetry (this is the reference)"
+	                : "compute the sequential result on rank 0 too; exit 1 if they differ");
+}
+
+/* A decimal number in [min, max], nothing else. */
+static bool parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (*s < '0' || *s > '9')       /* no sign, no space */
+		return false;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v < min || v > max)
+		return false;
+	*out = v;
+	return true;
+}
+
+int options_parse(struct options *o, enum program p, const char *version,
+                  int argc, char **argv, bool loud)
+{
+	const struct program_desc *d = &programs[p];
+	enum { LONG_CHECK = 256 };
+	const struct option all[] = {
+		{ "size", required_argument, NULL, 'n' },
+		{ "iterations", required_argument, NULL, 'i' },
+		{ "omega", required_argument, NULL, 'w' },
+		{ "items", required_argument, NULL, 'm' },
+		{ "bins", required_argument, NULL, 'k' },
+		{ "chunk", required_argument, NULL, 'c' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "check", no_argument, NULL, LONG_CHECK },
+		{ "help", no_argument, NULL, 'h' },
+	};
+	const unsigned need[] = { OPT_N, OPT_ITERATIONS, OPT_OMEGA, OPT_ITEMS,
+	                          OPT_BINS, OPT_CHUNK, 0, 0, 0 };
+	struct option longopts[sizeof all / sizeof all[0] + 1];
+	char shortopts[32] = ":";
+	size_t nl = 0;
+	bool chunk_given = false;
+	int c;
+
+	snprintf(prog_name, sizeof prog_name, "%s_%s", d->name, version);
+	*o = (struct options){
+		.program = p,
+		.name = d->name,
+		.version = version,
+		.n = p == PROG_MATMUL ? 256 : 512,
+		.iterations = 100,
+		.omega = 1.5,
+		.items = 1000000,
+		.bins = 256,
+		.chunk = 10000,
+		.seed = 1,
+	};
+
+	/* Only the options of this program exist for getopt. */
+	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+		if (need[i] && !(d->opts & need[i]))
+			continue;
+		longopts[nl++] = all[i];
+		if (all[i].val < 256) {
+			size_t len = strlen(shortopts);
+			shortopts[len++] = (char)all[i].val;
+			if (all[i].has_arg == required_argument)
+				shortopts[len++] = ':';
+			shortopts[len] = '\0';
+		}
+	}
+	longopts[nl] = (struct option){ 0 };
+
+	opterr = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+		const char *bad = NULL;
+
+		switch (c) {
+		case 'n':
+			if (!parse_u64(optarg, p == PROG_MATMUL ? 1 : 3, MAX_N, &o->n))
+				bad = p == PROG_MATMUL ? "--size wants an integer in 1..46340"
+				                       : "--size wants an integer in 3..46340";
+			break;
+		case 'i':
+			if (!parse_u64(optarg, 0, MAX_ITERATIONS, &o->iterations))
+				bad = "--iterations wants an integer in 0..1000000000";
+			break;
+		case 'w': {
+			char *end;
+
+			errno = 0;
+			o->omega = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !isfinite(o->omega) ||
+			    !(o->omega > 0.0 && o->omega < 2.0))
+				bad = "--omega wants a number with 0 < omega < 2";
+			break;
+		}
+		case 'm':
+			if (!parse_u64(optarg, 1, MAX_ITEMS, &o->items))
+				bad = "--items wants an integer in 1..4294967296";
+			break;
+		case 'k':
+			if (!parse_u64(optarg, 1, MAX_BINS, &o->bins))
+				bad = "--bins wants an integer in 1..1048576";
+			break;
+		case 'c':
+			if (!parse_u64(optarg, 1, MAX_ITEMS, &o->chunk))
+				bad = "--chunk wants an integer in 1..4294967296";
+			chunk_given = true;
+			break;
+		case 's':
+			if (!parse_u64(optarg, 0, UINT64_MAX, &o->seed))
+				bad = "--seed wants an unsigned 64-bit integer";
+			break;
+		case LONG_CHECK:
+			o->check = true;
+			break;
+		case 'h':
+			if (loud)
+				usage(d, version, stdout);
+			return 0;
+		case ':':
+			if (loud)
+				fprintf(stderr, "%s: %s wants a value\n", prog_name, argv[optind - 1]);
+			goto bad_usage;
+		default:
+			if (loud) {
+				if (optopt && optopt < 256)
+					fprintf(stderr, "%s: unknown option -%c\n", prog_name, optopt);
+				else
+					fprintf(stderr, "%s: unknown option %s\n", prog_name,
+					        argv[optind - 1]);
+			}
+			goto bad_usage;
+		}
+		if (bad) {
+			if (loud)
+				fprintf(stderr, "%s: %s, not '%s'\n", prog_name, bad, optarg);
+			goto bad_usage;
+		}
+	}
+	if (optind < argc) {
+		if (loud)
+			fprintf(stderr, "%s: unexpected argument '%s'\n", prog_name, argv[optind]);
+		goto bad_usage;
+	}
+	if (p == PROG_HISTOGRAM && o->chunk > o->items) {
+		if (!chunk_given) {
+			o->chunk = o->items;
+		} else {
+			if (loud)
+				fprintf(stderr, "%s: --chunk %" PRIu64 " is more than the %" PRIu64
+				        " items\n", prog_name, o->chunk, o->items);
+			goto bad_usage;
+		}
+	}
+	return -1;
+
+bad_usage:
+	if (loud)
+		fprintf(stderr, "Try '%s --help'.\n", prog_name);
+	return 2;
+}
+
+/* splitmix64's finaliser (Steele, Lea, Flood 2014). */
+static uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return z ^ (z >> 31);
+}
+
+uint64_t gen_u64(uint64_t seed, uint64_t stream, uint64_t index)
+{
+	uint64_t z = mix64(index + UINT64_C(0x9e3779b97f4a7c15) * (stream + 1));
+
+	return mix64(z ^ mix64(seed + UINT64_C(0x632be59bd9b4e019)));
+}
+
+double gen_unit(uint64_t seed, uint64_t stream, uint64_t index)
+{
+	return (double)(gen_u64(seed, stream, index) >> 11) * 0x1.0p-53;
+}
+
+void block_range(uint64_t n, int parts, int part, uint64_t *lo, uint64_t *hi)
+{
+	/* n < 2^33 and parts < 2^31: the products fit in 64 bits. */
+	*lo = n * (uint64_t)part / (uint64_t)parts;
+	*hi = n * ((uint64_t)part + 1) / (uint64_t)parts;
+}
+
+double now_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+uint64_t fnv1a64(const void *data, size_t len)
+{
+	const unsigned char *p = data;
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= p[i];
+		h *= UINT64_C(0x100000001b3);
+	}
+	return h;
+}
+
+void print_result(const struct options *o, int ranks, double seconds,
+                  uint64_t checksum)
+{
+	printf("{\"program\": \"%s\", \"version\": \"%s\"", o->name, o->version);
+	switch (o->program) {
+	case PROG_JACOBI:
+		printf(", \"n\": %" PRIu64 ", \"iterations\": %" PRIu64, o->n, o->iterations);
+		break;
+	case PROG_SOR:
+		printf(", \"n\": %" PRIu64 ", \"iterations\": %" PRIu64 ", \"omega\": %.17g",
+		       o->n, o->iterations, o->omega);
+		break;
+	case PROG_MATMUL:
+		printf(", \"n\": %" PRIu64, o->n);
+		break;
+	case PROG_HISTOGRAM:
+		printf(", \"items\": %" PRIu64 ", \"bins\": %" PRIu64 ", \"chunk\": %" PRIu64,
+		       o->items, o->bins, o->chunk);
+		break;
+	}
+	printf(", \"seed\": %" PRIu64 ", \"ranks\": %d, \"seconds\": %.9f, "
+	       "\"checksum\": \"%016" PRIx64 "\"}\n",
+	       o->seed, ranks, seconds, checksum);
+	fflush(stdout);
+}
+
+int check_checksum(uint64_t got, uint64_t want)
+{
+	if (got == want)
+		return 0;
+	fprintf(stderr, "%s: check failed: checksum %016" PRIx64
+	        " differs from the sequential result's %016" PRIx64 "\n",
+	        prog_name, got, want);
+	return 1;
+}
