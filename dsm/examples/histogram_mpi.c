@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * histogram_mpi.c - histogram of generated items with MPI (README.md).
+ *
+ * The same tasks as the DSM version, handed out statically: task t to
+ * rank t % size.  Every rank generates the items of its own tasks, counts
+ * them into a local histogram, and MPI_Reduce sums the histograms on
+ * rank 0.
+ *
+ *   mpirun -np 4 histogram_mpi [-m 1000000] [-k 256] [-c 10000] [-s 1] [--check]
+ */
+#include "common.h"
+#include "kernels.h"
+
+#include <mpi.h>
+
+#include <stdlib.h>
+
+static void mpi_abort(int status)
+{
+	MPI_Abort(MPI_COMM_WORLD, status);
+}
+
+int main(int argc, char **argv)
+{
+	int rank, size;
+
+	MPI_Init(&argc, &argv);
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &size);
+	set_fail_hook(mpi_abort);
+
+	struct options o;
+	int status = options_parse(&o, PROG_HISTOGRAM, "mpi", argc, argv, rank == 0);
+
+	if (status >= 0) {
+		MPI_Finalize();
+		return status;
+	}
+	status = 0;
+
+	uint64_t *starts = xmalloc((histogram_max_tasks(o.items, o.chunk) + 1) * sizeof *starts);
+	uint64_t ntasks = histogram_tasks(o.seed, o.items, o.chunk, starts);
+
+	/* This rank's items: those of its tasks, one after the other. */
+	uint64_t mine = 0;
+	for (uint64_t t = (uint64_t)rank; t < ntasks; t += (uint64_t)size)
+		mine += starts[t + 1] - starts[t];
+	uint32_t *items = xmalloc((mine ? mine : 1) * sizeof *items);
+	uint64_t at = 0;
+	for (uint64_t t = (uint64_t)rank; t < ntasks; t += (uint64_t)size)
+		for (uint64_t i = starts[t]; i < starts[t + 1]; i++)
+			items[at++] = item_value(o.seed, i);
+
+	uint64_t *local = xcalloc(o.bins, sizeof *local);
+	uint64_t *hist = rank == 0 ? xcalloc(o.bins, sizeof *hist) : NULL;
+
+	MPI_Barrier(MPI_COMM_WORLD);
+	double t0 = now_seconds();
+	at = 0;
+	for (uint64_t t = (uint64_t)rank; t < ntasks; t += (uint64_t)size) {
+		histogram_count(&items[at], starts[t + 1] - starts[t], o.bins, local);
+		at += starts[t + 1] - starts[t];
+	}
+	MPI_Reduce(local, hist, (int)o.bins, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+	MPI_Barrier(MPI_COMM_WORLD);
+	double t1 = now_seconds();
+
+	if (rank == 0) {
+		uint64_t sum = fnv1a64(hist, o.bins * sizeof *hist);
+
+		print_result(&o, size, t1 - t0, sum);
+		if (o.check)
+			status = check_checksum(sum, histogram_reference(&o));
+		free(hist);
+	}
+	free(local);
+	free(items);
+	free(starts);
+	MPI_Finalize();
+	return status;
+}
