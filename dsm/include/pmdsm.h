@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pmdsm.h - page-based distributed shared memory over PM.
+ *
+ * The processes (ranks) of one job share a heap: the same range of
+ * addresses in every rank, so pointers into it mean the same thing
+ * everywhere.  Memory is coherent under home-based lazy release
+ * consistency (HLRC): what a rank wrote before it released (pmdsm_unlock,
+ * pmdsm_barrier) is seen by a rank that acquires afterwards (pmdsm_lock of
+ * the same lock, leaving the same barrier).  Programs free of data races
+ * (every conflicting pair of accesses ordered by a lock or a barrier) see
+ * sequentially consistent memory; see docs/dsm/guide.md.
+ *
+ * The DSM is a documented process-wide context: one per process, opened by
+ * pmdsm_init() and closed by pmdsm_finalize(); it owns a PM context, a
+ * service thread that answers the other ranks, and the SIGSEGV handler that
+ * turns accesses to shared pages into protocol.  One application thread per
+ * rank touches shared memory and calls the API.
+ *
+ * Conventions: functions returning int return 0 (or a documented
+ * non-negative value) on success and a negative errno on failure; the two
+ * allocation functions return NULL and set errno.  A failure of the job
+ * itself (a rank died, the network failed) cannot be returned from a page
+ * fault: it ends the rank with a message on stderr naming the cause.
+ */
+#ifndef PMDSM_H
+#define PMDSM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PMDSM_VERSION_MAJOR 0
+#define PMDSM_VERSION_MINOR 1
+#define PMDSM_VERSION_PATCH 0
+
+/* Returns "MAJOR.MINOR.PATCH" of the library actually loaded. */
+const char *pmdsm_version(void);
+
+/* Like strerror(), for the negative errno values pmdsm returns, with the
+ * DSM's meaning where it has one (-EPERM: "lock not held by this rank"). */
+const char *pmdsm_strerror(int err);
+
+/* How written pages are found (docs/dsm/design.md, "Write detection"). */
+enum pmdsm_write_detect {
+	PMDSM_WRITE_DEFAULT = 0,   /* PMDSM_WRITE_DETECT, else the library's choice */
+	PMDSM_WRITE_SEGV,          /* "segv": mprotect + SIGSEGV per first write */
+	PMDSM_WRITE_UFFD_ASYNC,    /* "uffd-async": userfaultfd WP_ASYNC, the kernel
+	                              marks written pages; PAGEMAP_SCAN at release */
+};
+
+/*
+ * Opening the DSM.  Every field is optional: zero means the environment
+ * variable named beside it, else the default.
+ */
+struct pmdsm_attr {
+	size_t heap_size;          /* bytes of shared heap     PMDSM_HEAP_SIZE
+	                              (default 1 GiB; suffixes K, M, G)       */
+	enum pmdsm_write_detect write_detect; /*               PMDSM_WRITE_DETECT */
+	const char *pm_device;     /* PM's device, as pm_open  PM_DEVICE      */
+};
+
+/*
+ * Join the job's DSM.  Collective: every rank of the job calls it (under a
+ * PMIx launcher: scrun, srun --mpi=pmix, mpirun; alone, the process is a
+ * job of one).  attr may be NULL.
+ *
+ * Errors: -EALREADY initialised already; -EINVAL a bad attribute or
+ * environment value; -ENOMEM the heap's address range is taken; those of
+ * pm_open().
+ */
+int pmdsm_init(const struct pmdsm_attr *attr);
+
+/* Leave the DSM.  Collective: a barrier, then every page and the PM
+ * context are released.  Shared memory must not be touched afterwards (an
+ * access ends the rank with a message). */
+int pmdsm_finalize(void);
+
+int pmdsm_rank(void);
+int pmdsm_size(void);
+
+/* Where the pages of an allocation have their home. */
+enum pmdsm_placement {
+	PMDSM_BLOCK = 0,           /* rank r homes the r-th of size contiguous
+	                              blocks of pages (matches a block-row
+	                              partition of an array)                   */
+	PMDSM_CYCLIC,              /* page p is homed at rank p % size         */
+};
+
+/*
+ * Allocate size bytes of shared memory, page-aligned and zero-filled.
+ * Collective: every rank makes the same sequence of pmdsm_alloc/pmdsm_malloc
+ * and pmdsm_free calls with the same arguments, and gets the same address.
+ * It takes no message and does not synchronise: a rank may use the memory
+ * at once, before the others have made the call.
+ * Returns NULL with errno ENOMEM when the heap (PMDSM_HEAP_SIZE) has no
+ * room (the message on stderr says how much is free), EINVAL for size 0,
+ * ENXIO before pmdsm_init().
+ */
+void *pmdsm_alloc(size_t size, enum pmdsm_placement placement);
+void *pmdsm_malloc(size_t size);   /* pmdsm_alloc(size, PMDSM_BLOCK) */
+
+/* Return an allocation.  Collective, with two barriers (nobody uses it any
+ * more; nobody's next allocation writes there before it is zeroed);
+ * -EINVAL, without a barrier, if ptr is not an allocation's start. */
+int pmdsm_free(void *ptr);
+
+/* Every rank's writes before the barrier are seen by every rank after it. */
+int pmdsm_barrier(void);
+
+/* Number of locks, numbered 0..PMDSM_LOCKS-1; lock l is managed by rank
+ * l % size. */
+#define PMDSM_LOCKS 1024
+
+/*
+ * Acquire and release lock l.  What a rank wrote before it released l is
+ * seen by the next rank that acquires l, and everything that rank had seen.
+ * Errors: -EINVAL l out of range; -EDEADLK l held by this rank already;
+ * -EPERM pmdsm_unlock of a lock this rank does not hold.
+ */
+int pmdsm_lock(unsigned l);
+int pmdsm_unlock(unsigned l);
+
+/* What the DSM did in this rank, counted since pmdsm_init(). */
+struct pmdsm_stats {
+	uint64_t read_faults;      /* an invalid page read: fetched from home   */
+	uint64_t write_faults;     /* a page's first write since a release      */
+	uint64_t pages_fetched, fetch_bytes;
+	uint64_t twins;            /* copies made of pages before a write       */
+	uint64_t diffs_sent, diff_bytes;   /* diffs of pages sent to their home */
+	uint64_t diffs_applied;    /* diffs other ranks sent to pages homed here */
+	uint64_t invalidations;    /* cached pages dropped at an acquire        */
+	uint64_t barriers, locks, lock_remote; /* lock_remote: managed elsewhere */
+	uint64_t fault_ns, fetch_ns, release_ns, barrier_ns, lock_ns;
+};
+
+int pmdsm_stats_get(struct pmdsm_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PMDSM_H */

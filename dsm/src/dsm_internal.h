@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dsm_internal.h - the DSM's one context and what its files share.
+ *
+ * Layout of the source (docs/dsm/design.md, "Source layout"):
+ *   diff.c      twins and diffs of a page (pure)
+ *   pageset.c   sets of pages as bitmaps and runs (pure)
+ *   heap.c      the shared range: memfd, the application's view and the
+ *               library's alias, allocations and homes
+ *   fault.c     write detection and page faults (SIGSEGV)
+ *   comm.c      PM messages, the service thread, who holds the context
+ *   sync.c      release, acquire, barriers and locks (the HLRC protocol)
+ *   pmdsm.c     the API: init, finalize, statistics
+ */
+#ifndef DSM_INTERNAL_H
+#define DSM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pm.h"
+#include "pmdsm.h"
+#include "diff.h"
+#include "pageset.h"
+
+#define DSM_PAGE 4096u
+#define DSM_PAGE_SHIFT 12
+
+/* The shared range starts here in every rank (a pointer means the same
+ * thing everywhere); MAP_FIXED_NOREPLACE refuses it if it is taken. */
+#define DSM_HEAP_BASE ((uintptr_t)0x5d5000000000ull)
+#define DSM_HEAP_DEFAULT (1ull << 30)
+#define DSM_HEAP_MAX (1ull << 40)
+#define DSM_MAX_ALLOCS 4096
+
+/* A page's state in this rank; the application's view is protected to
+ * match, so that the first access that needs the protocol faults. */
+enum page_state {
+	PAGE_UNUSED = 0,        /* not allocated: an access is a bug        */
+	PAGE_INVALID,           /* cached copy stale or absent: PROT_NONE   */
+	PAGE_READ,              /* valid, not written since the last release:
+	                           PROT_READ                                */
+	PAGE_WRITE,             /* valid and written: PROT_READ|PROT_WRITE,
+	                           a twin unless the page is homed here     */
+};
+
+/* One allocation of the heap (the allocator keeps them sorted). */
+struct dsm_extent {
+	uint32_t first, pages;  /* in pages from the heap's start */
+	bool used;
+	uint8_t placement;
+};
+
+/* A lock as its manager sees it. */
+struct dsm_lock_mgr {
+	int32_t holder;         /* -1: free */
+	uint32_t nwait, head;   /* FIFO of waiting ranks in wait[] */
+	int32_t *wait;          /* size entries */
+	struct pageset notices; /* pages written before its releases ...   */
+	uint32_t epoch;         /* ... in this barrier epoch (older ones are
+	                           covered by the barrier that ended it)      */
+	bool used;
+};
+
+/* The documented process-wide context (one DSM per process). */
+struct dsm {
+	int rank, size;
+	pm_context_t *pm;
+	size_t max_msg;         /* the smallest pm_max_message over the peers */
+
+	/* The heap: the application's view (base) and the library's alias of
+	 * the same memfd, always writable, registered with PM (remote reads
+	 * of pages homed here, diffs applied here). */
+	uint8_t *base, *alias, *twins;
+	size_t heap_size;
+	uint32_t npages;
+	int memfd;
+	pm_mr_t *mr;
+	uint64_t *rkeys;        /* every rank's key of its alias */
+	uint8_t *state;         /* enum page_state per page */
+	uint16_t *home;         /* home rank per page */
+	struct dsm_extent extents[DSM_MAX_ALLOCS];
+	uint32_t nextents;
+	enum pmdsm_write_detect write_detect;
+
+	/* Pages written since the last release (their diffs or, homed here,
+	 * their notices are owed), and every page known written this epoch
+	 * (ours and what acquires told us): what our releases pass on. */
+	struct pageset dirty, epoch_notices;
+
+	/* Who holds the PM context: the service thread while the
+	 * application computes, the application while it is in the library. */
+	pthread_mutex_t hold;
+	pthread_cond_t handed_back;
+	atomic_int app_wants;
+	atomic_bool stop;
+	pthread_t service;
+	bool service_running;
+
+	/* Protocol state, touched only by the holder of the context. */
+	uint32_t diffs_unacked;
+	uint32_t hello_seen;
+	uint32_t epoch;                 /* barriers this rank has left      */
+	uint32_t mgr_epoch, mgr_arrived;/* rank 0: the barrier it counts    */
+	struct pageset mgr_union;       /* rank 0: the notices of that one  */
+	bool departed;                  /* this rank: departure received    */
+	struct pageset depart_notices;  /* what the departure named         */
+	uint32_t bye_seen;              /* rank 0 at finalize               */
+	struct dsm_lock_mgr *locks;     /* PMDSM_LOCKS, those managed here used */
+	struct pageset grant_notices;   /* the notices of a grant to us     */
+	int32_t granted_lock;           /* -1, or the lock just granted     */
+	uint8_t *held;                  /* PMDSM_LOCKS: held by this rank   */
+
+	struct pmdsm_stats stats;
+	uint8_t diff_buf[DIFF_MAX];
+};
+
+/* The context, NULL outside pmdsm_init()..pmdsm_finalize(). */
+extern struct dsm *dsm_ctx;
+
+/* ---- messages (docs/dsm/design.md, "Messages") ---- */
+
+enum dsm_msg_type {
+	MSG_HELLO = 1,          /* arg: 0; payload: u64 rkey of the alias     */
+	MSG_DIFF,               /* arg: page; payload: diff (diff.h)          */
+	MSG_DIFF_ACK,           /* arg: diffs applied                         */
+	MSG_NOTICES,            /* arg: lock or DSM_NOTICE_BARRIER; payload:
+	                           runs (pageset.h)                           */
+	MSG_BARRIER_ARRIVE,     /* arg: epoch                                 */
+	MSG_BARRIER_DEPART,     /* arg: epoch                                 */
+	MSG_LOCK_ACQUIRE,       /* arg: lock                                  */
+	MSG_LOCK_GRANT,         /* arg: lock (its notices came before)        */
+	MSG_LOCK_RELEASE,       /* arg: lock (the releaser's notices before)  */
+	MSG_BYE,                /* arg: 0; the departure of finalize arrived   */
+};
+
+#define DSM_NOTICE_BARRIER 0xffffffffu
+
+/* 12 bytes before every payload, little-endian (this is x86-64 and
+ * aarch64; docs/dsm/design.md has the layout). */
+struct dsm_hdr {
+	uint8_t type;
+	uint8_t _pad[3];
+	uint32_t arg;
+	uint32_t epoch;         /* the sender's barrier epoch (notices, locks) */
+};
+
+/* ---- comm.c ---- */
+
+/* The application thread takes the context from the service thread, and
+ * gives it back. */
+void dsm_enter(struct dsm *d);
+void dsm_leave(struct dsm *d);
+int dsm_service_start(struct dsm *d);
+void dsm_service_stop(struct dsm *d);
+
+/* Send a message (header + payload) to peer; progresses while the peer
+ * has no room.  Fatal if the peer is gone. */
+void dsm_send(struct dsm *d, int peer, uint8_t type, uint32_t arg,
+	      const void *payload, size_t len);
+/* The diff of page to its home (counted in diffs_unacked). */
+void dsm_send_diff(struct dsm *d, uint32_t page);
+/* pm_wait, with a dead peer fatal. */
+void dsm_pm_wait(struct dsm *d, int timeout_ms);
+/* Handle every message that has arrived; returns how many. */
+int dsm_progress(struct dsm *d);
+/* Progress until done(d, arg) is true. */
+void dsm_wait_until(struct dsm *d, bool (*done)(struct dsm *, const void *),
+		    const void *arg);
+/* Send a page set as NOTICES messages (runs, chunked) tagged tag. */
+void dsm_send_notices(struct dsm *d, int peer, uint32_t tag, uint32_t epoch,
+		      const struct pageset *set);
+
+/* The end of the rank: message on stderr, exit status 1. */
+_Noreturn void dsm_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A line on stderr, prefixed "pmdsm[rank]:". */
+void dsm_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- heap.c ---- */
+
+int dsm_heap_open(struct dsm *d, size_t size);
+void dsm_heap_close(struct dsm *d);
+void *dsm_heap_alloc(struct dsm *d, size_t size, enum pmdsm_placement placement);
+/* The allocation that starts at ptr (its index), or -1. */
+int dsm_heap_find(const struct dsm *d, const void *ptr);
+/* Zero an allocation and make its range free (between two barriers). */
+void dsm_heap_free(struct dsm *d, int index);
+/* Set the protection of the application's view of pages [first, first+n). */
+void dsm_protect(struct dsm *d, uint32_t first, uint32_t n, int prot);
+
+static inline uint8_t *dsm_page_alias(const struct dsm *d, uint32_t page)
+{
+	return d->alias + ((size_t)page << DSM_PAGE_SHIFT);
+}
+
+/* ---- fault.c ---- */
+
+/* Make sure the SIGSEGV handler is ours (it stays after finalize). */
+int dsm_fault_install(struct dsm *d);
+/* Bring page p up to date from its home (it is not homed here). */
+void dsm_fetch(struct dsm *d, uint32_t page);
+
+/* ---- sync.c ---- */
+
+/* Release: diffs of written pages to their homes (acknowledged), written
+ * pages protected again, their numbers added to epoch_notices. */
+void dsm_release(struct dsm *d);
+/* Acquire: drop cached pages named in set. */
+void dsm_invalidate(struct dsm *d, const struct pageset *set);
+int dsm_barrier(struct dsm *d);
+int dsm_lock(struct dsm *d, unsigned l);
+int dsm_unlock(struct dsm *d, unsigned l);
+/* A message of the protocol (comm.c's dispatcher calls it). */
+void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h,
+		const uint8_t *payload, size_t len);
+int dsm_sync_open(struct dsm *d);
+void dsm_sync_close(struct dsm *d);
+
+/* ---- time ---- */
+uint64_t dsm_now_ns(void);
+
+#endif /* DSM_INTERNAL_H */

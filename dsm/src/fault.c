@@ -1,0 +1,167 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fault.c - write detection and page faults, the SIGSEGV way: a page the
+ * rank may not read is PROT_NONE, one it has not written since the last
+ * release PROT_READ; the first access that needs the protocol faults and
+ * the handler brings the page up to date or starts its write (a twin
+ * unless the page is homed here), then the access is retried.
+ *
+ * The handler (installed when the library loads) runs on the application thread, synchronously with the
+ * faulting access, never inside the library (the library touches shared
+ * pages only through the alias), so it may take the context.
+ */
+#include "dsm_internal.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+static struct sigaction previous;
+
+/* Whether the faulting access was a write, where the CPU says so.  Else
+ * the answer is "read": a write to a page made readable faults again and
+ * is then a write, at the cost of one more fault. */
+static bool fault_was_write(const void *uc)
+{
+#if defined(__x86_64__)
+	const ucontext_t *u = uc;
+
+	return (u->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+#else
+	(void)uc;
+	return false;
+#endif
+}
+
+void dsm_fetch(struct dsm *d, uint32_t page)
+{
+	int home = d->home[page];
+	uint64_t t0 = dsm_now_ns();
+	struct pm_op op;
+	int err;
+
+	while ((err = pm_read(d->pm, home, dsm_page_alias(d, page), DSM_PAGE, d->rkeys[home],
+			      (uint64_t)page << DSM_PAGE_SHIFT, &op)) == -EAGAIN) {
+		/* Quiesced (gang scheduling) or too many operations: progress. */
+		dsm_progress(d);
+		dsm_pm_wait(d, 10);
+	}
+	if (err)
+		dsm_fatal("fetching page %u from its home, rank %d: %s", page, home,
+			  pm_strerror(err));
+	while (!pm_test(d->pm, &op)) {
+		dsm_progress(d);
+		if (!pm_test(d->pm, &op))
+			dsm_pm_wait(d, 100);
+	}
+	if (op.status)
+		dsm_fatal("fetching page %u from its home, rank %d: %s", page, home,
+			  pm_strerror(op.status));
+	d->stats.pages_fetched++;
+	d->stats.fetch_bytes += DSM_PAGE;
+	d->stats.fetch_ns += dsm_now_ns() - t0;
+}
+
+/* The first write to a valid page since the last release. */
+static void start_write(struct dsm *d, uint32_t page)
+{
+	if (d->home[page] != d->rank) {
+		memcpy(d->twins + ((size_t)page << DSM_PAGE_SHIFT), dsm_page_alias(d, page),
+		       DSM_PAGE);
+		d->stats.twins++;
+	}
+	d->state[page] = PAGE_WRITE;
+	pageset_add(&d->dirty, page);
+	dsm_protect(d, page, 1, PROT_READ | PROT_WRITE);
+	d->stats.write_faults++;
+}
+
+/* Not ours: what would have happened without the DSM. */
+static void pass_on(int sig, siginfo_t *si, void *uc)
+{
+	if (previous.sa_flags & SA_SIGINFO && previous.sa_sigaction) {
+		previous.sa_sigaction(sig, si, uc);
+	} else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+		previous.sa_handler(sig);
+	} else {
+		/* Returning retries the access, which faults again and now
+		 * kills the process as it would have. */
+		signal(SIGSEGV, SIG_DFL);
+	}
+}
+
+static void on_segv(int sig, siginfo_t *si, void *uc)
+{
+	struct dsm *d = dsm_ctx;
+	uintptr_t a = (uintptr_t)si->si_addr;
+
+	if (a < DSM_HEAP_BASE || a >= DSM_HEAP_BASE + DSM_HEAP_MAX) {
+		pass_on(sig, si, uc);
+		return;
+	}
+	if (!d || !d->base)
+		dsm_fatal("access to shared memory at %p outside pmdsm_init()..pmdsm_finalize()",
+			  si->si_addr);
+	if (a >= (uintptr_t)d->base + d->heap_size)
+		dsm_fatal("access at %p, beyond the shared heap's %zu bytes", si->si_addr,
+			  d->heap_size);
+
+	uint32_t page = (uint32_t)((a - (uintptr_t)d->base) >> DSM_PAGE_SHIFT);
+	uint64_t t0 = dsm_now_ns();
+	bool write = fault_was_write(uc);
+
+	switch (d->state[page]) {
+	case PAGE_UNUSED:
+		dsm_fatal("access to shared memory at %p, which no allocation holds "
+			  "(freed, or never allocated)", si->si_addr);
+	case PAGE_INVALID:
+		dsm_enter(d);
+		dsm_fetch(d, page);
+		dsm_leave(d);
+		d->stats.read_faults++;
+		d->state[page] = PAGE_READ;
+		if (write)
+			start_write(d, page);
+		else
+			dsm_protect(d, page, 1, PROT_READ);
+		break;
+	case PAGE_READ:
+		start_write(d, page);
+		break;
+	default:
+		/* PAGE_WRITE: already open (the retry succeeds). */
+		break;
+	}
+	d->stats.fault_ns += dsm_now_ns() - t0;
+}
+
+/* Installed when the library is loaded, and kept: an access to the shared
+ * range before pmdsm_init() or after pmdsm_finalize() gets a message, not
+ * a bare segmentation fault.  Faults elsewhere go where they went before. */
+__attribute__((constructor)) static void install_handler(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = on_segv;
+	/* SA_NODEFER: a fault inside the handler (a bug) is not held. */
+	sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_NODEFER;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGSEGV, &sa, &previous);
+}
+
+int dsm_fault_install(struct dsm *d)
+{
+	struct sigaction now;
+
+	(void)d;
+	/* The program may have installed its own handler since: ours goes
+	 * first again, theirs gets what is not ours. */
+	if (sigaction(SIGSEGV, NULL, &now) < 0)
+		return -errno;
+	if (!(now.sa_flags & SA_SIGINFO) || now.sa_sigaction != on_segv)
+		install_handler();
+	return 0;
+}

@@ -1,0 +1,328 @@
+/* SPDX-License-Identifier: MIT */
+/* pmdsm.c - the API of pmdsm.h: the context's life, allocation, statistics. */
+#include "dsm_internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+struct dsm *dsm_ctx;
+
+const char *pmdsm_version(void)
+{
+	return STR(PMDSM_VERSION_MAJOR) "." STR(PMDSM_VERSION_MINOR) "." STR(PMDSM_VERSION_PATCH);
+}
+
+const char *pmdsm_strerror(int err)
+{
+	switch (err) {
+	case -EPERM: return "lock not held by this rank";
+	case -EDEADLK: return "lock already held by this rank";
+	case -EALREADY: return "the DSM is initialised already";
+	case -ENXIO: return "the DSM is not initialised (pmdsm_init)";
+	default: return pm_strerror(err);
+	}
+}
+
+/* "512M", "1G", "4096": bytes, or 0 when malformed. */
+static size_t parse_size(const char *s)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return 0;
+	switch (toupper((unsigned char)*end)) {
+	case 'K': v <<= 10; end++; break;
+	case 'M': v <<= 20; end++; break;
+	case 'G': v <<= 30; end++; break;
+	case 'T': v <<= 40; end++; break;
+	default: break;
+	}
+	if (*end == 'i' || *end == 'B')
+		end += *end == 'i' && end[1] == 'B' ? 2 : 1;
+	return *end ? 0 : (size_t)v;
+}
+
+static int read_attr(const struct pmdsm_attr *attr, size_t *heap,
+		     enum pmdsm_write_detect *wd, const char **device)
+{
+	const char *env;
+
+	*heap = attr ? attr->heap_size : 0;
+	if (!*heap && (env = getenv("PMDSM_HEAP_SIZE")) && *env) {
+		*heap = parse_size(env);
+		if (!*heap) {
+			dsm_log("PMDSM_HEAP_SIZE=%s: not a size (bytes, or a number with K, M or "
+				"G)", env);
+			return -EINVAL;
+		}
+	}
+	if (!*heap)
+		*heap = DSM_HEAP_DEFAULT;
+	if (*heap > DSM_HEAP_MAX) {
+		dsm_log("a shared heap of %zu bytes: larger than the most the DSM maps (%llu)",
+			*heap, (unsigned long long)DSM_HEAP_MAX);
+		return -EINVAL;
+	}
+
+	*wd = attr ? attr->write_detect : PMDSM_WRITE_DEFAULT;
+	if (*wd == PMDSM_WRITE_DEFAULT && (env = getenv("PMDSM_WRITE_DETECT")) && *env) {
+		if (!strcmp(env, "segv")) {
+			*wd = PMDSM_WRITE_SEGV;
+		} else if (!strcmp(env, "uffd-async")) {
+			*wd = PMDSM_WRITE_UFFD_ASYNC;
+		} else {
+			dsm_log("PMDSM_WRITE_DETECT=%s: not one of segv, uffd-async", env);
+			return -EINVAL;
+		}
+	}
+	if (*wd == PMDSM_WRITE_DEFAULT)
+		*wd = PMDSM_WRITE_SEGV;
+	if (*wd != PMDSM_WRITE_SEGV) {
+		dsm_log("write detection uffd-async is not built yet; use segv");
+		return -ENOTSUP;
+	}
+	*device = attr ? attr->pm_device : NULL;
+	return 0;
+}
+
+static bool hellos_in(struct dsm *d, const void *arg)
+{
+	(void)arg;
+	return d->hello_seen == (uint32_t)d->size - 1;
+}
+
+static void destroy(struct dsm *d)
+{
+	if (d->mr)
+		pm_mr_deregister(d->pm, d->mr);
+	if (d->pm)
+		pm_close(d->pm);
+	dsm_sync_close(d);
+	dsm_heap_close(d);
+	free(d->rkeys);
+	pthread_mutex_destroy(&d->hold);
+	pthread_cond_destroy(&d->handed_back);
+	free(d);
+}
+
+int pmdsm_init(const struct pmdsm_attr *attr)
+{
+	if (dsm_ctx)
+		return -EALREADY;
+
+	size_t heap;
+	enum pmdsm_write_detect wd;
+	const char *device;
+	int err = read_attr(attr, &heap, &wd, &device);
+
+	if (err)
+		return err;
+
+	struct dsm *d = calloc(1, sizeof(*d));
+
+	if (!d)
+		return -ENOMEM;
+	d->memfd = -1;
+	d->write_detect = wd;
+	pthread_mutex_init(&d->hold, NULL);
+	pthread_cond_init(&d->handed_back, NULL);
+
+	struct pm_open_attr pa = { .device = device };
+
+	err = pm_open(&d->pm, &pa);
+	if (err) {
+		d->pm = NULL;
+		goto fail;
+	}
+	d->rank = pm_rank(d->pm);
+	d->size = pm_size(d->pm);
+	if (d->size > UINT16_MAX) {
+		err = -E2BIG;
+		goto fail;
+	}
+	d->max_msg = SIZE_MAX;
+	for (int r = 0; r < d->size; r++) {
+		size_t m = r == d->rank ? SIZE_MAX : pm_max_message(d->pm, r);
+
+		if (m < d->max_msg)
+			d->max_msg = m;
+	}
+	if (d->max_msg < sizeof(struct dsm_hdr) + DIFF_MAX) {
+		dsm_log("PM carries messages of %zu bytes at most; the DSM needs %zu (raise "
+			"PM_SHM_RING_KIB or PM_UDP_RING_KIB)", d->max_msg,
+			sizeof(struct dsm_hdr) + DIFF_MAX);
+		err = -EMSGSIZE;
+		goto fail;
+	}
+	err = dsm_heap_open(d, heap);
+	if (err) {
+		if (err == -EEXIST)
+			dsm_log("the shared heap's addresses %#llx..+%zu are taken in this process",
+				(unsigned long long)DSM_HEAP_BASE, heap);
+		err = err == -EEXIST ? -ENOMEM : err;
+		goto fail;
+	}
+	err = pm_mr_register(d->pm, d->alias, d->heap_size, &d->mr);
+	if (err)
+		goto fail;
+	d->rkeys = calloc((size_t)d->size, sizeof(*d->rkeys));
+	if (!d->rkeys) {
+		err = -ENOMEM;
+		goto fail;
+	}
+	d->rkeys[d->rank] = pm_mr_key(d->mr);
+	err = dsm_sync_open(d);
+	if (err)
+		goto fail;
+	err = dsm_fault_install(d);
+	if (err)
+		goto fail;
+	dsm_ctx = d;
+	err = dsm_service_start(d);
+	if (err) {
+		dsm_ctx = NULL;
+		goto fail;
+	}
+	/* Every rank's key, for remote reads of the pages it homes. */
+	for (int r = 0; r < d->size; r++)
+		if (r != d->rank)
+			dsm_send(d, r, MSG_HELLO, 0, &d->rkeys[d->rank], sizeof(uint64_t));
+	dsm_wait_until(d, hellos_in, NULL);
+	dsm_leave(d);
+	return 0;
+
+fail:
+	destroy(d);
+	return err;
+}
+
+static bool byes_in(struct dsm *d, const void *arg)
+{
+	(void)arg;
+	return d->bye_seen == (uint32_t)d->size - 1;
+}
+
+int pmdsm_finalize(void)
+{
+	struct dsm *d = dsm_ctx;
+
+	if (!d)
+		return -ENXIO;
+	dsm_enter(d);
+	dsm_barrier(d);
+	/* Rank 0 ends last: it knows then that every departure arrived; the
+	 * others' BYE is delivered before they close (pm_quiesce). */
+	if (d->rank == 0) {
+		dsm_wait_until(d, byes_in, NULL);
+	} else {
+		dsm_send(d, 0, MSG_BYE, 0, NULL, 0);
+		pm_quiesce(d->pm);
+	}
+	dsm_service_stop(d);
+	dsm_ctx = NULL;
+	destroy(d);
+	return 0;
+}
+
+int pmdsm_rank(void)
+{
+	return dsm_ctx ? dsm_ctx->rank : -ENXIO;
+}
+
+int pmdsm_size(void)
+{
+	return dsm_ctx ? dsm_ctx->size : -ENXIO;
+}
+
+void *pmdsm_alloc(size_t size, enum pmdsm_placement placement)
+{
+	if (!dsm_ctx) {
+		dsm_log("pmdsm_alloc before pmdsm_init");
+		errno = ENXIO;
+		return NULL;
+	}
+	return dsm_heap_alloc(dsm_ctx, size, placement);
+}
+
+void *pmdsm_malloc(size_t size)
+{
+	return pmdsm_alloc(size, PMDSM_BLOCK);
+}
+
+int pmdsm_free(void *ptr)
+{
+	struct dsm *d = dsm_ctx;
+
+	if (!d)
+		return -ENXIO;
+	int index = dsm_heap_find(d, ptr);
+
+	if (index < 0)
+		return -EINVAL;
+	/* Nobody uses it any more after the first barrier; nobody's next
+	 * allocation there writes into it before the second. */
+	dsm_enter(d);
+	dsm_barrier(d);
+	dsm_heap_free(d, index);
+	dsm_barrier(d);
+	dsm_leave(d);
+	return 0;
+}
+
+int pmdsm_barrier(void)
+{
+	struct dsm *d = dsm_ctx;
+
+	if (!d)
+		return -ENXIO;
+	dsm_enter(d);
+	int err = dsm_barrier(d);
+
+	dsm_leave(d);
+	return err;
+}
+
+int pmdsm_lock(unsigned l)
+{
+	struct dsm *d = dsm_ctx;
+
+	if (!d)
+		return -ENXIO;
+	dsm_enter(d);
+	int err = dsm_lock(d, l);
+
+	dsm_leave(d);
+	return err;
+}
+
+int pmdsm_unlock(unsigned l)
+{
+	struct dsm *d = dsm_ctx;
+
+	if (!d)
+		return -ENXIO;
+	dsm_enter(d);
+	int err = dsm_unlock(d, l);
+
+	dsm_leave(d);
+	return err;
+}
+
+int pmdsm_stats_get(struct pmdsm_stats *stats)
+{
+	if (!dsm_ctx)
+		return -ENXIO;
+	if (!stats)
+		return -EINVAL;
+	*stats = dsm_ctx->stats;
+	return 0;
+}

@@ -1,0 +1,422 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sync.c - home-based lazy release consistency (docs/dsm/design.md).
+ *
+ * Release (unlock, barrier arrival): the diff of every page written since
+ * the last release goes to the page's home, which applies it and
+ * acknowledges; once all are acknowledged the written pages are protected
+ * again and named in the rank's write notices of this epoch.
+ *
+ * Acquire (lock grant, barrier departure): the pages named in the notices
+ * the acquire brings are dropped from this rank's cache (a page homed here
+ * is always current), so that the next access fetches them from home.
+ *
+ * Barrier: rank 0 collects every rank's notices of the epoch and sends
+ * their union with the departure; afterwards every page is current
+ * everywhere, so notices start over (the epoch counts barriers).
+ *
+ * Locks: lock l's manager, rank l % size, queues requests and keeps the
+ * union of the notices its releasers passed on in the epoch; a grant
+ * carries them.  A rank passes on everything it knows written this epoch
+ * (its own writes and what its acquires brought), so that what happened
+ * before a release reaches whoever acquires after it, transitively.
+ */
+#include "dsm_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+int dsm_sync_open(struct dsm *d)
+{
+	int err = 0;
+
+	d->granted_lock = -1;
+	d->locks = calloc(PMDSM_LOCKS, sizeof(*d->locks));
+	d->held = calloc(PMDSM_LOCKS, 1);
+	if (!d->locks || !d->held)
+		return -ENOMEM;
+	for (unsigned l = (unsigned)d->rank; l < PMDSM_LOCKS; l += (unsigned)d->size) {
+		struct dsm_lock_mgr *L = &d->locks[l];
+
+		L->used = true;
+		L->holder = -1;
+		L->wait = calloc((size_t)d->size, sizeof(*L->wait));
+		if (!L->wait)
+			return -ENOMEM;
+		/* The notice sets of locks are made on first release. */
+	}
+	err = pageset_init(&d->dirty, d->npages);
+	err = err ?: pageset_init(&d->epoch_notices, d->npages);
+	err = err ?: pageset_init(&d->mgr_union, d->npages);
+	err = err ?: pageset_init(&d->depart_notices, d->npages);
+	err = err ?: pageset_init(&d->grant_notices, d->npages);
+	return err;
+}
+
+void dsm_sync_close(struct dsm *d)
+{
+	if (d->locks) {
+		for (unsigned l = 0; l < PMDSM_LOCKS; l++) {
+			free(d->locks[l].wait);
+			pageset_fini(&d->locks[l].notices);
+		}
+	}
+	free(d->locks);
+	free(d->held);
+	d->locks = NULL;
+	d->held = NULL;
+	pageset_fini(&d->dirty);
+	pageset_fini(&d->epoch_notices);
+	pageset_fini(&d->mgr_union);
+	pageset_fini(&d->depart_notices);
+	pageset_fini(&d->grant_notices);
+}
+
+/* ---- release and acquire ---- */
+
+void dsm_send_diff(struct dsm *d, uint32_t page)
+{
+	size_t n = dsm_diff_make(dsm_page_alias(d, page),
+				 d->twins + ((size_t)page << DSM_PAGE_SHIFT), d->diff_buf);
+
+	if (n == 0)
+		return;         /* written back to what it was */
+	dsm_send(d, d->home[page], MSG_DIFF, page, d->diff_buf, n);
+	d->diffs_unacked++;
+	d->stats.diffs_sent++;
+	d->stats.diff_bytes += n;
+}
+
+static bool diffs_acked(struct dsm *d, const void *arg)
+{
+	(void)arg;
+	return d->diffs_unacked == 0;
+}
+
+void dsm_release(struct dsm *d)
+{
+	uint64_t t0 = dsm_now_ns();
+
+	for (uint32_t p = pageset_next(&d->dirty, 0); p != PAGESET_NONE;) {
+		/* Protect runs of written pages with one call each. */
+		uint32_t run = 0;
+
+		while (pageset_has(&d->dirty, p + run)) {
+			uint32_t q = p + run;
+
+			if (d->home[q] != d->rank)
+				dsm_send_diff(d, q);
+			d->state[q] = PAGE_READ;
+			pageset_add(&d->epoch_notices, q);
+			run++;
+		}
+		dsm_protect(d, p, run, PROT_READ);
+		p = pageset_next(&d->dirty, p + run);
+	}
+	pageset_clear(&d->dirty);
+	dsm_wait_until(d, diffs_acked, NULL);
+	d->stats.release_ns += dsm_now_ns() - t0;
+}
+
+void dsm_invalidate(struct dsm *d, const struct pageset *set)
+{
+	bool flushed = false;
+
+	for (uint32_t p = pageset_next(set, 0); p != PAGESET_NONE; p = pageset_next(set, p + 1)) {
+		if (d->home[p] == d->rank || d->state[p] == PAGE_INVALID ||
+		    d->state[p] == PAGE_UNUSED)
+			continue;
+		if (d->state[p] == PAGE_WRITE) {
+			/* Written here since our last release: its diff goes
+			 * home first, then the page is fetched merged. */
+			dsm_send_diff(d, p);
+			pageset_del(&d->dirty, p);
+			pageset_add(&d->epoch_notices, p);
+			flushed = true;
+		}
+		d->state[p] = PAGE_INVALID;
+		dsm_protect(d, p, 1, PROT_NONE);
+		d->stats.invalidations++;
+	}
+	if (flushed)
+		dsm_wait_until(d, diffs_acked, NULL);
+}
+
+/* ---- barriers ---- */
+
+/* Rank 0: every rank arrived: the union of their notices goes out with
+ * the departure. */
+static void barrier_complete(struct dsm *d)
+{
+	for (int r = 1; r < d->size; r++) {
+		dsm_send_notices(d, r, DSM_NOTICE_BARRIER, d->mgr_epoch, &d->mgr_union);
+		dsm_send(d, r, MSG_BARRIER_DEPART, d->mgr_epoch, NULL, 0);
+	}
+	pageset_union(&d->depart_notices, &d->mgr_union);
+	pageset_clear(&d->mgr_union);
+	d->mgr_arrived = 0;
+	d->mgr_epoch++;
+	d->departed = true;
+}
+
+static void barrier_arrival(struct dsm *d, int from, uint32_t epoch)
+{
+	if (epoch != d->mgr_epoch) {
+		dsm_log("dropped rank %d's arrival at barrier %u while counting barrier %u", from,
+			epoch, d->mgr_epoch);
+		return;
+	}
+	if (++d->mgr_arrived == (uint32_t)d->size)
+		barrier_complete(d);
+}
+
+static bool departed(struct dsm *d, const void *arg)
+{
+	(void)arg;
+	return d->departed;
+}
+
+int dsm_barrier(struct dsm *d)
+{
+	uint64_t t0 = dsm_now_ns();
+
+	dsm_release(d);
+	d->departed = false;
+	if (d->rank == 0) {
+		pageset_union(&d->mgr_union, &d->epoch_notices);
+		barrier_arrival(d, 0, d->epoch);
+	} else {
+		dsm_send_notices(d, 0, DSM_NOTICE_BARRIER, d->epoch, &d->epoch_notices);
+		dsm_send(d, 0, MSG_BARRIER_ARRIVE, d->epoch, NULL, 0);
+	}
+	dsm_wait_until(d, departed, NULL);
+	dsm_invalidate(d, &d->depart_notices);
+	pageset_clear(&d->depart_notices);
+	pageset_clear(&d->epoch_notices);
+	d->epoch++;
+	d->stats.barriers++;
+	d->stats.barrier_ns += dsm_now_ns() - t0;
+	return 0;
+}
+
+/* ---- locks ---- */
+
+static int lock_manager(const struct dsm *d, unsigned l)
+{
+	return (int)(l % (unsigned)d->size);
+}
+
+/* Add notices a releaser of L passed on in epoch. */
+static int lock_add_notices(struct dsm *d, struct dsm_lock_mgr *L, uint32_t epoch,
+			    const uint8_t *runs, size_t len, const struct pageset *set)
+{
+	if (!L->notices.bits) {
+		int err = pageset_init(&L->notices, d->npages);
+
+		if (err)
+			dsm_fatal("no memory for the notices of a lock");
+	}
+	if (epoch < L->epoch)
+		return 0;       /* a barrier since has made them moot */
+	if (epoch > L->epoch) {
+		pageset_clear(&L->notices);
+		L->epoch = epoch;
+	}
+	if (set) {
+		pageset_union(&L->notices, set);
+		return 0;
+	}
+	return pageset_decode(&L->notices, runs, len);
+}
+
+static void lock_grant(struct dsm *d, unsigned l, int to)
+{
+	struct dsm_lock_mgr *L = &d->locks[l];
+
+	L->holder = to;
+	if (to == d->rank) {
+		if (L->notices.bits && L->epoch == d->epoch)
+			pageset_union(&d->grant_notices, &L->notices);
+		d->granted_lock = (int32_t)l;
+		return;
+	}
+	if (L->notices.bits && L->notices.count)
+		dsm_send_notices(d, to, l, L->epoch, &L->notices);
+	dsm_send(d, to, MSG_LOCK_GRANT, l, NULL, 0);
+}
+
+static void lock_request(struct dsm *d, unsigned l, int from)
+{
+	struct dsm_lock_mgr *L = &d->locks[l];
+
+	if (L->holder < 0) {
+		lock_grant(d, l, from);
+		return;
+	}
+	L->wait[(L->head + L->nwait) % (uint32_t)d->size] = from;
+	L->nwait++;
+}
+
+static void lock_release(struct dsm *d, unsigned l, int from)
+{
+	struct dsm_lock_mgr *L = &d->locks[l];
+
+	if (L->holder != from) {
+		dsm_log("dropped a release of lock %u by rank %d, which does not hold it", l, from);
+		return;
+	}
+	L->holder = -1;
+	if (L->nwait) {
+		int next = L->wait[L->head];
+
+		L->head = (L->head + 1) % (uint32_t)d->size;
+		L->nwait--;
+		lock_grant(d, l, next);
+	}
+}
+
+static bool granted(struct dsm *d, const void *arg)
+{
+	return d->granted_lock == (int32_t)*(const unsigned *)arg;
+}
+
+int dsm_lock(struct dsm *d, unsigned l)
+{
+	if (l >= PMDSM_LOCKS)
+		return -EINVAL;
+	if (d->held[l])
+		return -EDEADLK;
+
+	uint64_t t0 = dsm_now_ns();
+	int mgr = lock_manager(d, l);
+
+	if (mgr == d->rank) {
+		lock_request(d, l, d->rank);
+	} else {
+		dsm_send(d, mgr, MSG_LOCK_ACQUIRE, l, NULL, 0);
+		d->stats.lock_remote++;
+	}
+	dsm_wait_until(d, granted, &l);
+	d->granted_lock = -1;
+	dsm_invalidate(d, &d->grant_notices);
+	/* What came before the grant is passed on by our next release. */
+	pageset_union(&d->epoch_notices, &d->grant_notices);
+	pageset_clear(&d->grant_notices);
+	d->held[l] = 1;
+	d->stats.locks++;
+	d->stats.lock_ns += dsm_now_ns() - t0;
+	return 0;
+}
+
+int dsm_unlock(struct dsm *d, unsigned l)
+{
+	if (l >= PMDSM_LOCKS)
+		return -EINVAL;
+	if (!d->held[l])
+		return -EPERM;
+
+	uint64_t t0 = dsm_now_ns();
+	int mgr = lock_manager(d, l);
+
+	dsm_release(d);
+	if (mgr == d->rank) {
+		lock_add_notices(d, &d->locks[l], d->epoch, NULL, 0, &d->epoch_notices);
+		lock_release(d, l, d->rank);
+	} else {
+		if (d->epoch_notices.count)
+			dsm_send_notices(d, mgr, l, d->epoch, &d->epoch_notices);
+		dsm_send(d, mgr, MSG_LOCK_RELEASE, l, NULL, 0);
+	}
+	d->held[l] = 0;
+	d->stats.lock_ns += dsm_now_ns() - t0;
+	return 0;
+}
+
+/* ---- the dispatcher's half ---- */
+
+static void handle_diff(struct dsm *d, int peer, uint32_t page, const uint8_t *p, size_t len)
+{
+	/* Allocation takes no message, so a diff may come for a page this
+	 * rank has not allocated yet (the sender got there first): the alias
+	 * keeps it until the allocation here. */
+	bool homed = page < d->npages && (d->state[page] == PAGE_UNUSED ||
+					  d->home[page] == d->rank);
+
+	if (!homed || dsm_diff_apply(dsm_page_alias(d, page), p, len) < 0) {
+		dsm_log("dropped a diff of page %u from rank %d: not homed here, or malformed",
+			page, peer);
+	} else {
+		d->stats.diffs_applied++;
+	}
+	/* Acknowledged either way: the sender must not wait forever. */
+	dsm_send(d, peer, MSG_DIFF_ACK, 1, NULL, 0);
+}
+
+static void handle_notices(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t *p,
+			   size_t len)
+{
+	int err;
+
+	if (h->arg == DSM_NOTICE_BARRIER)
+		err = pageset_decode(d->rank == 0 ? &d->mgr_union : &d->depart_notices, p, len);
+	else if (h->arg >= PMDSM_LOCKS)
+		err = -EINVAL;
+	else if (lock_manager(d, h->arg) == d->rank)
+		err = lock_add_notices(d, &d->locks[h->arg], h->epoch, p, len, NULL);
+	else
+		/* A grant's notices; moot if a barrier came since. */
+		err = h->epoch < d->epoch ? 0 : pageset_decode(&d->grant_notices, p, len);
+	if (err)
+		dsm_log("dropped malformed notices from rank %d", peer);
+}
+
+void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t *p, size_t len)
+{
+	bool managed = h->arg < PMDSM_LOCKS && lock_manager(d, h->arg) == d->rank;
+
+	switch (h->type) {
+	case MSG_HELLO:
+		if (len == sizeof(uint64_t) && peer != d->rank) {
+			memcpy(&d->rkeys[peer], p, sizeof(uint64_t));
+			d->hello_seen++;
+		}
+		return;
+	case MSG_DIFF:
+		handle_diff(d, peer, h->arg, p, len);
+		return;
+	case MSG_DIFF_ACK:
+		if (h->arg <= d->diffs_unacked)
+			d->diffs_unacked -= h->arg;
+		return;
+	case MSG_NOTICES:
+		handle_notices(d, peer, h, p, len);
+		return;
+	case MSG_BARRIER_ARRIVE:
+		if (d->rank == 0)
+			barrier_arrival(d, peer, h->arg);
+		return;
+	case MSG_BARRIER_DEPART:
+		d->departed = true;
+		return;
+	case MSG_LOCK_ACQUIRE:
+		if (managed)
+			lock_request(d, h->arg, peer);
+		else
+			dsm_log("dropped a request for lock %u, not managed here", h->arg);
+		return;
+	case MSG_LOCK_GRANT:
+		d->granted_lock = (int32_t)h->arg;
+		return;
+	case MSG_LOCK_RELEASE:
+		if (managed)
+			lock_release(d, h->arg, peer);
+		return;
+	case MSG_BYE:
+		d->bye_seen++;
+		return;
+	default:
+		dsm_log("dropped a message of unknown type %u from rank %d", h->type, peer);
+	}
+}

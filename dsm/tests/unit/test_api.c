@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The API in a job of one (no launcher): what a program can get wrong gets
+ * a clear error and loses nothing; shared memory works as memory; a touch
+ * outside init..finalize ends the process with a message.
+ */
+#include "check.h"
+#include "pmdsm.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Run fn in a child; returns its stderr (static) and its status. */
+static const char *in_child(void (*fn)(void *), void *arg, int *status)
+{
+	static char out[4096];
+	int fds[2];
+
+	CHECK(pipe(fds) == 0);
+	pid_t pid = fork();
+
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		dup2(fds[1], STDERR_FILENO);
+		close(fds[0]);
+		fn(arg);
+		_exit(0);
+	}
+	close(fds[1]);
+	size_t n = 0;
+	ssize_t r;
+
+	while (n < sizeof(out) - 1 && (r = read(fds[0], out + n, sizeof(out) - 1 - n)) > 0)
+		n += (size_t)r;
+	out[n] = 0;
+	close(fds[0]);
+	CHECK(waitpid(pid, status, 0) == pid);
+	return out;
+}
+
+static void touch(void *p)
+{
+	*(volatile char *)p = 1;
+}
+
+int main(void)
+{
+	/* A job of one, whatever launched the test. */
+	for (char **e = environ; *e;) {
+		if (strncmp(*e, "PMIX_", 5) == 0) {
+			char name[256];
+			size_t len = strcspn(*e, "=");
+
+			snprintf(name, sizeof(name), "%.*s", (int)len, *e);
+			unsetenv(name);
+		} else {
+			e++;
+		}
+	}
+
+	/* Before init. */
+	errno = 0;
+	CHECK(pmdsm_malloc(4096) == NULL);
+	CHECK_EQ(errno, ENXIO);
+	CHECK_ERR(pmdsm_barrier(), -ENXIO);
+	CHECK_ERR(pmdsm_lock(1), -ENXIO);
+	CHECK_ERR(pmdsm_rank(), -ENXIO);
+
+	/* Bad settings are refused. */
+	setenv("PMDSM_HEAP_SIZE", "lots", 1);
+	CHECK_ERR(pmdsm_init(NULL), -EINVAL);
+	setenv("PMDSM_HEAP_SIZE", "16M", 1);
+	setenv("PMDSM_WRITE_DETECT", "psychic", 1);
+	CHECK_ERR(pmdsm_init(NULL), -EINVAL);
+	unsetenv("PMDSM_WRITE_DETECT");
+
+	CHECK_OK(pmdsm_init(NULL));
+	CHECK_ERR(pmdsm_init(NULL), -EALREADY);
+	CHECK_EQ(pmdsm_rank(), 0);
+	CHECK_EQ(pmdsm_size(), 1);
+
+	/* Memory: zero at first, holds what is written, across barriers. */
+	size_t n = 1 << 20;
+	uint8_t *p = pmdsm_malloc(n);
+
+	CHECK(p != NULL);
+	CHECK(((uintptr_t)p & 4095) == 0);
+	for (size_t i = 0; i < n; i++)
+		CHECK_EQ(p[i], 0);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(i * 7);
+	CHECK_OK(pmdsm_barrier());
+	for (size_t i = 0; i < n; i++)
+		CHECK_EQ(p[i], (uint8_t)(i * 7));
+
+	/* Locks. */
+	CHECK_OK(pmdsm_lock(5));
+	CHECK_ERR(pmdsm_lock(5), -EDEADLK);
+	p[0] = 42;
+	CHECK_OK(pmdsm_unlock(5));
+	CHECK_ERR(pmdsm_unlock(5), -EPERM);
+	CHECK_ERR(pmdsm_unlock(6), -EPERM);
+	CHECK_ERR(pmdsm_lock(PMDSM_LOCKS), -EINVAL);
+	CHECK(strstr(pmdsm_strerror(-EPERM), "not held") != NULL);
+	CHECK_OK(pmdsm_lock(5));
+	CHECK_EQ(p[0], 42);
+	CHECK_OK(pmdsm_unlock(5));
+
+	/* Beyond the heap: NULL, ENOMEM, and the heap still works. */
+	errno = 0;
+	CHECK(pmdsm_malloc(64 << 20) == NULL);
+	CHECK_EQ(errno, ENOMEM);
+	errno = 0;
+	CHECK(pmdsm_malloc(0) == NULL);
+	CHECK_EQ(errno, EINVAL);
+	uint8_t *q = pmdsm_alloc(15 << 20, PMDSM_CYCLIC);
+
+	CHECK(q != NULL);
+	q[(15 << 20) - 1] = 9;
+	CHECK_ERR(pmdsm_free(p + 4096), -EINVAL);
+	CHECK_OK(pmdsm_free(q));
+	CHECK_EQ(p[1], 7);
+
+	/* A freed allocation's memory: the process ends with a message. */
+	int status;
+	const char *err = in_child(touch, q, &status);
+
+	CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %#x: %s", status, err);
+	CHECK_MSG(strstr(err, "which no allocation holds") != NULL, "%s", err);
+
+	struct pmdsm_stats st;
+
+	CHECK_OK(pmdsm_stats_get(&st));
+	CHECK(st.write_faults >= 256);          /* every page of p, once */
+	CHECK_EQ(st.barriers, 3);               /* two in pmdsm_free */
+	CHECK_EQ(st.locks, 2);
+
+	CHECK_OK(pmdsm_finalize());
+	CHECK_ERR(pmdsm_finalize(), -ENXIO);
+
+	/* After finalize: a message, not a bare segmentation fault. */
+	err = in_child(touch, p, &status);
+	CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %#x: %s", status, err);
+	CHECK_MSG(strstr(err, "outside pmdsm_init()..pmdsm_finalize()") != NULL, "%s", err);
+
+	/* A fault elsewhere is still the program's own: the handler it had
+	 * before (a sanitizer's, which reports and exits) or the default
+	 * (killed by SIGSEGV); not ours. */
+	err = in_child(touch, (void *)16, &status);
+	CHECK_MSG(strstr(err, "pmdsm[") == NULL, "%s", err);
+	CHECK_MSG((WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV) ||
+		  (WIFEXITED(status) && WEXITSTATUS(status) != 0 && strstr(err, "Sanitizer")),
+		  "status %#x: %s", status, err);
+
+	/* And the DSM opens again. */
+	CHECK_OK(pmdsm_init(NULL));
+	p = pmdsm_malloc(4096);
+	CHECK(p != NULL);
+	CHECK_EQ(p[0], 0);
+	CHECK_OK(pmdsm_finalize());
+	return 0;
+}

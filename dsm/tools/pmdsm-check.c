@@ -1,0 +1,267 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pmdsm-check - does the DSM give race-free programs the sequential
+ * result?  Every rank runs the same generated program (from --seed) and
+ * checks what it reads against the sequential result, which it computes
+ * itself since it knows every rank's part of the program:
+ *
+ *   rounds of barrier phases: every byte of a shared array gets a writer
+ *   rank drawn at random (or none), so ranks write disjoint bytes of the
+ *   same pages (false sharing), then a barrier, then every rank reads the
+ *   whole array;
+ *
+ *   and lock phases: every rank adds to random shared counters, each under
+ *   its lock, reading the value the previous holder wrote; after a barrier
+ *   every counter must hold the sum of everyone's additions.
+ *
+ * --heap BYTES fills an allocation of that size from every rank (each its
+ * own block) and has rank 0 read all of it back.
+ *
+ * A mismatch prints the seed, the round and the place, and exits 1.  Rank 0
+ * prints one JSON line on success.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pmdsm.h"
+
+#define LOCKS_USED 16u
+
+struct options {
+	uint64_t seed;
+	unsigned rounds;
+	size_t bytes;
+	unsigned counters, adds;
+	size_t heap;
+	bool quiet;
+};
+
+static int rank, size;
+
+static uint64_t mix(uint64_t x)
+{
+	/* splitmix64's finaliser: every input bit reaches every output bit. */
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static uint64_t draw(uint64_t seed, uint64_t a, uint64_t b, uint64_t c)
+{
+	return mix(seed ^ mix(a ^ mix(b ^ mix(c))));
+}
+
+__attribute__((noreturn, format(printf, 1, 2)))
+static void fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "pmdsm-check: rank %d: ", rank);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+static void call(int err, const char *what)
+{
+	if (err < 0)
+		fail("%s: %s", what, pmdsm_strerror(err));
+}
+
+/* Writer of byte i in round r: a rank, or size for "nobody". */
+static int writer(const struct options *o, unsigned r, size_t i)
+{
+	return (int)(draw(o->seed, r, i, 1) % (uint64_t)(size + 1));
+}
+
+static uint8_t value(const struct options *o, unsigned r, size_t i)
+{
+	return (uint8_t)draw(o->seed, r, i, 2);
+}
+
+static void barrier_rounds(const struct options *o, uint8_t *data, uint8_t *expect, unsigned r)
+{
+	for (size_t i = 0; i < o->bytes; i++) {
+		int w = writer(o, r, i);
+
+		if (w == rank)
+			data[i] = value(o, r, i);
+		if (w < size)
+			expect[i] = value(o, r, i);
+	}
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	for (size_t i = 0; i < o->bytes; i++)
+		if (data[i] != expect[i])
+			fail("seed %" PRIu64 " round %u: byte %zu of the shared array is %u, expected "
+			     "%u (written by rank %d in round %u)", o->seed, r, i, data[i], expect[i],
+			     writer(o, r, i), r);
+}
+
+static void lock_rounds(const struct options *o, uint64_t *ctr, uint64_t *expect, unsigned r)
+{
+	for (unsigned k = 0; k < o->adds; k++) {
+		unsigned c = (unsigned)(draw(o->seed, r, (uint64_t)rank << 32 | k, 3) % o->counters);
+		uint64_t add = draw(o->seed, r, (uint64_t)rank << 32 | k, 4) % 1000 + 1;
+
+		call(pmdsm_lock(c % LOCKS_USED), "pmdsm_lock");
+		ctr[c] += add;
+		call(pmdsm_unlock(c % LOCKS_USED), "pmdsm_unlock");
+	}
+	/* Everyone's additions, as the sequential program makes them. */
+	for (int q = 0; q < size; q++)
+		for (unsigned k = 0; k < o->adds; k++) {
+			unsigned c = (unsigned)(draw(o->seed, r, (uint64_t)q << 32 | k, 3) % o->counters);
+
+			expect[c] += draw(o->seed, r, (uint64_t)q << 32 | k, 4) % 1000 + 1;
+		}
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	for (unsigned c = 0; c < o->counters; c++)
+		if (ctr[c] != expect[c])
+			fail("seed %" PRIu64 " round %u: counter %u is %" PRIu64 ", expected %" PRIu64
+			     " (additions under lock %u lost or seen late)", o->seed, r, c, ctr[c],
+			     expect[c], c % LOCKS_USED);
+}
+
+static void heap_check(const struct options *o)
+{
+	size_t words = o->heap / sizeof(uint64_t);
+	uint64_t *h = pmdsm_malloc(words * sizeof(uint64_t));
+
+	if (!h)
+		fail("pmdsm_malloc(%zu): %s", o->heap, strerror(errno));
+	/* Each rank writes its block: the pages homed at it. */
+	size_t lo = words * (size_t)rank / (size_t)size, hi = words * (size_t)(rank + 1) / (size_t)size;
+
+	for (size_t i = lo; i < hi; i++)
+		h[i] = draw(o->seed, i, 5, 5);
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	if (rank == 0)
+		for (size_t i = 0; i < words; i++)
+			if (h[i] != draw(o->seed, i, 5, 5))
+				fail("seed %" PRIu64 ": word %zu of the %zu-byte heap block is %#" PRIx64
+				     ", expected %#" PRIx64, o->seed, i, o->heap, h[i],
+				     draw(o->seed, i, 5, 5));
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	call(pmdsm_free(h), "pmdsm_free");
+}
+
+static size_t parse_size(const char *s, const char *what)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+
+	switch (*end) {
+	case 'K': v <<= 10; end++; break;
+	case 'M': v <<= 20; end++; break;
+	case 'G': v <<= 30; end++; break;
+	default: break;
+	}
+	if (end == s || *end) {
+		fprintf(stderr, "pmdsm-check: %s %s: not a size (a number, K, M or G)\n", what, s);
+		exit(2);
+	}
+	return (size_t)v;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: pmdsm-check [--seed N] [--rounds N] [--bytes SIZE] [--counters N]\n"
+		"                   [--adds N] [--heap SIZE] [--quiet]\n"
+		"Runs a generated race-free program on the DSM and checks every value it\n"
+		"reads against the sequential result.  Run it on every rank of a job\n"
+		"(scrun, srun --mpi=pmix, mpirun).\n"
+		"  --seed N       the program (default: 1)\n"
+		"  --rounds N     barrier and lock rounds (default: 8)\n"
+		"  --bytes SIZE   bytes of the shared array written between barriers (default 64K)\n"
+		"  --counters N   shared counters added to under locks (default: 512)\n"
+		"  --adds N       additions per rank per round (default: 200)\n"
+		"  --heap SIZE    also fill SIZE bytes from every rank and read it back on rank 0\n"
+		"                 (PMDSM_HEAP_SIZE must be larger)\n"
+		"  --quiet        no JSON line\n");
+}
+
+int main(int argc, char **argv)
+{
+	struct options o = { .seed = 1, .rounds = 8, .bytes = 64 << 10, .counters = 512,
+			     .adds = 200 };
+	static const struct option longs[] = {
+		{ "seed", required_argument, NULL, 's' }, { "rounds", required_argument, NULL, 'r' },
+		{ "bytes", required_argument, NULL, 'b' }, { "counters", required_argument, NULL, 'c' },
+		{ "adds", required_argument, NULL, 'a' }, { "heap", required_argument, NULL, 'H' },
+		{ "quiet", no_argument, NULL, 'q' }, { "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int opt;
+
+	while ((opt = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+		switch (opt) {
+		case 's': o.seed = strtoull(optarg, NULL, 0); break;
+		case 'r': o.rounds = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 'b': o.bytes = parse_size(optarg, "--bytes"); break;
+		case 'c': o.counters = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 'a': o.adds = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 'H': o.heap = parse_size(optarg, "--heap"); break;
+		case 'q': o.quiet = true; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc || !o.bytes || !o.counters) {
+		usage(stderr);
+		return 2;
+	}
+
+	struct timespec t0, t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	call(pmdsm_init(NULL), "pmdsm_init");
+	rank = pmdsm_rank();
+	size = pmdsm_size();
+
+	uint8_t *data = pmdsm_alloc(o.bytes, PMDSM_CYCLIC);
+	uint64_t *ctr = pmdsm_alloc(o.counters * sizeof(uint64_t), PMDSM_CYCLIC);
+	uint8_t *expect = calloc(o.bytes, 1);
+	uint64_t *expect_ctr = calloc(o.counters, sizeof(uint64_t));
+
+	if (!data || !ctr)
+		fail("pmdsm_alloc: %s", strerror(errno));
+	if (!expect || !expect_ctr)
+		fail("out of memory");
+	for (unsigned r = 0; r < o.rounds; r++) {
+		barrier_rounds(&o, data, expect, r);
+		lock_rounds(&o, ctr, expect_ctr, r);
+	}
+	if (o.heap)
+		heap_check(&o);
+
+	struct pmdsm_stats st;
+
+	call(pmdsm_stats_get(&st), "pmdsm_stats_get");
+	call(pmdsm_finalize(), "pmdsm_finalize");
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (rank == 0 && !o.quiet)
+		printf("{\"ok\": true, \"ranks\": %d, \"seed\": %" PRIu64 ", \"rounds\": %u, "
+		       "\"bytes\": %zu, \"heap\": %zu, \"seconds\": %.3f, \"rank0\": "
+		       "{\"read_faults\": %" PRIu64 ", \"write_faults\": %" PRIu64
+		       ", \"diffs_sent\": %" PRIu64 ", \"diffs_applied\": %" PRIu64
+		       ", \"invalidations\": %" PRIu64 ", \"locks\": %" PRIu64 "}}\n",
+		       size, o.seed, o.rounds, o.bytes, o.heap,
+		       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
+		       st.read_faults, st.write_faults, st.diffs_sent, st.diffs_applied,
+		       st.invalidations, st.locks);
+	free(expect);
+	free(expect_ctr);
+	return 0;
+}
