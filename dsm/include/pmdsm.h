@@ -134,6 +134,7 @@ struct pmdsm_stats {
 	uint64_t diffs_applied;    /* diffs other ranks sent to pages homed here */
 	uint64_t invalidations;    /* cached pages dropped at an acquire        */
 	uint64_t barriers, locks, lock_remote; /* lock_remote: managed elsewhere */
+	uint64_t wp_scans;         /* PAGEMAP_SCAN calls (write detection uffd-async) */
 	uint64_t fault_ns, fetch_ns, release_ns, barrier_ns, lock_ns;
 };
 

@@ -85,6 +85,7 @@ struct dsm {
 	struct dsm_extent extents[DSM_MAX_ALLOCS];
 	uint32_t nextents;
 	enum pmdsm_write_detect write_detect;
+	int uffd, pagemap;      /* write detection uffd-async (wp_uffd.c) */
 
 	/* Pages written since the last release (their diffs or, homed here,
 	 * their notices are owed), and every page known written this epoch
@@ -202,6 +203,23 @@ static inline uint8_t *dsm_page_alias(const struct dsm *d, uint32_t page)
 int dsm_fault_install(struct dsm *d);
 /* Bring page p up to date from its home (it is not homed here). */
 void dsm_fetch(struct dsm *d, uint32_t page);
+
+/* ---- wp_uffd.c: write detection uffd-async ---- */
+
+/* userfaultfd with asynchronous write protection over the view.
+ * -ENOTSUP (or the system call's error) where the kernel lacks it. */
+int dsm_wp_open(struct dsm *d);
+void dsm_wp_close(struct dsm *d);
+/* Write-protect pages [first, first+n): their next write is recorded. */
+void dsm_wp_arm(struct dsm *d, uint32_t first, uint32_t n);
+/* Add the pages written since they were protected to d->dirty, and
+ * protect them again. */
+void dsm_wp_collect(struct dsm *d);
+
+static inline bool dsm_uffd(const struct dsm *d)
+{
+	return d->write_detect == PMDSM_WRITE_UFFD_ASYNC;
+}
 
 /* ---- sync.c ---- */
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fault.c - write detection and page faults, the SIGSEGV way: a page the
+ * fault.c - page faults, and write detection the SIGSEGV way: a page the
  * rank may not read is PROT_NONE, one it has not written since the last
  * release PROT_READ; the first access that needs the protocol faults and
  * the handler brings the page up to date or starts its write (a twin
@@ -122,10 +122,18 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 		dsm_leave(d);
 		d->stats.read_faults++;
 		d->state[page] = PAGE_READ;
-		if (write)
+		if (dsm_uffd(d)) {
+			/* No fault will announce the first write: the twin
+			 * now, and the page open (it is write-protected). */
+			memcpy(d->twins + ((size_t)page << DSM_PAGE_SHIFT),
+			       dsm_page_alias(d, page), DSM_PAGE);
+			d->stats.twins++;
+			dsm_protect(d, page, 1, PROT_READ | PROT_WRITE);
+		} else if (write) {
 			start_write(d, page);
-		else
+		} else {
 			dsm_protect(d, page, 1, PROT_READ);
+		}
 		break;
 	case PAGE_READ:
 		start_write(d, page);

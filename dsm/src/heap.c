@@ -169,15 +169,19 @@ void *dsm_heap_alloc(struct dsm *d, size_t size, enum pmdsm_placement placement)
 		d->home[p] = home_of(d, placement, k, size);
 		d->state[p] = d->home[p] == d->rank ? PAGE_READ : PAGE_INVALID;
 	}
-	/* Pages homed here are valid at once (zero); write faults find what
-	 * this rank writes to them. */
+	/* Pages homed here are valid at once (zero); write detection finds
+	 * what this rank writes to them: write faults, or the kernel's record
+	 * of written pages (uffd-async, which watches all of them). */
+	if (dsm_uffd(d))
+		dsm_wp_arm(d, e->first, pages);
 	for (uint32_t k = 0; k < pages;) {
 		uint32_t run = 0;
 
 		while (k + run < pages && d->home[e->first + k + run] == d->rank)
 			run++;
 		if (run) {
-			dsm_protect(d, e->first + k, run, PROT_READ);
+			dsm_protect(d, e->first + k, run,
+				    dsm_uffd(d) ? PROT_READ | PROT_WRITE : PROT_READ);
 			k += run;
 		} else {
 			k++;

@@ -86,10 +86,8 @@ static int read_attr(const struct pmdsm_attr *attr, size_t *heap,
 	}
 	if (*wd == PMDSM_WRITE_DEFAULT)
 		*wd = PMDSM_WRITE_SEGV;
-	if (*wd != PMDSM_WRITE_SEGV) {
-		dsm_log("write detection uffd-async is not built yet; use segv");
-		return -ENOTSUP;
-	}
+	if (*wd != PMDSM_WRITE_SEGV && *wd != PMDSM_WRITE_UFFD_ASYNC)
+		return -EINVAL;
 	*device = attr ? attr->pm_device : NULL;
 	return 0;
 }
@@ -107,6 +105,7 @@ static void destroy(struct dsm *d)
 	if (d->pm)
 		pm_close(d->pm);
 	dsm_sync_close(d);
+	dsm_wp_close(d);
 	dsm_heap_close(d);
 	free(d->rkeys);
 	pthread_mutex_destroy(&d->hold);
@@ -132,6 +131,7 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 	if (!d)
 		return -ENOMEM;
 	d->memfd = -1;
+	d->uffd = d->pagemap = -1;
 	d->write_detect = wd;
 	pthread_mutex_init(&d->hold, NULL);
 	pthread_cond_init(&d->handed_back, NULL);
@@ -170,6 +170,15 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 				(unsigned long long)DSM_HEAP_BASE, heap);
 		err = err == -EEXIST ? -ENOMEM : err;
 		goto fail;
+	}
+	if (dsm_uffd(d)) {
+		err = dsm_wp_open(d);
+		if (err) {
+			dsm_log("write detection uffd-async needs userfaultfd with WP_ASYNC, "
+				"WP_UNPOPULATED and shared memory (Linux 6.7 and later): %s; "
+				"PMDSM_WRITE_DETECT=segv works everywhere", strerror(-err));
+			goto fail;
+		}
 	}
 	err = pm_mr_register(d->pm, d->alias, d->heap_size, &d->mr);
 	if (err)

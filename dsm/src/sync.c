@@ -99,7 +99,21 @@ void dsm_release(struct dsm *d)
 {
 	uint64_t t0 = dsm_now_ns();
 
-	for (uint32_t p = pageset_next(&d->dirty, 0); p != PAGESET_NONE;) {
+	if (dsm_uffd(d)) {
+		/* The kernel's record, protected again by the same call; the
+		 * pages stay open, their twins become the next baseline. */
+		dsm_wp_collect(d);
+		for (uint32_t p = pageset_next(&d->dirty, 0); p != PAGESET_NONE;
+		     p = pageset_next(&d->dirty, p + 1)) {
+			if (d->home[p] != d->rank) {
+				dsm_send_diff(d, p);
+				memcpy(d->twins + ((size_t)p << DSM_PAGE_SHIFT),
+				       dsm_page_alias(d, p), DSM_PAGE);
+			}
+			pageset_add(&d->epoch_notices, p);
+		}
+	}
+	for (uint32_t p = pageset_next(&d->dirty, 0); p != PAGESET_NONE && !dsm_uffd(d);) {
 		/* Protect runs of written pages with one call each. */
 		uint32_t run = 0;
 
@@ -124,11 +138,13 @@ void dsm_invalidate(struct dsm *d, const struct pageset *set)
 {
 	bool flushed = false;
 
+	if (dsm_uffd(d) && set->count)
+		dsm_wp_collect(d);
 	for (uint32_t p = pageset_next(set, 0); p != PAGESET_NONE; p = pageset_next(set, p + 1)) {
 		if (d->home[p] == d->rank || d->state[p] == PAGE_INVALID ||
 		    d->state[p] == PAGE_UNUSED)
 			continue;
-		if (d->state[p] == PAGE_WRITE) {
+		if (pageset_has(&d->dirty, p)) {
 			/* Written here since our last release: its diff goes
 			 * home first, then the page is fetched merged. */
 			dsm_send_diff(d, p);
