@@ -3,7 +3,8 @@ stdin flow control"): a scrun that stops reading holds up its job's ranks, not
 the master's memory, and nothing is lost.
 
 - 2 GiB of output (`seq`, so that order can be checked) to a scrun stopped
-  with SIGSTOP for 30 s: the master's resident memory (VmRSS, sampled through
+  with SIGSTOP for 12 s (four heartbeat timeouts of the virtual cluster's
+  master): the master's resident memory (VmRSS, sampled through
   the whole job) stays under 64 MiB, the rank blocks in `write` (its written
   bytes stop growing), the node's heartbeats and other jobs go on, the master
   reports the job throttled; after SIGCONT every byte arrives, in order
@@ -33,7 +34,9 @@ GIB = 1 << 30
 RSS_LIMIT = 64 * MIB
 # [master] stdio_buffer_kib's default: what the master may hold per job.
 BUDGET = 4 * MIB
-STOP_SECONDS = 30
+# Four times the virtual cluster's heartbeat timeout (3 s): long enough to
+# show that the node's heartbeats go on while its job's output is held.
+STOP_SECONDS = 12
 
 
 def seq_length(n):
