@@ -135,6 +135,7 @@ struct pmdsm_stats {
 	uint64_t invalidations;    /* cached pages dropped at an acquire        */
 	uint64_t barriers, locks, lock_remote; /* lock_remote: managed elsewhere */
 	uint64_t wp_scans;         /* PAGEMAP_SCAN calls (write detection uffd-async) */
+	uint64_t dropped;          /* messages dropped: malformed, or not for this rank */
 	uint64_t fault_ns, fetch_ns, release_ns, barrier_ns, lock_ns;
 };
 

@@ -182,6 +182,7 @@ static void barrier_arrival(struct dsm *d, int from, uint32_t epoch)
 	if (epoch != d->mgr_epoch) {
 		dsm_log("dropped rank %d's arrival at barrier %u while counting barrier %u", from,
 			epoch, d->mgr_epoch);
+		d->stats.dropped++;
 		return;
 	}
 	if (++d->mgr_arrived == (uint32_t)d->size)
@@ -281,6 +282,7 @@ static void lock_release(struct dsm *d, unsigned l, int from)
 
 	if (L->holder != from) {
 		dsm_log("dropped a release of lock %u by rank %d, which does not hold it", l, from);
+		d->stats.dropped++;
 		return;
 	}
 	L->holder = -1;
@@ -363,6 +365,7 @@ static void handle_diff(struct dsm *d, int peer, uint32_t page, const uint8_t *p
 	if (!homed || dsm_diff_apply(dsm_page_alias(d, page), p, len) < 0) {
 		dsm_log("dropped a diff of page %u from rank %d: not homed here, or malformed",
 			page, peer);
+		d->stats.dropped++;
 	} else {
 		d->stats.diffs_applied++;
 	}
@@ -384,8 +387,10 @@ static void handle_notices(struct dsm *d, int peer, const struct dsm_hdr *h, con
 	else
 		/* A grant's notices; moot if a barrier came since. */
 		err = h->epoch < d->epoch ? 0 : pageset_decode(&d->grant_notices, p, len);
-	if (err)
+	if (err) {
 		dsm_log("dropped malformed notices from rank %d", peer);
+		d->stats.dropped++;
+	}
 }
 
 void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t *p, size_t len)
@@ -397,6 +402,9 @@ void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t 
 		if (len == sizeof(uint64_t) && peer != d->rank) {
 			memcpy(&d->rkeys[peer], p, sizeof(uint64_t));
 			d->hello_seen++;
+		} else {
+			dsm_log("dropped a malformed hello from rank %d", peer);
+			d->stats.dropped++;
 		}
 		return;
 	case MSG_DIFF:
@@ -417,22 +425,29 @@ void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t 
 		d->departed = true;
 		return;
 	case MSG_LOCK_ACQUIRE:
-		if (managed)
+		if (managed) {
 			lock_request(d, h->arg, peer);
-		else
+		} else {
 			dsm_log("dropped a request for lock %u, not managed here", h->arg);
+			d->stats.dropped++;
+		}
 		return;
 	case MSG_LOCK_GRANT:
 		d->granted_lock = (int32_t)h->arg;
 		return;
 	case MSG_LOCK_RELEASE:
-		if (managed)
+		if (managed) {
 			lock_release(d, h->arg, peer);
+		} else {
+			dsm_log("dropped a release of lock %u, not managed here", h->arg);
+			d->stats.dropped++;
+		}
 		return;
 	case MSG_BYE:
 		d->bye_seen++;
 		return;
 	default:
 		dsm_log("dropped a message of unknown type %u from rank %d", h->type, peer);
+		d->stats.dropped++;
 	}
 }

@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The protocol's receiving half without PM: malformed or misdirected
+ * messages are dropped and counted and change nothing; well-formed ones
+ * change what they should.  (Handlers that answer, DIFF and a lock's
+ * grant to another rank, need PM and are covered by the mpirun tests.)
+ */
+#include "check.h"
+#include "dsm_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void handle(struct dsm *d, int peer, uint8_t type, uint32_t arg, uint32_t epoch,
+		   const void *payload, size_t len)
+{
+	struct dsm_hdr h = { .type = type, .arg = arg, .epoch = epoch };
+
+	dsm_handle(d, peer, &h, payload, len);
+}
+
+int main(void)
+{
+	struct dsm *d = calloc(1, sizeof(*d));
+
+	CHECK(d != NULL);
+	d->rank = 1;
+	d->size = 2;
+	d->npages = 64;
+	d->state = calloc(d->npages, 1);
+	d->home = calloc(d->npages, sizeof(*d->home));
+	d->rkeys = calloc(2, sizeof(*d->rkeys));
+	CHECK_OK(dsm_sync_open(d));
+	dsm_ctx = d;
+
+	/* A hello of the wrong size: dropped, no key. */
+	uint64_t key = 0x1234;
+
+	handle(d, 0, MSG_HELLO, 0, 0, &key, 4);
+	CHECK_EQ(d->stats.dropped, 1);
+	CHECK_EQ(d->hello_seen, 0);
+	handle(d, 0, MSG_HELLO, 0, 0, &key, sizeof(key));
+	CHECK_EQ(d->hello_seen, 1);
+	CHECK_U64(d->rkeys[0], ==, 0x1234);
+
+	/* Notices: a partial run, a page beyond the heap, a lock out of range. */
+	uint8_t partial[5] = { 1, 0, 0, 0, 1 };
+	uint8_t beyond[8] = { 60, 0, 0, 0, 10, 0, 0, 0 };
+
+	handle(d, 0, MSG_NOTICES, DSM_NOTICE_BARRIER, 0, partial, sizeof(partial));
+	handle(d, 0, MSG_NOTICES, DSM_NOTICE_BARRIER, 0, beyond, sizeof(beyond));
+	handle(d, 0, MSG_NOTICES, PMDSM_LOCKS + 7, 0, beyond, 8);
+	CHECK_EQ(d->stats.dropped, 4);
+	CHECK_EQ(d->depart_notices.count, 0);
+
+	/* Well-formed barrier notices for this rank (not rank 0): kept. */
+	uint8_t two[8] = { 3, 0, 0, 0, 2, 0, 0, 0 };
+
+	handle(d, 0, MSG_NOTICES, DSM_NOTICE_BARRIER, 0, two, sizeof(two));
+	CHECK_EQ(d->depart_notices.count, 2);
+	CHECK(pageset_has(&d->depart_notices, 3) && pageset_has(&d->depart_notices, 4));
+
+	/* Lock 0 is managed by rank 0, not here: its requests and releases
+	 * are dropped.  Lock 1 is ours: a release by a rank that does not
+	 * hold it is dropped; a request is granted... to rank 1 itself only
+	 * when it asks locally (a remote grant would need PM). */
+	handle(d, 0, MSG_LOCK_ACQUIRE, 0, 0, NULL, 0);
+	handle(d, 0, MSG_LOCK_RELEASE, 0, 0, NULL, 0);
+	handle(d, 0, MSG_LOCK_RELEASE, 1, 0, NULL, 0);
+	CHECK_EQ(d->stats.dropped, 7);
+	CHECK_EQ(d->locks[1].holder, -1);
+
+	/* An unknown type; an arrival at a barrier sent to a rank that is
+	 * not the manager is ignored (only rank 0 counts). */
+	handle(d, 0, 99, 0, 0, NULL, 0);
+	CHECK_EQ(d->stats.dropped, 8);
+	handle(d, 0, MSG_BARRIER_ARRIVE, 0, 0, NULL, 0);
+	CHECK_EQ(d->mgr_arrived, 0);
+
+	/* An acknowledgement of more diffs than are outstanding changes
+	 * nothing; a grant and a departure set their flags. */
+	d->diffs_unacked = 2;
+	handle(d, 0, MSG_DIFF_ACK, 5, 0, NULL, 0);
+	CHECK_EQ(d->diffs_unacked, 2);
+	handle(d, 0, MSG_DIFF_ACK, 2, 0, NULL, 0);
+	CHECK_EQ(d->diffs_unacked, 0);
+	handle(d, 0, MSG_LOCK_GRANT, 8, 0, NULL, 0);
+	CHECK_EQ(d->granted_lock, 8);
+	handle(d, 0, MSG_BARRIER_DEPART, 0, 0, NULL, 0);
+	CHECK(d->departed);
+
+	dsm_ctx = NULL;
+	dsm_sync_close(d);
+	free(d->state);
+	free(d->home);
+	free(d->rkeys);
+	free(d);
+	return 0;
+}
