@@ -16,7 +16,7 @@ VERSION = subprocess.run(["dpkg-parsechangelog", "-l", str(REPO / "packaging/deb
                           "-S", "Version"], capture_output=True, text=True,
                          check=True).stdout.strip()
 PACKAGES = ("libpm0", "libpm-dev", "pm-tools", "scored", "score-client", "libfabric-pm",
-            "slurm-spank-score")
+            "slurm-spank-score", "libpmdsm0", "libpmdsm-dev")
 BUILD_TIMEOUT = 1200
 
 

@@ -52,12 +52,14 @@ RDMA_PLAY = """
         score_rdma_ipoib:
           - {nic: ib0, address: 192.168.100.4, prefix: 24, subnet: 192.168.100.0/24}
 """
-# score_network alone on every node.
+# The roles that own the networks' settings (/etc/hosts; PM's NIC list,
+# MTUs and addresses), alone on every node.
 NETWORK_PLAY = """
 - name: The networks of every node
   hosts: all
   become: true
   roles:
+    - role: score_common
     - role: score_network
 """
 PROMETHEUS = "http://n1:9090"
@@ -209,6 +211,18 @@ def check_dashboard_queries(c):
         f"{uid} / {title}: {expr} -> {last}" for (uid, title, expr), last in pending.items())
 
 
+class Phases:
+    """Prints how long each phase of the long test took (shown with its
+    output when it fails, and with -s)."""
+    def __init__(self):
+        self.start = self.last = time.monotonic()
+
+    def __call__(self, what):
+        now = time.monotonic()
+        print(f"[{now - self.start:7.1f} s] {what}: {now - self.last:.1f} s", flush=True)
+        self.last = now
+
+
 HOSTS_TASK = "score_common : Name every node on each of its networks"
 
 
@@ -243,6 +257,7 @@ def recap(out):
 def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster, next_debs,
                                                                           tmp_path):
     c = cluster
+    phase = Phases()
     inventory = tmp_path / "inventory.yml"
     inv = run_vcluster("inventory", "--name", c.name, "--json")
     assert inv.returncode == 0, inv.stderr
@@ -255,22 +270,28 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     wrong = c.playbook(inventory, "-e", "scored_slots=lots")
     assert wrong.returncode != 0
     assert "scored_slots" in wrong.stdout and "int" in wrong.stdout, wrong.stdout[-3000:]
+    # Refused by the first play, which only checks: no role ran.
+    assert "PLAY [Every node of the cluster]" not in wrong.stdout, wrong.stdout[-3000:]
     assert "is not installed" in c.on("n1", "dpkg -s scored 2>&1 || true").stdout
+    phase("wrong variable refused")
 
     # From bare nodes to a cluster; then nothing left to change.
     first = c.playbook(inventory)
     assert first.returncode == 0, first.stdout[-5000:] + first.stderr[-2000:]
     assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in recap(first.stdout).values())
+    phase("first site run")
     again = c.playbook(inventory)
     assert again.returncode == 0, again.stdout[-5000:]
     counters = recap(again.stdout)
     assert sorted(counters) == NODES, again.stdout[-3000:]
     assert all(h["changed"] == 0 for h in counters.values()), again.stdout[-5000:]
+    phase("second site run")
     # A --check run: nothing would change, nothing fails.
     check = c.playbook(inventory, "--check")
     assert check.returncode == 0, check.stdout[-5000:]
     assert all(h["changed"] == 0 and h["failed"] == 0 for h in recap(check.stdout).values()), \
         check.stdout[-5000:]
+    phase("--check run")
     pm_conf = c.everywhere("cat /etc/score/pm.conf | grep -v '^#'")
     assert all(v.split() == ["nic", "eth0", "nic", "eth1"] for v in pm_conf.values()), pm_conf
     # score_rdma on n3 found no device, said so and changed nothing.
@@ -293,10 +314,14 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     assert toml == [f"slots = {fact['slots']}", f"cpus = {json.dumps(fact['cpus'])}"], toml
 
     # n4 loses its second NIC in the inventory: only n4's PM list changes.
+    # (The network roles alone: a full run costs a minute more, and the
+    # second run above showed the other roles idempotent.)
+    network_play = tmp_path / "network.yml"
+    network_play.write_text(NETWORK_PLAY)
     fewer = json.loads(run_vcluster("inventory", "--name", c.name, "--json").stdout)
     fewer["all"]["hosts"]["n4"]["score_networks"] = fewer["all"]["hosts"]["n4"]["score_networks"][:1]
     inventory.write_text(json.dumps(fewer))
-    third = c.playbook(inventory)
+    third = c.playbook(inventory, playbook=network_play)
     assert third.returncode == 0, third.stdout[-5000:]
     # The other nodes drop n4-eth1 from /etc/hosts and change nothing else.
     changed = changed_tasks(third.stdout)
@@ -304,6 +329,7 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     assert all(changed.get(h, []) == [HOSTS_TASK] for h in ("n1", "n2", "n3")), changed
     assert c.on("n4", "grep -v '^#' /etc/score/pm.conf").stdout.split() == ["nic", "eth0"]
     assert c.on("n1", "getent hosts n4-eth1 || echo none").stdout.split() == ["none"]
+    phase("NIC removal run")
 
     # Prometheus on the head scrapes every node_exporter, agent and the master.
     def all_up(doc):
@@ -314,6 +340,7 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     versions = c.everywhere("dpkg-query -W -f '${Version}\\n' scored score-client pm-tools")
     assert all(v.split() == [VERSION] * 3 for v in versions.values()), versions
     c.wait_nodes_up()
+    phase("targets and nodes up")
 
     # A 4x2 PM job from the head, with nothing but installed files.
     job = c.on("n1", "command -v scrun; command -v pmcheck; "
@@ -321,6 +348,7 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     assert job.stdout.split()[:2] == ["/usr/bin/scrun", "/usr/bin/pmcheck"], job.stdout
     assert job.stdout.strip().endswith("status=0"), job.stdout + job.stderr
     assert "/work" not in job.stdout and "build/" not in job.stdout
+    phase("scrun 4x2")
 
     # Slurm from the roles: PMIx steps of PM programs on every node.
     srun = c.on("n1", "srun --mpi=pmix -N4 pmcheck --pattern all --quiet; echo status=$?",
@@ -329,6 +357,7 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     results = [json.loads(line) for line in srun.stdout.splitlines() if line.startswith("{")]
     assert sorted(r["rank"] for r in results) == [0, 1, 2, 3] and all(r["ok"] for r in results), \
         srun.stdout
+    phase("srun")
 
     # Grafana's provisioning on the head, and every panel's query answered
     # by the live Prometheus while jobs run.
@@ -337,6 +366,7 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     assert {"score.yaml", "score-cluster.json", "score-pm-network.json"} <= set(files), files
     assert "url: http://n1:9090" in c.on("n1", "cat /etc/grafana/provisioning/datasources/score.yaml").stdout
     check_dashboard_queries(c)
+    phase("dashboard queries")
 
     # score_rdma forced on n4: packages, limits, the IPoIB file; then
     # nothing to change.
@@ -352,6 +382,7 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     assert out.count("install ok installed") == 2, out
     assert "memlock    unlimited" in out and "Address=192.168.100.4/24" in out, out
     assert "Mode=connected" in out and "MTUBytes=65520" in out, out
+    phase("rdma forced")
 
     # Upgrade: the edited configuration stays, the daemons restart.
     c.everywhere("echo '# edited by the test' >> /etc/score/scored.toml")
@@ -373,6 +404,7 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     c.wait_nodes_up()
     job = c.on("n1", "scrun -nodes=4x1 hostname | sort | tr '\\n' ' '", timeout=120)
     assert job.stdout.split() == NODES, job.stdout + job.stderr
+    phase("upgrade")
 
     # systemctl stop: a clean end, not a failure.
     c.on("n4", "systemctl stop scored-agent")
@@ -387,21 +419,21 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     c.on("n1", "systemctl stop scored-master")
     out = c.on("n1", "systemctl show -p ActiveState -p Result scored-master").stdout.split()
     assert sorted(out) == ["ActiveState=inactive", "Result=success"], out
+    phase("stop and AgentLost")
 
     # MTUs: n4's eth0 down to 1400 changes n4 alone, and every node still
     # reaches it with unfragmented datagrams of the smaller MTU.  (Last:
     # PM runs no job after this.)
-    play = tmp_path / "network.yml"
-    play.write_text(NETWORK_PLAY)
     fewer["all"]["hosts"]["n4"]["score_networks"][0]["mtu"] = 1400
     inventory.write_text(json.dumps(fewer))
-    mtu = c.playbook(inventory, playbook=play)
+    mtu = c.playbook(inventory, playbook=network_play)
     assert mtu.returncode == 0, mtu.stdout[-5000:]
     changed = {h: n["changed"] for h, n in recap(mtu.stdout).items()}
     assert changed["n4"] > 0 and all(changed[h] == 0 for h in ("n1", "n2", "n3")), changed
     assert "eth0 -> n4 (" in mtu.stdout and ", 1372 bytes)" in mtu.stdout, mtu.stdout[-3000:]
     assert " mtu 1400 " in c.on("n4", "ip link show eth0").stdout
     assert "MTUBytes=1400" in c.on("n4", "cat /etc/systemd/network/60-score-eth0.network").stdout
+    phase("MTU")
 
     # Purged: nothing of score stays on the node.
     c.on("n4", f"{APT} purge {PACKAGES} libpm0 >/dev/null")
@@ -414,3 +446,4 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
                       "[ -e $p ] || [ -L $p ] && echo $p; done; "
                       "dpkg -l | awk '$2 ~ /^(scored|score-client|pm-tools|libpm0)$/'; true").stdout
     assert left.strip() == "", left
+    phase("purge")

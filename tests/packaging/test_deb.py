@@ -48,8 +48,12 @@ def test_each_package_holds_its_files(debs):
         "libpm-dev": ["/usr/include/pm.h", "/usr/lib/x86_64-linux-gnu/libpm.so",
                       "/usr/lib/x86_64-linux-gnu/pkgconfig/pm.pc"],
         "pm-tools": ["/usr/bin/pminfo", "/usr/bin/pmbench", "/usr/bin/pmcheck",
+                     "/usr/bin/pmdsm-check",
                      "/usr/share/man/man1/pminfo.1.gz", "/usr/share/man/man1/pmbench.1.gz",
-                     "/usr/share/man/man1/pmcheck.1.gz"],
+                     "/usr/share/man/man1/pmcheck.1.gz", "/usr/share/man/man1/pmdsm-check.1.gz"],
+        "libpmdsm0": ["/usr/lib/x86_64-linux-gnu/libpmdsm.so.0"],
+        "libpmdsm-dev": ["/usr/include/pmdsm.h", "/usr/lib/x86_64-linux-gnu/libpmdsm.so",
+                         "/usr/lib/x86_64-linux-gnu/pkgconfig/pmdsm.pc"],
         "scored": ["/usr/sbin/scored", "/etc/score/scored.toml",
                    "/lib/systemd/system/scored-master.service",
                    "/lib/systemd/system/scored-agent.service",
@@ -65,8 +69,9 @@ def test_each_package_holds_its_files(debs):
         have = contents(found[name])
         missing = [p for p in paths if p not in have]
         assert not missing, (name, missing, sorted(have))
-        # Nothing of the build tree or the test programs.
-        assert not [p for p in have if "pm-ring-pass" in p or "/build/" in p], (name, have)
+        # Nothing of the build tree, the test programs or the examples.
+        assert not [p for p in have if "pm-ring-pass" in p or "/build/" in p
+                    or p.endswith(("_seq", "_dsm", "_mpi"))], (name, have)
     # score-client never ships /usr/bin/scrun itself (Slurm >= 23.02 has one).
     assert "/usr/bin/scrun" not in contents(found["score-client"])
     assert "update-alternatives --install /usr/bin/scrun scrun /usr/lib/score/bin/scrun" in \
@@ -95,14 +100,15 @@ def test_library_dependencies_come_from_the_programs(debs):
     _, found = debs
     deps = {name: field(deb, "Depends") for name, deb in found.items()}
     assert "libmunge2" in deps["scored"] and "libpmix2" in deps["scored"], deps["scored"]
-    assert "libpm0 (" in deps["pm-tools"], deps["pm-tools"]
+    assert "libpm0 (" in deps["pm-tools"] and "libpmdsm0 (" in deps["pm-tools"], deps["pm-tools"]
+    assert "libpm0 (" in deps["libpmdsm0"], deps["libpmdsm0"]
     assert "libfabric1" in deps["libfabric-pm"] and "libpm0" in deps["libfabric-pm"], deps
     assert "libmunge2" in deps["score-client"], deps["score-client"]
 
 
 def test_installed_binaries_carry_no_search_path(debs, tmp_path):
     _, found = debs
-    for name in ("pm-tools", "libfabric-pm", "scored"):
+    for name in ("pm-tools", "libfabric-pm", "scored", "libpmdsm0"):
         root = tmp_path / name
         subprocess.run(["dpkg-deb", "-x", str(found[name]), str(root)], check=True)
         for f in root.rglob("*"):
