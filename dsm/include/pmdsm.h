@@ -46,7 +46,8 @@ const char *pmdsm_strerror(int err);
 
 /* How written pages are found (docs/dsm/design.md, "Write detection"). */
 enum pmdsm_write_detect {
-	PMDSM_WRITE_DEFAULT = 0,   /* PMDSM_WRITE_DETECT, else the library's choice */
+	PMDSM_WRITE_DEFAULT = 0,   /* PMDSM_WRITE_DETECT, else uffd-async where the
+	                              kernel has it (Linux 6.7+), else segv     */
 	PMDSM_WRITE_SEGV,          /* "segv": mprotect + SIGSEGV per first write */
 	PMDSM_WRITE_UFFD_ASYNC,    /* "uffd-async": userfaultfd WP_ASYNC, the kernel
 	                              marks written pages; PAGEMAP_SCAN at release */

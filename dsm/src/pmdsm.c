@@ -84,9 +84,8 @@ static int read_attr(const struct pmdsm_attr *attr, size_t *heap,
 			return -EINVAL;
 		}
 	}
-	if (*wd == PMDSM_WRITE_DEFAULT)
-		*wd = PMDSM_WRITE_SEGV;
-	if (*wd != PMDSM_WRITE_SEGV && *wd != PMDSM_WRITE_UFFD_ASYNC)
+	if (*wd != PMDSM_WRITE_DEFAULT && *wd != PMDSM_WRITE_SEGV &&
+	    *wd != PMDSM_WRITE_UFFD_ASYNC)
 		return -EINVAL;
 	*device = attr ? attr->pm_device : NULL;
 	return 0;
@@ -171,9 +170,14 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 		err = err == -EEXIST ? -ENOMEM : err;
 		goto fail;
 	}
-	if (dsm_uffd(d)) {
+	/* The default is the kernel's record of writes where the kernel has
+	 * it (several times cheaper: docs/dsm/bench.md), else write faults. */
+	if (wd != PMDSM_WRITE_SEGV) {
+		d->write_detect = PMDSM_WRITE_UFFD_ASYNC;
 		err = dsm_wp_open(d);
-		if (err) {
+		if (err && wd == PMDSM_WRITE_DEFAULT) {
+			d->write_detect = PMDSM_WRITE_SEGV;
+		} else if (err) {
 			dsm_log("write detection uffd-async needs userfaultfd with WP_ASYNC, "
 				"WP_UNPOPULATED and shared memory (Linux 6.7 and later): %s; "
 				"PMDSM_WRITE_DETECT=segv works everywhere", strerror(-err));
