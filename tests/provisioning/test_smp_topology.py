@@ -79,6 +79,6 @@ def test_a_two_socket_machine_as_the_fact_says(capsys):
     fact = json.loads(capsys.readouterr().out)
     assert fact == {"packages": 2, "cores": 4, "pus": 8, "threads_per_core": 2,
                     "cores_per_package": 2,
-                    "numa": [{"node": 0, "cpus": [0, 1, 4, 5], "memory_mb": 8192},
-                             {"node": 1, "cpus": [2, 3, 6, 7], "memory_mb": 8192}],
+                    "numa": [{"node": 0, "cpus": [0, 1, 4, 5]},
+                             {"node": 1, "cpus": [2, 3, 6, 7]}],
                     "placement": [0, 2, 1, 3, 4, 6, 5, 7]}
