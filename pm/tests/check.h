@@ -127,6 +127,34 @@ static inline const char *check_errname(long long err)
 
 #define CHECK_OK(call) CHECK_ERR(call, 0)
 
+/*
+ * Make the program a singleton job whatever launched it: remove every
+ * PMIX_* variable from the environment (meson's env: can set variables but
+ * not unset them).  The scan starts again after each removal, which may
+ * move the entries that follow.
+ */
+extern char **environ;
+
+static inline void check_unset_pmix(void)
+{
+	char **e = environ;
+
+	while (*e) {
+		if (strncmp(*e, "PMIX_", 5) == 0) {
+			char name[256];
+			size_t len = strcspn(*e, "=");
+
+			CHECK(len < sizeof(name));
+			memcpy(name, *e, len);
+			name[len] = 0;
+			unsetenv(name);
+			e = environ;
+		} else {
+			e++;
+		}
+	}
+}
+
 static inline uint64_t check_now_ns(void)
 {
 	struct timespec ts;

@@ -52,17 +52,7 @@ int main(int argc, char **argv)
 	const char *method = argc > 1 ? argv[1] : "segv";
 
 	/* A job of one, whatever launched the test. */
-	for (char **e = environ; *e;) {
-		if (strncmp(*e, "PMIX_", 5) == 0) {
-			char name[256];
-			size_t len = strcspn(*e, "=");
-
-			snprintf(name, sizeof(name), "%.*s", (int)len, *e);
-			unsetenv(name);
-		} else {
-			e++;
-		}
-	}
+	check_unset_pmix();
 
 	/* Before init. */
 	errno = 0;

@@ -30,39 +30,14 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-extern char **environ;
 
 #define LONG_MS   20000         /* a wait that a lost wake-up turns into a failure */
 #define LOST_NS   10000000000ull /* still waiting this long after a signal: lost */
 #define SPIN_US   20            /* short, so that most waits sleep */
 #define ROUNDS    1000
-
-static void unset_pmix(void)
-{
-	bool again = true;
-
-	while (again) {
-		again = false;
-		for (char **e = environ; *e; e++) {
-			if (strncmp(*e, "PMIX_", 5) == 0) {
-				char name[256];
-				size_t n = strcspn(*e, "=");
-
-				CHECK(n < sizeof(name));
-				memcpy(name, *e, n);
-				name[n] = 0;
-				unsetenv(name);
-				again = true;
-				break;
-			}
-		}
-	}
-}
 
 static uint64_t waits_blocked(pm_context_t *ctx)
 {
@@ -333,7 +308,7 @@ static pm_context_t *open_shm_and_udp(void)
 
 int main(void)
 {
-	unset_pmix();
+	check_unset_pmix();
 	setenv("PM_STATS_DIR", check_tmp_dir_make("signal"), 1);
 	unsetenv("PM_DEVICE");
 	/* udp on loopback, which every machine has. */

@@ -14,13 +14,10 @@
 
 #include <dirent.h>
 #include <inttypes.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-extern char **environ;
 
 /* The statistics directory of the test (check.h removes it at exit). */
 static const char *dir;
@@ -36,28 +33,6 @@ static int files_in(const char *path, const char *prefix)
 		n += e->d_name[0] != '.' && strncmp(e->d_name, prefix, strlen(prefix)) == 0;
 	closedir(d);
 	return n;
-}
-
-static void unset_pmix(void)
-{
-	bool again = true;
-
-	while (again) {
-		again = false;
-		for (char **e = environ; *e; e++) {
-			if (strncmp(*e, "PMIX_", 5) == 0) {
-				char name[256];
-				size_t n = strcspn(*e, "=");
-
-				CHECK(n < sizeof(name));
-				memcpy(name, *e, n);
-				name[n] = 0;
-				unsetenv(name);
-				again = true;
-				break;
-			}
-		}
-	}
 }
 
 static const struct pm_stats_page *map_page(pm_context_t *ctx)
@@ -464,7 +439,7 @@ static void test_addresses(pm_context_t *a, pm_context_t *b)
 
 int main(void)
 {
-	unset_pmix();
+	check_unset_pmix();
 	dir = check_tmp_dir_make("singleton");
 	setenv("PM_STATS_DIR", dir, 1);
 	unsetenv("PM_DEVICE");
