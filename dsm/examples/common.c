@@ -289,6 +289,11 @@ bad_usage:
 	return 2;
 }
 
+const char *program_name(enum program p)
+{
+	return programs[p].name;
+}
+
 /* splitmix64's finaliser (Steele, Lea, Flood 2014). */
 static uint64_t mix64(uint64_t z)
 {
@@ -370,4 +375,14 @@ int check_checksum(uint64_t got, uint64_t want)
 	        " differs from the sequential result's %016" PRIx64 "\n",
 	        prog_name, got, want);
 	return 1;
+}
+
+int report_result(const struct options *o, int ranks, double seconds,
+                  const void *result, size_t bytes,
+                  uint64_t (*reference)(const struct options *o))
+{
+	uint64_t sum = fnv1a64(result, bytes);
+
+	print_result(o, ranks, seconds, sum);
+	return o->check ? check_checksum(sum, reference(o)) : 0;
 }

@@ -52,6 +52,9 @@ struct options {
 int options_parse(struct options *o, enum program p, const char *version,
                   int argc, char **argv, bool loud);
 
+/* The program's name ("jacobi", ...), for messages before options_parse. */
+const char *program_name(enum program p);
+
 /*
  * Fatal errors: print "<name>_<version>: message" on stderr and end the
  * process through the hook (exit(1) unless set: the MPI versions set
@@ -91,5 +94,15 @@ void print_result(const struct options *o, int ranks, double seconds,
 
 /* --check: 0 if got == want, else a message on stderr and 1. */
 int check_checksum(uint64_t got, uint64_t want);
+
+/*
+ * Rank 0's end of a parallel version: print the result line with the
+ * checksum of the result's bytes and, under --check, compare it with
+ * reference(o), the sequential computation (kernels.h).  Returns 0, or 1
+ * when the check failed.
+ */
+int report_result(const struct options *o, int ranks, double seconds,
+                  const void *result, size_t bytes,
+                  uint64_t (*reference)(const struct options *o));
 
 #endif /* DSM_EXAMPLES_COMMON_H */

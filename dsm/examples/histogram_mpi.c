@@ -11,33 +11,18 @@
  */
 #include "common.h"
 #include "kernels.h"
-
-#include <mpi.h>
+#include "mpi_common.h"
 
 #include <stdlib.h>
 
-static void mpi_abort(int status)
-{
-	MPI_Abort(MPI_COMM_WORLD, status);
-}
-
 int main(int argc, char **argv)
 {
-	int rank, size;
-
-	MPI_Init(&argc, &argv);
-	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-	MPI_Comm_size(MPI_COMM_WORLD, &size);
-	set_fail_hook(mpi_abort);
-
 	struct options o;
-	int status = options_parse(&o, PROG_HISTOGRAM, "mpi", argc, argv, rank == 0);
+	int rank, size;
+	int status = mpi_start(&o, PROG_HISTOGRAM, false, &argc, &argv, &rank, &size);
 
-	if (status >= 0) {
-		MPI_Finalize();
+	if (status >= 0)
 		return status;
-	}
-	status = 0;
 
 	uint64_t *starts = xmalloc((histogram_max_tasks(o.items, o.chunk) + 1) * sizeof *starts);
 	uint64_t ntasks = histogram_tasks(o.seed, o.items, o.chunk, starts);
@@ -66,14 +51,10 @@ int main(int argc, char **argv)
 	MPI_Barrier(MPI_COMM_WORLD);
 	double t1 = now_seconds();
 
-	if (rank == 0) {
-		uint64_t sum = fnv1a64(hist, o.bins * sizeof *hist);
-
-		print_result(&o, size, t1 - t0, sum);
-		if (o.check)
-			status = check_checksum(sum, histogram_reference(&o));
-		free(hist);
-	}
+	status = rank == 0 ? report_result(&o, size, t1 - t0, hist, o.bins * sizeof *hist,
+	                                   histogram_reference)
+	                   : 0;
+	free(hist);
 	free(local);
 	free(items);
 	free(starts);

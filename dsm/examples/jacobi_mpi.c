@@ -12,73 +12,31 @@
  */
 #include "common.h"
 #include "kernels.h"
+#include "mpi_common.h"
 
-#include <mpi.h>
-
-#include <stdio.h>
 #include <stdlib.h>
-
-static void mpi_abort(int status)
-{
-	MPI_Abort(MPI_COMM_WORLD, status);
-}
-
-/* Exchange the edge rows of g (rows 1..rows, halos 0 and rows + 1). */
-static void exchange_halos(double *g, uint64_t rows, uint64_t n, int up, int down)
-{
-	MPI_Sendrecv(&g[1 * n], (int)n, MPI_DOUBLE, up, 0,
-	             &g[(rows + 1) * n], (int)n, MPI_DOUBLE, down, 0,
-	             MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-	MPI_Sendrecv(&g[rows * n], (int)n, MPI_DOUBLE, down, 1,
-	             &g[0], (int)n, MPI_DOUBLE, up, 1,
-	             MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-}
 
 int main(int argc, char **argv)
 {
-	int rank, size;
-
-	MPI_Init(&argc, &argv);
-	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-	MPI_Comm_size(MPI_COMM_WORLD, &size);
-	set_fail_hook(mpi_abort);
-
 	struct options o;
-	int status = options_parse(&o, PROG_JACOBI, "mpi", argc, argv, rank == 0);
+	int rank, size;
+	int status = mpi_start(&o, PROG_JACOBI, true, &argc, &argv, &rank, &size);
 
-	if (status < 0 && o.n < (uint64_t)size) {
-		if (rank == 0)
-			fprintf(stderr, "jacobi_mpi: --size %llu is less than the %d ranks: "
-			        "each rank needs a row\n", (unsigned long long)o.n, size);
-		status = 2;
-	}
-	if (status >= 0) {
-		MPI_Finalize();
+	if (status >= 0)
 		return status;
-	}
-	status = 0;
 
-	uint64_t n = o.n, lo, hi;
-	block_range(n, size, rank, &lo, &hi);
-	uint64_t rows = hi - lo;
-	int up = rank > 0 ? rank - 1 : MPI_PROC_NULL;
-	int down = rank < size - 1 ? rank + 1 : MPI_PROC_NULL;
+	uint64_t n = o.n;
+	struct halo_block b;
 
-	/* Local row r (1..rows) is global row lo + r - 1. */
-	double *cur = xcalloc((rows + 2) * n, sizeof *cur);
-	double *next = xcalloc((rows + 2) * n, sizeof *next);
-	for (uint64_t r = 1; r <= rows; r++) {
-		grid_init_row(&cur[r * n], n, o.seed, lo + r - 1);
-		grid_init_row(&next[r * n], n, o.seed, lo + r - 1);
-	}
-	/* The local rows this rank updates: not the grid's boundary rows. */
-	uint64_t first = lo == 0 ? 2 : 1, last = hi == n ? rows - 1 : rows;
+	halo_block_init(&b, n, rank, size);
+	/* Local row r (1..b.rows) is global row b.lo + r - 1. */
+	double *cur = halo_grid(&b, o.seed), *next = halo_grid(&b, o.seed);
 
 	MPI_Barrier(MPI_COMM_WORLD);
 	double t0 = now_seconds();
 	for (uint64_t it = 0; it < o.iterations; it++) {
-		exchange_halos(cur, rows, n, up, down);
-		for (uint64_t r = first; r <= last; r++)
+		halo_exchange(cur, &b);
+		for (uint64_t r = b.first; r <= b.last; r++)
 			jacobi_row(&next[r * n], &cur[(r - 1) * n], &cur[r * n],
 			           &cur[(r + 1) * n], n);
 		double *t = cur;
@@ -88,34 +46,13 @@ int main(int argc, char **argv)
 	MPI_Barrier(MPI_COMM_WORLD);
 	double t1 = now_seconds();
 
-	/* Gather the grid on rank 0: n * n < 2^31 (MAX_N), so counts fit int. */
-	int *counts = NULL, *displs = NULL;
-	double *grid = NULL;
-	if (rank == 0) {
-		counts = xmalloc((size_t)size * sizeof *counts);
-		displs = xmalloc((size_t)size * sizeof *displs);
-		for (int p = 0; p < size; p++) {
-			uint64_t plo, phi;
+	/* The grid on rank 0, for the checksum. */
+	double *grid = gather_rows(&cur[n], b.rows, n, rank, size);
 
-			block_range(n, size, p, &plo, &phi);
-			counts[p] = (int)((phi - plo) * n);
-			displs[p] = (int)(plo * n);
-		}
-		grid = xmalloc(n * n * sizeof *grid);
-	}
-	MPI_Gatherv(&cur[n], (int)(rows * n), MPI_DOUBLE,
-	            grid, counts, displs, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-
-	if (rank == 0) {
-		uint64_t sum = fnv1a64(grid, n * n * sizeof *grid);
-
-		print_result(&o, size, t1 - t0, sum);
-		if (o.check)
-			status = check_checksum(sum, jacobi_reference(&o));
-		free(grid);
-		free(counts);
-		free(displs);
-	}
+	status = rank == 0 ? report_result(&o, size, t1 - t0, grid, n * n * sizeof *grid,
+	                                   jacobi_reference)
+	                   : 0;
+	free(grid);
 	free(cur);
 	free(next);
 	MPI_Finalize();

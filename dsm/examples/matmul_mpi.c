@@ -13,48 +13,26 @@
  */
 #include "common.h"
 #include "kernels.h"
-
-#include <mpi.h>
+#include "mpi_common.h"
 
 #include <stdlib.h>
 
-static void mpi_abort(int status)
-{
-	MPI_Abort(MPI_COMM_WORLD, status);
-}
-
 int main(int argc, char **argv)
 {
-	int rank, size;
-
-	MPI_Init(&argc, &argv);
-	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-	MPI_Comm_size(MPI_COMM_WORLD, &size);
-	set_fail_hook(mpi_abort);
-
 	struct options o;
-	int status = options_parse(&o, PROG_MATMUL, "mpi", argc, argv, rank == 0);
+	int rank, size;
+	int status = mpi_start(&o, PROG_MATMUL, false, &argc, &argv, &rank, &size);
 
-	if (status >= 0) {
-		MPI_Finalize();
+	if (status >= 0)
 		return status;
-	}
-	status = 0;
 
 	uint64_t n = o.n, lo, hi;
 	block_range(n, size, rank, &lo, &hi);
 	uint64_t rows = hi - lo;
 
-	/* Every rank's block of rows, in elements: n * n < 2^31 (MAX_N). */
-	int *counts = xmalloc((size_t)size * sizeof *counts);
-	int *displs = xmalloc((size_t)size * sizeof *displs);
-	for (int p = 0; p < size; p++) {
-		uint64_t plo, phi;
-
-		block_range(n, size, p, &plo, &phi);
-		counts[p] = (int)((phi - plo) * n);
-		displs[p] = (int)(plo * n);
-	}
+	/* Every rank's block of rows, for the MPI_Allgatherv of B. */
+	int *counts, *displs;
+	row_counts(n, size, &counts, &displs);
 
 	/* a and c: this rank's rows; b: the whole matrix, this rank's rows
 	 * at their place. */
@@ -75,18 +53,13 @@ int main(int argc, char **argv)
 	MPI_Barrier(MPI_COMM_WORLD);
 	double t1 = now_seconds();
 
-	double *cc = rank == 0 ? xmalloc(n * n * sizeof *cc) : NULL;
-	MPI_Gatherv(c, (int)(rows * n), MPI_DOUBLE,
-	            cc, counts, displs, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+	/* C on rank 0, for the checksum. */
+	double *cc = gather_rows(c, rows, n, rank, size);
 
-	if (rank == 0) {
-		uint64_t sum = fnv1a64(cc, n * n * sizeof *cc);
-
-		print_result(&o, size, t1 - t0, sum);
-		if (o.check)
-			status = check_checksum(sum, matmul_reference(&o));
-		free(cc);
-	}
+	status = rank == 0 ? report_result(&o, size, t1 - t0, cc, n * n * sizeof *cc,
+	                                   matmul_reference)
+	                   : 0;
+	free(cc);
 	free(a);
 	free(b);
 	free(c);
