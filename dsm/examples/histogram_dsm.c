@@ -25,15 +25,12 @@
  *   scrun -nodes=2x2 histogram_dsm [-m 1000000] [-k 256] [-c 10000] [-s 1] [--check]
  */
 #include "common.h"
+#include "dsm_common.h"
 #include "kernels.h"
 
-#include <pmdsm.h>
-
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 /* Lock of the task queue; the others guard the bins. */
 #define TASK_LOCK (PMDSM_LOCKS - 1)
@@ -46,14 +43,6 @@ struct queue {
 	uint64_t tasks_done;       /* sums of what the ranks did: under TASK_LOCK */
 	uint64_t items_done;
 };
-
-static void dsm_barrier(void)
-{
-	int err = pmdsm_barrier();
-
-	if (err)
-		fail("pmdsm_barrier: %s", pmdsm_strerror(err));
-}
 
 static void dsm_lock(unsigned l)
 {
@@ -71,39 +60,20 @@ static void dsm_unlock(unsigned l)
 		fail("pmdsm_unlock(%u): %s", l, pmdsm_strerror(err));
 }
 
-static void *shared(uint64_t bytes, const char *what)
-{
-	void *p = pmdsm_malloc(bytes);
-
-	if (!p)
-		fail("pmdsm_malloc of %" PRIu64 " bytes for the %s: %s "
-		     "(the heap's size is PMDSM_HEAP_SIZE)", bytes, what, strerror(errno));
-	return p;
-}
-
 int main(int argc, char **argv)
 {
-	int err = pmdsm_init(NULL);
-
-	if (err) {
-		fprintf(stderr, "histogram_dsm: pmdsm_init: %s\n", pmdsm_strerror(err));
-		return 1;
-	}
-	int rank = pmdsm_rank(), size = pmdsm_size();
 	struct options o;
-	int status = options_parse(&o, PROG_HISTOGRAM, "dsm", argc, argv, rank == 0);
+	int rank, size;
+	int status = dsm_start(&o, PROG_HISTOGRAM, argc, argv, &rank, &size);
 
-	if (status >= 0) {
-		pmdsm_finalize();
+	if (status >= 0)
 		return status;
-	}
-	status = 0;
 
 	uint64_t max_tasks = histogram_max_tasks(o.items, o.chunk);
-	uint32_t *items = shared(o.items * sizeof *items, "items");
-	uint64_t *starts = shared((max_tasks + 1) * sizeof *starts, "task table");
-	struct queue *queue = shared(sizeof *queue, "task queue");
-	uint64_t *bins = shared(o.bins * sizeof *bins, "bins");
+	uint32_t *items = dsm_shared(o.items * sizeof *items, "items");
+	uint64_t *starts = dsm_shared((max_tasks + 1) * sizeof *starts, "task table");
+	struct queue *queue = dsm_shared(sizeof *queue, "task queue");
+	uint64_t *bins = dsm_shared(o.bins * sizeof *bins, "bins");
 	uint64_t *local = xcalloc(o.bins, sizeof *local);
 	uint64_t groups = (o.bins + BINS_PER_LOCK - 1) / BINS_PER_LOCK;
 	uint64_t lo, hi;
@@ -150,8 +120,9 @@ int main(int argc, char **argv)
 	dsm_barrier();
 	double t1 = now_seconds();
 
+	status = 0;
 	if (rank == 0) {
-		uint64_t sum = fnv1a64(bins, o.bins * sizeof *bins), counted = 0;
+		uint64_t counted = 0;
 
 		for (uint64_t b = 0; b < o.bins; b++)
 			counted += bins[b];
@@ -163,15 +134,14 @@ int main(int argc, char **argv)
 			        queue->items_done, o.items, counted);
 			status = 1;
 		}
-		print_result(&o, size, t1 - t0, sum);
-		if (o.check && check_checksum(sum, histogram_reference(&o)))
+		if (report_result(&o, size, t1 - t0, bins, o.bins * sizeof *bins,
+		                  histogram_reference))
 			status = 1;
 	}
 	free(local);
-	if ((err = pmdsm_free(bins)) < 0 || (err = pmdsm_free(queue)) < 0 ||
-	    (err = pmdsm_free(starts)) < 0 || (err = pmdsm_free(items)) < 0)
-		fail("pmdsm_free: %s", pmdsm_strerror(err));
-	if ((err = pmdsm_finalize()) < 0)
-		fail("pmdsm_finalize: %s", pmdsm_strerror(err));
-	return status;
+	dsm_free(bins);
+	dsm_free(queue);
+	dsm_free(starts);
+	dsm_free(items);
+	return dsm_finish(status);
 }

@@ -13,47 +13,21 @@
  *   scrun -nodes=2x2 sor_dsm [-n 512] [-i 100] [-w 1.5] [-s 1] [--check]
  */
 #include "common.h"
+#include "dsm_common.h"
 #include "kernels.h"
-
-#include <pmdsm.h>
-
-#include <errno.h>
-#include <inttypes.h>
-#include <stdio.h>
-#include <string.h>
-
-static void dsm_barrier(void)
-{
-	int err = pmdsm_barrier();
-
-	if (err)
-		fail("pmdsm_barrier: %s", pmdsm_strerror(err));
-}
 
 int main(int argc, char **argv)
 {
-	int err = pmdsm_init(NULL);
-
-	if (err) {
-		fprintf(stderr, "sor_dsm: pmdsm_init: %s\n", pmdsm_strerror(err));
-		return 1;
-	}
-	int rank = pmdsm_rank(), size = pmdsm_size();
 	struct options o;
-	int status = options_parse(&o, PROG_SOR, "dsm", argc, argv, rank == 0);
+	int rank, size;
+	int status = dsm_start(&o, PROG_SOR, argc, argv, &rank, &size);
 
-	if (status >= 0) {
-		pmdsm_finalize();
+	if (status >= 0)
 		return status;
-	}
-	status = 0;
 
 	uint64_t n = o.n, lo, hi;
-	double *g = pmdsm_malloc(n * n * sizeof *g);
+	double *g = dsm_shared(n * n * sizeof *g, "grid");
 
-	if (!g)
-		fail("pmdsm_malloc of %" PRIu64 " bytes: %s (the heap's size is PMDSM_HEAP_SIZE)",
-		     n * n * sizeof *g, strerror(errno));
 	block_range(n, size, rank, &lo, &hi);
 	for (uint64_t i = lo; i < hi; i++)
 		grid_init_row(&g[i * n], n, o.seed, i);
@@ -74,17 +48,10 @@ int main(int argc, char **argv)
 		dsm_barrier();
 	double t1 = now_seconds();
 
-	if (rank == 0) {
-		/* Rank 0 reads the whole result, fetching the other ranks' pages. */
-		uint64_t sum = fnv1a64(g, n * n * sizeof *g);
-
-		print_result(&o, size, t1 - t0, sum);
-		if (o.check)
-			status = check_checksum(sum, sor_reference(&o));
-	}
-	if ((err = pmdsm_free(g)) < 0)
-		fail("pmdsm_free: %s", pmdsm_strerror(err));
-	if ((err = pmdsm_finalize()) < 0)
-		fail("pmdsm_finalize: %s", pmdsm_strerror(err));
-	return status;
+	/* Rank 0 reads the whole result, fetching the other ranks' pages. */
+	status = rank == 0 ? report_result(&o, size, t1 - t0, g, n * n * sizeof *g,
+	                                   sor_reference)
+	                   : 0;
+	dsm_free(g);
+	return dsm_finish(status);
 }
