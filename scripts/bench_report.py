@@ -5,9 +5,9 @@
 
 scripts/bench (make bench) calls it after its suites, for the regions of the
 suites that ran.  It reads BUILD/bench/<suite>.json and rewrites, in
-docs/pm/bench.md, docs/pm/bench-udp.md, docs/scored/bench.md and
-docs/mpi/bench.md, every region (of the suites named with --suite, or all)
-between
+docs/pm/bench.md, docs/pm/bench-udp.md, docs/scored/bench.md,
+docs/mpi/bench.md, docs/admin/vcluster.md and docs/dsm/bench.md, every
+region (of the suites named with --suite, or all) between
 
     <!-- bench:NAME begin -->   and   <!-- bench:NAME end -->
 
@@ -36,7 +36,7 @@ from bench_stats import spread  # noqa: E402
 
 DOCS = [ROOT / "docs" / "pm" / "bench.md", ROOT / "docs" / "pm" / "bench-udp.md",
         ROOT / "docs" / "scored" / "bench.md", ROOT / "docs" / "mpi" / "bench.md",
-        ROOT / "docs" / "admin" / "vcluster.md"]
+        ROOT / "docs" / "admin" / "vcluster.md", ROOT / "docs" / "dsm" / "bench.md"]
 
 
 # ---------------------------------------------------------------- formatting
@@ -758,7 +758,215 @@ def render_slurm_gang(doc, path):
     return "\n".join(out)
 
 
+# ---------------------------------------------------------------- dsm
+
+DSM_TEST_TITLES = {
+    "write-remote": ("write fault + diff, page homed at the other rank", "page"),
+    "write-home": ("write fault, page homed at the writer (no twin, no diff)", "page"),
+    "read": ("read fault: the page fetched from its home", "page"),
+    "lock": ("lock + unlock, managed by the other rank", "pair"),
+    "lock-local": ("lock + unlock, managed by the rank itself", "pair"),
+    "barrier": ("barrier", "barrier"),
+}
+DSM_WHERE = {"node": "one node, PM's shm device, 2 ranks",
+             "cluster": "2 virtual-cluster nodes, PM's udp device, 1 Gbit/s, 1 rank each"}
+
+
+def render_dsm(doc, path):
+    fault, apps = doc.get("fault"), doc.get("apps")
+    if not fault or "targets" not in doc:
+        return None
+    methods = doc.get("methods", ["segv", "uffd-async"])
+    fs = doc.get("fault_settings", {})
+    cl = doc.get("cluster", {})
+    out = [provenance(doc, path), ""]
+    node_bind = (fault.get("node") or {}).get("bindings") or []
+    settings = [
+        ["CPUs", f"{doc.get('nproc')}: the applications run with 1 and 2 ranks (4 ranks would "
+                 "share 2 CPUs)"],
+        ["placement, one node", doc["placement"]["node"]
+         + (f" ({'; '.join(node_bind)})" if node_bind else "")],
+        ["placement, virtual cluster", doc["placement"]["cluster"]],
+        ["virtual cluster", f"`{cl.get('name')}`, {cl.get('nodes')} nodes, {cl.get('nics')} NIC, "
+                            f"subnet {cl.get('subnet')} (net0 {cl.get('net0', '?')}), "
+                            f"{cl.get('rate')} each way, MTU {cl.get('mtu')}; up once for the "
+                            "suite" if not (fault.get("cluster") or {}).get("skipped")
+                            else f"not run: {fault['cluster']['skipped']}"],
+        ["pmdsm-bench", f"{fs.get('pages')} pages per batch, {fs.get('reps')} repetitions of "
+                        f"about {fs.get('min_time_s')} s after a warm-up; a round's figure is "
+                        "the median of its repetitions"],
+        ["MPI", f"Open MPI `{(doc.get('versions') or {}).get('openmpi-bin')}`: ob1 + vader on "
+                "one node, ob1 + tcp (net0) between the nodes"],
+        ["PM / DSM environment", ", ".join(f"`{k}={v}`" for k, v in
+                                          (doc.get("pm_env") or {}).items())
+         or "none set (the defaults)"],
+        ["machine idle before / after", f"{num(doc.get('idle_before_pct'), 0)} % / "
+                                        f"{num(doc.get('idle_after_pct'), 0)} %"],
+        ["suite's run time", f"{num(doc.get('seconds'), 0)} s"],
+    ]
+    if doc.get("binaries"):
+        settings.append(["binaries measured", "; ".join(
+            f"`{name}` {b['mtime']}, sha256 `{b['sha256'][:12]}`" if b else f"`{name}` missing"
+            for name, b in doc["binaries"].items())
+            + (f"; **changed during the run: {', '.join(doc['binaries_rebuilt'])}**"
+               if doc.get("binaries_rebuilt") else "")])
+    out.append(table(["setting", "value"], settings, ["---", "---"]))
+    marks = {v["key"]: v for v in doc["targets"]}
+
+    out += ["", "### Fault path (`pmdsm-bench`)", ""]
+    for where, f in fault.items():
+        if not f or f.get("skipped"):
+            out += [f"**{DSM_WHERE[where]}**: not run ({(f or {}).get('skipped', 'no data')}).",
+                    ""]
+            continue
+        n = len(f.get("rounds", []))
+        kind = spread_kind(f["us"][methods[0]]["read"])
+        out += [f"**{DSM_WHERE[where]}.** µs per operation, median over {n} round(s) with the "
+                f"[{kind}] in brackets; the ratio is taken round by round (both methods of the "
+                f"same round). JSON: `fault.{where}.us`, `.segv_over_uffd`, "
+                f"`.read_over_pm_read`, every run in `.rounds[]`.", ""]
+        rows = []
+        for test in DSM_FAULT_TESTS(f):
+            title, op = DSM_TEST_TITLES.get(test, (test, "op"))
+            v = marks.get(f"{where}_write") if test == "write-remote" else None
+            rows.append([f"`{test}`: {title}", op]
+                        + [spread_cell(f["us"][m][test]) for m in methods]
+                        + [spread_cell(f["segv_over_uffd"][test], 2),
+                           target_cell(v) if v else ""])
+        base = f["us"]["baseline"]["pm-read"]
+        rows.append(["`pm-read`: PM's `pm_read` of 4 KiB alone (the read fault's baseline)",
+                     "page", spread_cell(base), "(the same run for both)", "", ""])
+        out.append(table(["test", "per", "segv µs", "uffd-async µs", "segv ÷ uffd-async",
+                          "target"], rows, ["---", "---", "---:", "---:", "---:", "---"]))
+        out.append("")
+        rows = []
+        for m in methods:
+            v = marks.get(f"{where}_read_{m}")
+            un = (f.get("unpinned") or {}).get("read_over_pm_read", {}).get(m)
+            rows.append([m, spread_cell(f["us"][m]["read"]), spread_cell(base),
+                         spread_cell(f["read_over_pm_read"][m], 2),
+                         target_cell(v) if v else "", spread_cell(un, 2) if un else "-"])
+        out.append(table(["read fault with", "read fault µs", "pm_read 4 KiB µs",
+                          "read fault ÷ pm_read", "target", "the same, unpinned "
+                          "(informational)"], rows, ["---", "---:", "---:", "---:", "---",
+                                                     "---:"]))
+        work = f.get("work") or {}
+        if work:
+            out += ["", "What each method did per operation in the timed parts (the DSM's "
+                    "counters of the first round; `fault.<where>.work`): both did the same "
+                    "protocol work, one diff per page written; the methods differ in how a "
+                    "write is found and where the twin is made.", ""]
+            rows = []
+            for m in methods:
+                for test in ("write-remote", "write-home", "read"):
+                    w = (work.get(m) or {}).get(test)
+                    if not w:
+                        continue
+                    rows.append([m, f"`{test}`", num(w.get("write_faults"), 2),
+                                 num(w.get("read_faults"), 2), num(w.get("twins"), 2),
+                                 num(w.get("diffs_sent"), 2), num(w.get("diff_bytes"), 1),
+                                 num(w.get("pages_fetched"), 2), num(w.get("wp_scans"), 3),
+                                 num((w.get("fault_ns") or 0) / 1e3, 2),
+                                 num((w.get("fetch_ns") or 0) / 1e3, 2),
+                                 num((w.get("release_ns") or 0) / 1e3, 2),
+                                 num(w.get("ctxsw"), 2)])
+            out.append(table(["method", "test", "write faults", "read faults", "twins", "diffs",
+                              "diff bytes", "fetches", "PAGEMAP_SCANs", "in the fault handler "
+                              "µs", "of it fetching µs", "in releases µs", "context switches"],
+                             rows, ["---", "---"] + ["---:"] * 11))
+        un = f.get("unpinned")
+        if un:
+            out += ["", f"Informational: the same runs with the ranks not pinned (the scheduler "
+                    f"places each rank's application and service threads on either CPU; "
+                    f"`fault.{where}.unpinned`), µs per operation:", ""]
+            rows = [[f"`{t}`"] + [spread_cell(un["us"][m][t]) for m in methods]
+                    + [spread_cell(un["segv_over_uffd"][t], 2)] for t in DSM_FAULT_TESTS(un)]
+            rows.append(["`pm-read`", spread_cell(un["us"]["baseline"]["pm-read"]), "", ""])
+            out.append(table(["test", "segv µs", "uffd-async µs", "segv ÷ uffd-async"], rows,
+                             ["---", "---:", "---:", "---:"]))
+        out.append("")
+
+    out += ["### Applications", ""]
+    for where, part in (apps or {}).items():
+        if not part or part.get("skipped"):
+            out += [f"**{DSM_WHERE[where].replace(', 2 ranks', '')}**: not run "
+                    f"({(part or {}).get('skipped', 'no data')}).", ""]
+            continue
+        for prog in part["programs"]:
+            summ = prog["summary"]
+            n = len(prog["rounds"])
+            kind = spread_kind(summ["mpi"]["seconds_1"])
+            head = (f"**`{prog['program']} {' '.join(prog['args'])}`, "
+                    f"{DSM_WHERE[where].replace(', 2 ranks', '').replace(', 1 rank each', '')}** "
+                    f"— the `seconds` of its result line (the compute phase), median over {n} "
+                    f"round(s) with the [{kind}]; efficiency = T(1 rank) ÷ (2 × T(2 ranks)) of "
+                    f"the same version and round; checksums of every run "
+                    + ("agree" if prog["checksums_agree"] else "**differ**: "
+                       + ", ".join(prog["checksums"]))
+                    + f". JSON: `apps.{where}.programs[]`.")
+            out += [head, ""]
+            rows = []
+            if "seq" in summ:
+                rows.append(["sequential", spread_cell(summ["seq"]["seconds_1"], 3), "", "",
+                             "", "", "", ""])
+            for v in [f"dsm-{m}" for m in methods] + ["mpi"]:
+                r = summ[v]
+                m = v[4:] if v.startswith("dsm-") else None
+                ratio = prog["dsm_over_mpi"][m] if m else None
+                tgt = marks.get(f"{where}_{prog['program']}_{m}") if m else None
+                rows.append([f"DSM, {m}" if m else "MPI",
+                             spread_cell(r["seconds_1"], 3), spread_cell(r["seconds_2"], 3),
+                             spread_cell(r["efficiency"], 2),
+                             spread_cell(ratio["efficiency_ratio"], 2) if ratio else "",
+                             target_cell(tgt) if tgt else "",
+                             spread_cell(ratio["time_ratio"], 2) if ratio else "",
+                             spread_cell(r["efficiency_vs_seq"], 2)
+                             if "efficiency_vs_seq" in r else "-"])
+            out.append(table(["version", "1 rank s", "2 ranks s", "efficiency",
+                              "÷ MPI's efficiency", "target", "2 ranks: time ÷ MPI's",
+                              "against the sequential program: T(seq) ÷ (2 × T(2 ranks))"],
+                             rows, ["---", "---:", "---:", "---:", "---:", "---", "---:",
+                                    "---:"]))
+            segv_uffd = prog.get("segv_over_uffd") or {}
+            if segv_uffd:
+                out += ["", "DSM segv ÷ uffd-async, time: " + ", ".join(
+                    f"{k} rank(s) {spread_cell(v, 2)}" for k, v in segv_uffd.items()) + "."]
+            out.append("")
+
+    out += ["### Targets", "", "Ratios taken round by round; PASS only when the whole spread "
+            "is on the right side of the target (scripts/bench_stats.py). JSON: `targets[]`.",
+            ""]
+    rows = []
+    for v in doc["targets"]:
+        why = f" ({v['why']})" if v.get("why") else ""
+        rows.append([v["what"], v["issue"], spread_cell(v, 3),
+                     target_text(v["op"], v["bound"]), f"{verdict_cell(v)}{why}"])
+    out.append(table(["comparison", "target (issue)", "measured", "judged as", "verdict"], rows,
+                     ["---", "---", "---:", "---", "---"]))
+    rec = doc.get("recommendation")
+    if rec:
+        wins = rec["wins"]
+        out += ["", f"**Write detection favoured by these figures: `{rec['method']}`** "
+                f"(rule: {rec['rule']}; JSON: `recommendation`).", ""]
+        for m in methods:
+            items = ", ".join(f"{w['what']} ({num(w['segv_over_uffd'], 2)})" for w in wins[m])
+            out.append(f"- `{m}` cheaper ({len(wins[m])}): {items or 'none'}")
+    if doc.get("errors"):
+        out += ["", "Errors (the first line of each; JSON: `errors`):", ""]
+        out += [f"- {relative(e.splitlines()[0])}" for e in doc["errors"]]
+    out += ["", commands_block(doc)]
+    return "\n".join(out)
+
+
+def DSM_FAULT_TESTS(f):
+    """The fault-path tests a summary has, in the suite's order."""
+    order = list(DSM_TEST_TITLES)
+    have = list((f.get("us") or {}).get("segv", {}))
+    return [t for t in order if t in have] + [t for t in have if t not in order]
+
+
 RENDERERS = {
+    "dsm": ("dsm", render_dsm),
     "mpi": ("mpi", render_mpi),
     "latency-breakdown": ("latency-breakdown", render_latency_breakdown),
     "pm-shm": ("pm-shm", render_pm_shm),
