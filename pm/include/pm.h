@@ -233,6 +233,30 @@ struct pm_stats {
 
 int pm_stats_get(const pm_context_t *ctx, struct pm_stats *stats);
 
+#define PM_STATS_LAYER_MAX 32
+
+/*
+ * Publish counters of a layer above PM (its name, e.g. "dsm", at most
+ * 15 characters) in ctx's statistics page: n names (each at most 31
+ * characters, [a-z0-9_]), and *counters set to n 64-bit words in the
+ * page, zeroed, that the layer updates in place (each an aligned word,
+ * written without locks, as PM's own).  At most one layer per context, at
+ * most PM_STATS_LAYER_MAX (32) counters.  Errors: -EINVAL, -EEXIST (a
+ * layer is published already), -E2BIG.
+ *
+ * In detail: -EINVAL for a NULL argument, n == 0, a name empty, too long
+ * or of other characters, two counters of one name, or the layer names
+ * "pm" and "agent" (PM's own and scored's agent's metrics use them);
+ * -E2BIG for n > PM_STATS_LAYER_MAX; *counters is NULL after an error.
+ * The words stay valid until pm_close().  Readers (pminfo, scored's agent,
+ * which exports each as a metric score_<layer>_<name>_total, a name
+ * ending in _ns as seconds) see each word whole but not all at one
+ * instant: a word that more than one thread updates needs atomic updates
+ * (__atomic_fetch_add(&w, 1, __ATOMIC_RELAXED)).  See docs/pm/stats.md.
+ */
+int pm_stats_layer(pm_context_t *ctx, const char *layer, const char *const *names,
+		   unsigned n, uint64_t **counters);
+
 #ifdef __cplusplus
 }
 #endif

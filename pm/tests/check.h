@@ -70,6 +70,8 @@ static inline const char *check_errname(long long err)
 	case ETIMEDOUT: name = "-ETIMEDOUT"; break;
 	case ECONNRESET: name = "-ECONNRESET"; break;
 	case ENOMEM: name = "-ENOMEM"; break;
+	case EEXIST: name = "-EEXIST"; break;
+	case E2BIG: name = "-E2BIG"; break;
 	default: break;
 	}
 	if (name && err <= 0)

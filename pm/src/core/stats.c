@@ -18,7 +18,15 @@
 _Static_assert(offsetof(struct pm_stats_page, stats) == 368, "stats page layout");
 _Static_assert(offsetof(struct pm_stats_page, nics) == 552, "stats page layout");
 _Static_assert(sizeof(struct pm_stats_nic) == 56, "stats page layout");
-_Static_assert(sizeof(struct pm_stats_page) == 1000, "stats page layout");
+_Static_assert(offsetof(struct pm_stats_page, layer) == PM_STATS_V2_BYTES, "stats page layout");
+_Static_assert(offsetof(struct pm_stats_page, layer.count) == 1016, "stats page layout");
+_Static_assert(offsetof(struct pm_stats_page, layer.names) == 1024, "stats page layout");
+_Static_assert(offsetof(struct pm_stats_page, layer.values) == 2048, "stats page layout");
+_Static_assert(sizeof(struct pm_stats_page) == 2304, "stats page layout");
+/* Readers map a whole page whatever its version (pm_stats_map): a page of
+ * version 2 is shorter than the mapping, which stays within the file's
+ * last memory page, so nothing past its end faults. */
+_Static_assert(sizeof(struct pm_stats_page) <= 4096, "a page within one memory page");
 #define PM_COUNT_ONE(m) + 1
 _Static_assert(sizeof(struct pm_stats) == 8 * (0 PM_STATS_COUNTERS(PM_COUNT_ONE)),
 	       "PM_STATS_COUNTERS (stats.h) lists every counter of struct pm_stats");
@@ -110,6 +118,67 @@ int pm_stats_publish(struct pm_context *ctx, const char *device)
 	return 0;
 }
 
+bool pm_stats_name_ok(const char *name, size_t max)
+{
+	size_t len = strnlen(name, max + 1);
+
+	if (len == 0 || len > max)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		char c = name[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'))
+			return false;
+	}
+	return true;
+}
+
+unsigned pm_stats_layer_count(const struct pm_stats_page *page)
+{
+	if (page->version < 3)
+		return 0;
+
+	unsigned n = atomic_load_explicit(&page->layer.count, memory_order_acquire);
+
+	return n <= PM_STATS_LAYER_MAX ? n : 0;
+}
+
+int pm_stats_layer(pm_context_t *ctx, const char *layer, const char *const *names,
+		   unsigned n, uint64_t **counters)
+{
+	if (counters)
+		*counters = NULL;
+	if (!ctx || !ctx->page || !layer || !names || !counters || n == 0)
+		return -EINVAL;
+	if (n > PM_STATS_LAYER_MAX)
+		return -E2BIG;
+	if (!pm_stats_name_ok(layer, PM_STATS_LAYER_NAME - 1) || strcmp(layer, "pm") == 0 ||
+	    strcmp(layer, "agent") == 0)
+		return -EINVAL;
+	for (unsigned i = 0; i < n; i++) {
+		if (!names[i] || !pm_stats_name_ok(names[i], PM_STATS_COUNTER_NAME - 1))
+			return -EINVAL;
+		for (unsigned j = 0; j < i; j++)
+			if (strcmp(names[i], names[j]) == 0)
+				return -EINVAL;
+	}
+
+	struct pm_stats_layer *area = &ctx->page->layer;
+
+	/* One thread uses a context at a time (pm.h): no race for the area. */
+	if (atomic_load_explicit(&area->count, memory_order_relaxed) != 0)
+		return -EEXIST;
+	snprintf(area->name, sizeof(area->name), "%s", layer);
+	for (unsigned i = 0; i < n; i++) {
+		snprintf(area->names[i], sizeof(area->names[i]), "%s", names[i]);
+		area->values[i] = 0;
+	}
+	/* The count goes last: a reader that sees it sees the names. */
+	atomic_store_explicit(&area->count, n, memory_order_release);
+	*counters = area->values;
+	return 0;
+}
+
 void pm_stats_unpublish(struct pm_context *ctx)
 {
 	if (!ctx->page)
@@ -132,17 +201,23 @@ int pm_stats_map(const char *path, const struct pm_stats_page **page)
 
 	/* A page is a regular file of one link, as pm_stats_publish makes it. */
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
-	    (size_t)st.st_size < sizeof(struct pm_stats_page)) {
+	    (size_t)st.st_size < PM_STATS_V2_BYTES) {
 		close(fd);
 		return -EPROTO;
 	}
+	/* The whole structure, whatever the version: see the assertion above. */
 	const struct pm_stats_page *p = mmap(NULL, sizeof(*p), PROT_READ, MAP_SHARED, fd, 0);
 
 	close(fd);
 	if (p == MAP_FAILED)
 		return -errno;
+	/* Version 2 is version 3 without the layer area: its readers' fields
+	 * are where they were; pm_stats_layer_count() says 0 for it. */
+	size_t need = p->version >= 3 ? sizeof(*p) : PM_STATS_V2_BYTES;
+
 	if (memcmp(p->magic, PM_STATS_MAGIC, sizeof(p->magic)) != 0 ||
-	    p->version != PM_STATS_VERSION) {
+	    p->version < PM_STATS_VERSION_MIN || p->version > PM_STATS_VERSION ||
+	    (size_t)st.st_size < need) {
 		munmap((void *)p, sizeof(*p));
 		return -EPROTO;
 	}

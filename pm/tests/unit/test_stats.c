@@ -88,9 +88,23 @@ static void test_layout(void)
 	CHECK_EQ(offsetof(struct pm_stats_nic, tx_packets), 24);
 	CHECK_EQ(offsetof(struct pm_stats_nic, rx_bytes), 48);
 	CHECK_EQ(sizeof(struct pm_stats_nic), 56);
-	CHECK_EQ(sizeof(struct pm_stats_page),
-		 552 + sizeof(((struct pm_stats_page *)0)->nics));
-	CHECK_EQ(PM_STATS_VERSION, 2);
+	CHECK_EQ(offsetof(struct pm_stats_page, layer), 552 + sizeof(((struct pm_stats_page *)0)->nics));
+	CHECK_EQ(offsetof(struct pm_stats_page, layer), 1000);
+	CHECK_EQ(PM_STATS_V2_BYTES, 1000);
+	/* The layer area (version 3). */
+	CHECK_EQ(offsetof(struct pm_stats_page, layer.name), 1000);
+	CHECK_EQ(sizeof(((struct pm_stats_page *)0)->layer.name), 16);
+	CHECK_EQ(offsetof(struct pm_stats_page, layer.count), 1016);
+	CHECK_EQ(sizeof(((struct pm_stats_page *)0)->layer.count), 4);
+	CHECK_EQ(offsetof(struct pm_stats_page, layer.names), 1024);
+	CHECK_EQ(sizeof(((struct pm_stats_page *)0)->layer.names[0]), 32);
+	CHECK_EQ(offsetof(struct pm_stats_page, layer.values), 2048);
+	CHECK_EQ(PM_STATS_LAYER_MAX, 32);
+	CHECK_EQ(sizeof(((struct pm_stats_page *)0)->layer.names), 32 * 32);
+	CHECK_EQ(sizeof(((struct pm_stats_page *)0)->layer.values), 32 * 8);
+	CHECK_EQ(sizeof(struct pm_stats_page), 2304);
+	CHECK_EQ(PM_STATS_VERSION, 3);
+	CHECK_EQ(PM_STATS_VERSION_MIN, 2);
 	CHECK(memcmp(PM_STATS_MAGIC, "PMSTATS1", 8) == 0);
 	CHECK_EQ(PM_STATS_OPEN, 1);
 	CHECK_EQ(PM_STATS_QUIESCED, 2);
@@ -179,7 +193,7 @@ static void test_publish_and_map(void)
 
 	CHECK_OK(pm_stats_map(ctx->stats_path, &p));
 	CHECK(memcmp(p->magic, "PMSTATS1", 8) == 0);
-	CHECK_EQ(p->version, 2);
+	CHECK_EQ(p->version, 3);
 	CHECK_EQ(p->page_bytes, sizeof(struct pm_stats_page));
 	CHECK_EQ(p->pid, getpid());
 	CHECK_EQ(p->rank, 3);
@@ -203,7 +217,7 @@ static void test_publish_and_map(void)
 
 	read_file(ctx->stats_path, raw, sizeof(raw));
 	CHECK(memcmp(raw, "PMSTATS1", 8) == 0);
-	CHECK_EQ(u32_at(raw, 8), 2);
+	CHECK_EQ(u32_at(raw, 8), 3);
 	CHECK_EQ(u32_at(raw, 12), sizeof(struct pm_stats_page));
 	CHECK_EQ((int32_t)u32_at(raw, 16), getpid());
 	CHECK_EQ((int32_t)u32_at(raw, 20), 3);
@@ -213,6 +227,10 @@ static void test_publish_and_map(void)
 	CHECK(strcmp((const char *)raw + 288, "composite") == 0);
 	CHECK_EQ(u64_at(raw, 304), p->start_ns);
 	CHECK_EQ(u32_at(raw, 312), PM_STATS_OPEN);
+	/* No layer published: the area is empty. */
+	CHECK_EQ(u32_at(raw, 1016), 0);
+	CHECK_EQ(raw[1000], 0);
+	CHECK_EQ(pm_stats_layer_count(p), 0);
 	for (size_t i = 0; i < NCOUNTERS; i++) {
 		uint64_t want = strcmp(counters[i], "drops") == 0 ? 77 : 1000 + i;
 
@@ -290,6 +308,48 @@ static void test_map_rejects(void)
 	bad.version = PM_STATS_VERSION + 1;
 	write_file(path, &bad, sizeof(bad));
 	CHECK_ERR(pm_stats_map(path, &p), -EPROTO);
+	bad = good;
+	bad.version = 1;
+	write_file(path, &bad, sizeof(bad));
+	CHECK_ERR(pm_stats_map(path, &p), -EPROTO);
+
+	/* Version 3 needs its layer area: a page cut at the end of version 2's
+	 * layout is refused as version 3... */
+	write_file(path, &good, PM_STATS_V2_BYTES);
+	CHECK_ERR(pm_stats_map(path, &p), -EPROTO);
+
+	/* ... and accepted as version 2 (a process linked with an older
+	 * libpm), with no layer whatever the bytes past its end say. */
+	struct pm_stats_page v2 = good;
+
+	v2.version = 2;
+	v2.page_bytes = PM_STATS_V2_BYTES;
+	v2.stats.msgs_sent = 12;
+	write_file(path, &v2, PM_STATS_V2_BYTES);
+	CHECK_OK(pm_stats_map(path, &p));
+	CHECK_EQ(p->version, 2);
+	CHECK_EQ(p->stats.msgs_sent, 12);
+	CHECK_EQ(pm_stats_layer_count(p), 0);
+	pm_stats_unmap(p);
+	atomic_store(&v2.layer.count, 3);
+	write_file(path, &v2, sizeof(v2));
+	CHECK_OK(pm_stats_map(path, &p));
+	CHECK_EQ(pm_stats_layer_count(p), 0);
+	pm_stats_unmap(p);
+	write_file(path, &v2, PM_STATS_V2_BYTES - 1);
+	CHECK_ERR(pm_stats_map(path, &p), -EPROTO);
+	/* Version 2 with a wrong magic is refused like any other. */
+	memcpy(v2.magic, "PMSTATS2", 8);
+	write_file(path, &v2, PM_STATS_V2_BYTES);
+	CHECK_ERR(pm_stats_map(path, &p), -EPROTO);
+
+	/* A layer count past the area (a page written by hand) reads as none. */
+	bad = good;
+	atomic_store(&bad.layer.count, PM_STATS_LAYER_MAX + 1);
+	write_file(path, &bad, sizeof(bad));
+	CHECK_OK(pm_stats_map(path, &p));
+	CHECK_EQ(pm_stats_layer_count(p), 0);
+	pm_stats_unmap(p);
 
 	/* Not there. */
 	CHECK_OK(unlink(path));
@@ -350,6 +410,143 @@ static void test_planted_names(void)
 	CHECK_OK(unlink(target));
 }
 
+/* The layer area of a context's page as a foreign reader sees it: the
+ * raw bytes of the file at the documented offsets. */
+static void read_page(const pm_context_t *ctx, uint8_t raw[2304])
+{
+	read_file(ctx->stats_path, raw, 2304);
+	CHECK(memcmp(raw, "PMSTATS1", 8) == 0);
+	CHECK_EQ(u32_at(raw, 8), 3);
+	CHECK_EQ(u32_at(raw, 12), 2304);
+}
+
+/* Every way pm_stats_layer() refuses leaves the area as it was. */
+static void check_refused(pm_context_t *ctx, const char *layer, const char *const *names,
+			  unsigned n, int err, const char *what)
+{
+	uint64_t *c = (uint64_t *)&c;
+	int got = pm_stats_layer(ctx, layer, names, n, &c);
+
+	CHECK_MSG(got == err, "%s: %s, expected %d", what, check_errname(got), err);
+	CHECK_MSG(c == NULL, "%s: *counters left set", what);
+}
+
+static void test_layer(void)
+{
+	static const char *const names[] = { "read_faults", "fetch_bytes", "fault_ns" };
+	struct pm_open_attr attr = { .device = "shm" };
+	pm_context_t *ctx, *ctx2;
+	uint8_t raw[2304];
+	uint64_t *c = NULL;
+
+	check_unset_pmix();
+	CHECK_OK(pm_open(&ctx, &attr));
+
+	/* Arguments refused, before anything is written. */
+	CHECK_ERR(pm_stats_layer(NULL, "dsm", names, 3, &c), -EINVAL);
+	CHECK_ERR(pm_stats_layer(ctx, "dsm", names, 3, NULL), -EINVAL);
+	check_refused(ctx, NULL, names, 3, -EINVAL, "no layer name");
+	check_refused(ctx, "dsm", NULL, 3, -EINVAL, "no names");
+	check_refused(ctx, "dsm", names, 0, -EINVAL, "no counters");
+	check_refused(ctx, "dsm", names, PM_STATS_LAYER_MAX + 1, -E2BIG, "33 counters");
+	check_refused(ctx, "", names, 3, -EINVAL, "empty layer name");
+	check_refused(ctx, "DSM", names, 3, -EINVAL, "upper case");
+	check_refused(ctx, "d-sm", names, 3, -EINVAL, "a dash");
+	check_refused(ctx, "abcdefghijklmnop", names, 3, -EINVAL, "16 characters");
+	check_refused(ctx, "pm", names, 3, -EINVAL, "PM's own name");
+	check_refused(ctx, "agent", names, 3, -EINVAL, "the agent's name");
+	const char *const empty[] = { "a", "" };
+	const char *const upper[] = { "a", "Faults" };
+	const char *const space[] = { "read faults" };
+	const char *const newline[] = { "x\ny" };
+	const char *const long32[] = { "abcdefghijklmnopqrstuvwxyz012345" };
+	const char *const dup[] = { "a", "b", "a" };
+	const char *const null[] = { "a", NULL };
+
+	check_refused(ctx, "dsm", empty, 2, -EINVAL, "an empty counter name");
+	check_refused(ctx, "dsm", upper, 2, -EINVAL, "a counter name in upper case");
+	check_refused(ctx, "dsm", space, 1, -EINVAL, "a space");
+	check_refused(ctx, "dsm", newline, 1, -EINVAL, "a newline");
+	check_refused(ctx, "dsm", long32, 1, -EINVAL, "a counter name of 32 characters");
+	check_refused(ctx, "dsm", dup, 3, -EINVAL, "a counter twice");
+	check_refused(ctx, "dsm", null, 2, -EINVAL, "a NULL name");
+	read_page(ctx, raw);
+	CHECK_EQ(u32_at(raw, 1016), 0);
+	CHECK_EQ(raw[1000], 0);
+
+	/* Published: the names and the zeroed values are in the page. */
+	CHECK_OK(pm_stats_layer(ctx, "dsm", names, 3, &c));
+	CHECK(c != NULL);
+	CHECK(c == ctx->page->layer.values);
+	CHECK_EQ((uintptr_t)c % 8, 0);
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(c[i], 0);
+	c[0] = 5;
+	c[1] += 4096;
+	c[2] = 123456789012ull;
+	read_page(ctx, raw);
+	CHECK(strcmp((const char *)raw + 1000, "dsm") == 0);
+	CHECK_EQ(u32_at(raw, 1016), 3);
+	for (int i = 0; i < 3; i++)
+		CHECK_MSG(strcmp((const char *)raw + 1024 + 32 * i, names[i]) == 0,
+			  "name %d at %d: '%.32s'", i, 1024 + 32 * i, (const char *)raw + 1024 + 32 * i);
+	CHECK_EQ(raw[1024 + 32 * 3], 0);
+	CHECK_EQ(u64_at(raw, 2048), 5);
+	CHECK_EQ(u64_at(raw, 2056), 4096);
+	CHECK_EQ(u64_at(raw, 2064), 123456789012ull);
+	CHECK_EQ(u64_at(raw, 2072), 0);
+
+	/* A reader through pm_stats_map() sees the same, live. */
+	const struct pm_stats_page *p;
+
+	CHECK_OK(pm_stats_map(ctx->stats_path, &p));
+	CHECK_EQ(pm_stats_layer_count(p), 3);
+	CHECK(strcmp(p->layer.name, "dsm") == 0);
+	CHECK(strcmp(p->layer.names[2], "fault_ns") == 0);
+	c[0]++;
+	CHECK_EQ(p->layer.values[0], 6);
+
+	/* One layer per context: a second is refused, the first stays. */
+	const char *const other[] = { "x" };
+
+	check_refused(ctx, "mpi", other, 1, -EEXIST, "a second layer");
+	check_refused(ctx, "dsm", names, 3, -EEXIST, "the same layer again");
+	CHECK_EQ(pm_stats_layer_count(p), 3);
+	CHECK(strcmp(p->layer.name, "dsm") == 0);
+	CHECK_EQ(p->layer.values[0], 6);
+
+	/* The longest names, the most counters, in another context. */
+	char longnames[PM_STATS_LAYER_MAX][32];
+	const char *many[PM_STATS_LAYER_MAX];
+
+	for (int i = 0; i < PM_STATS_LAYER_MAX; i++) {
+		snprintf(longnames[i], sizeof(longnames[i]), "counter_%02d_abcdefghijklmnopqrst", i);
+		CHECK_EQ(strlen(longnames[i]), 31);
+		many[i] = longnames[i];
+	}
+	CHECK_OK(pm_open(&ctx2, &attr));
+	uint64_t *c2;
+
+	CHECK_OK(pm_stats_layer(ctx2, "abcdefghijklmno", many, PM_STATS_LAYER_MAX, &c2));
+	c2[PM_STATS_LAYER_MAX - 1] = 31;
+	read_page(ctx2, raw);
+	CHECK(strcmp((const char *)raw + 1000, "abcdefghijklmno") == 0);
+	CHECK_EQ(u32_at(raw, 1016), PM_STATS_LAYER_MAX);
+	CHECK(strcmp((const char *)raw + 1024 + 32 * 31, longnames[31]) == 0);
+	CHECK_EQ(u64_at(raw, 2048 + 8 * 31), 31);
+	CHECK_OK(pm_close(ctx2));
+
+	/* The words live until pm_close(), which removes the page. */
+	char path[sizeof(ctx->stats_path)];
+
+	memcpy(path, ctx->stats_path, sizeof(path));
+	CHECK_OK(pm_close(ctx));
+	CHECK_EQ(atomic_load(&p->state), PM_STATS_CLOSED);
+	CHECK_EQ(p->layer.values[0], 6);
+	pm_stats_unmap(p);
+	CHECK_ERR(pm_stats_map(path, &p), -ENOENT);
+}
+
 static void test_dir(void)
 {
 	CHECK(strcmp(pm_stats_dir(), dir) == 0);
@@ -380,6 +577,7 @@ int main(void)
 	test_publish_and_map();
 	test_map_rejects();
 	test_planted_names();
+	test_layer();
 	test_dir();
 
 	CHECK_EQ(files_in_dir(), 0);

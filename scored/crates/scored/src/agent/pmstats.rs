@@ -195,7 +195,7 @@ mod tests {
     #[test]
     fn generated_layout_matches_the_documented_one() {
         assert_eq!(MAGIC, b"PMSTATS1");
-        assert_eq!(layout::VERSION, 2);
+        assert_eq!(layout::VERSION, 3);
         assert_eq!(
             (layout::PID_AT, layout::JOB_AT, layout::DEVICE_AT),
             (16, 32, 288)
