@@ -23,7 +23,9 @@ static void usage(FILE *out)
 	fprintf(out,
 		"Usage: pminfo [OPTION]...\n"
 		"Show the PM library's version, the devices available on this node,\n"
-		"the configuration in effect and the counters of running contexts.\n"
+		"the configuration in effect and the counters of running contexts,\n"
+		"with those of the layer above PM that a context publishes (a section\n"
+		"named after it, such as dsm; \"layers\" in JSON).\n"
 		"\n"
 		"  -c, --contexts   only the running contexts and their counters\n"
 		"  -j, --json       one JSON object on standard output\n"
@@ -83,6 +85,43 @@ static const char *control_name(uint32_t c)
 	}
 }
 
+/*
+ * The counters a layer above PM (libpmdsm, ...) published in the page, if
+ * any: its name and, for i < the count returned, counter i's name and
+ * value.  Names are copied out of the page and checked before they are
+ * printed (the page is the owner's to write).
+ */
+struct layer_view {
+	char name[PM_STATS_LAYER_NAME];
+	unsigned n;
+	char names[PM_STATS_LAYER_MAX][PM_STATS_COUNTER_NAME];
+	uint64_t values[PM_STATS_LAYER_MAX];
+};
+
+static void copy_name(char *dst, const char *src, size_t len)
+{
+	memcpy(dst, src, len);
+	dst[len - 1] = 0;
+}
+
+static unsigned layer_of(const struct pm_stats_page *p, struct layer_view *v)
+{
+	unsigned count = pm_stats_layer_count(p);
+
+	v->n = 0;
+	if (count == 0)
+		return 0;
+	copy_name(v->name, p->layer.name, sizeof(v->name));
+	if (!pm_stats_name_ok(v->name, sizeof(v->name) - 1))
+		return 0;
+	for (unsigned i = 0; i < count; i++) {
+		copy_name(v->names[v->n], p->layer.names[i], sizeof(v->names[0]));
+		if (pm_stats_name_ok(v->names[v->n], sizeof(v->names[0]) - 1))
+			v->values[v->n++] = p->layer.values[i];
+	}
+	return v->n;
+}
+
 /* Visit the pages of live processes; pages of dead ones are stale. */
 static int for_each_context(void (*fn)(const struct pm_stats_page *, bool, void *),
 			    void *arg)
@@ -137,6 +176,14 @@ static void print_context_text(const struct pm_stats_page *p, bool first, void *
 		       " pkts %" PRIu64 " B\n", n->name, addr, n->tx_packets, n->tx_bytes,
 		       n->rx_packets, n->rx_bytes);
 	}
+
+	struct layer_view layer;
+
+	if (layer_of(p, &layer)) {
+		printf("  %s\n", layer.name);
+		for (unsigned i = 0; i < layer.n; i++)
+			printf("    %-31s %" PRIu64 "\n", layer.names[i], layer.values[i]);
+	}
 }
 
 static void print_context_json(const struct pm_stats_page *p, bool first, void *arg)
@@ -161,7 +208,17 @@ static void print_context_json(const struct pm_stats_page *p, bool first, void *
 		       i ? "," : "", n->name, addr, n->tx_packets, n->tx_bytes, n->rx_packets,
 		       n->rx_bytes);
 	}
-	printf("]}");
+	printf("],\"layers\":{");
+
+	struct layer_view layer;
+
+	if (layer_of(p, &layer)) {
+		printf("\"%s\":{", layer.name);
+		for (unsigned i = 0; i < layer.n; i++)
+			printf("%s\"%s\":%" PRIu64, i ? "," : "", layer.names[i], layer.values[i]);
+		printf("}");
+	}
+	printf("}}");
 }
 
 /* Devices that can work here: shm needs a writable /dev/shm. */
