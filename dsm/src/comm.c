@@ -158,7 +158,7 @@ int dsm_progress(struct dsm *d)
 		if (m.len < sizeof(h)) {
 			dsm_log("dropped a message of %zu bytes from rank %d: shorter than a header",
 				m.len, m.peer);
-			d->stats.dropped++;
+			d->st->dropped++;
 		} else {
 			memcpy(&h, m.data, sizeof(h));
 			dsm_handle(d, m.peer, &h, (const uint8_t *)m.data + sizeof(h),

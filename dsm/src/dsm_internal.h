@@ -115,7 +115,9 @@ struct dsm {
 	int32_t granted_lock;           /* -1, or the lock just granted     */
 	uint8_t *held;                  /* PMDSM_LOCKS: held by this rank   */
 
-	struct pmdsm_stats stats;
+	/* The counters: in PM's statistics page (pm_stats_layer, layer "dsm"),
+	 * where pminfo and scored's agent read them, else in own_stats. */
+	struct pmdsm_stats *st, own_stats;
 	uint8_t diff_buf[DIFF_MAX];
 };
 

@@ -59,9 +59,9 @@ void dsm_fetch(struct dsm *d, uint32_t page)
 	if (op.status)
 		dsm_fatal("fetching page %u from its home, rank %d: %s", page, home,
 			  pm_strerror(op.status));
-	d->stats.pages_fetched++;
-	d->stats.fetch_bytes += DSM_PAGE;
-	d->stats.fetch_ns += dsm_now_ns() - t0;
+	d->st->pages_fetched++;
+	d->st->fetch_bytes += DSM_PAGE;
+	d->st->fetch_ns += dsm_now_ns() - t0;
 }
 
 /* The first write to a valid page since the last release. */
@@ -70,12 +70,12 @@ static void start_write(struct dsm *d, uint32_t page)
 	if (d->home[page] != d->rank) {
 		memcpy(d->twins + ((size_t)page << DSM_PAGE_SHIFT), dsm_page_alias(d, page),
 		       DSM_PAGE);
-		d->stats.twins++;
+		d->st->twins++;
 	}
 	d->state[page] = PAGE_WRITE;
 	pageset_add(&d->dirty, page);
 	dsm_protect(d, page, 1, PROT_READ | PROT_WRITE);
-	d->stats.write_faults++;
+	d->st->write_faults++;
 }
 
 /* Not ours: what would have happened without the DSM. */
@@ -120,14 +120,14 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 		dsm_enter(d);
 		dsm_fetch(d, page);
 		dsm_leave(d);
-		d->stats.read_faults++;
+		d->st->read_faults++;
 		d->state[page] = PAGE_READ;
 		if (dsm_uffd(d)) {
 			/* No fault will announce the first write: the twin
 			 * now, and the page open (it is write-protected). */
 			memcpy(d->twins + ((size_t)page << DSM_PAGE_SHIFT),
 			       dsm_page_alias(d, page), DSM_PAGE);
-			d->stats.twins++;
+			d->st->twins++;
 			dsm_protect(d, page, 1, PROT_READ | PROT_WRITE);
 		} else if (write) {
 			start_write(d, page);
@@ -142,7 +142,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 		/* PAGE_WRITE: already open (the retry succeeds). */
 		break;
 	}
-	d->stats.fault_ns += dsm_now_ns() - t0;
+	d->st->fault_ns += dsm_now_ns() - t0;
 }
 
 /* Installed when the library is loaded, and kept: an access to the shared

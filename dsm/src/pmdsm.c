@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stddef.h>
+
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
@@ -91,6 +93,34 @@ static int read_attr(const struct pmdsm_attr *attr, size_t *heap,
 	return 0;
 }
 
+/* The counters' names in PM's statistics page, in the order of struct
+ * pmdsm_stats (checked at build time: the page is read by name). */
+#define STAT(f) [offsetof(struct pmdsm_stats, f) / sizeof(uint64_t)] = #f
+static const char *const stat_names[] = {
+	STAT(read_faults), STAT(write_faults), STAT(pages_fetched), STAT(fetch_bytes),
+	STAT(twins), STAT(diffs_sent), STAT(diff_bytes), STAT(diffs_applied),
+	STAT(invalidations), STAT(barriers), STAT(locks), STAT(lock_remote), STAT(wp_scans),
+	STAT(dropped), STAT(fault_ns), STAT(fetch_ns), STAT(release_ns), STAT(barrier_ns),
+	STAT(lock_ns),
+};
+#undef STAT
+#define NSTATS (sizeof(struct pmdsm_stats) / sizeof(uint64_t))
+_Static_assert(sizeof(stat_names) / sizeof(stat_names[0]) == NSTATS,
+	       "every counter of struct pmdsm_stats has a name");
+
+/* Publish the counters where pminfo and scored's agent look. */
+static void publish_stats(struct dsm *d)
+{
+	uint64_t *words;
+
+	d->st = &d->own_stats;
+	for (size_t i = 0; i < NSTATS; i++)
+		if (!stat_names[i])
+			return;
+	if (pm_stats_layer(d->pm, "dsm", stat_names, NSTATS, &words) == 0)
+		d->st = (struct pmdsm_stats *)(void *)words;
+}
+
 static bool hellos_in(struct dsm *d, const void *arg)
 {
 	(void)arg;
@@ -144,6 +174,7 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 	}
 	d->rank = pm_rank(d->pm);
 	d->size = pm_size(d->pm);
+	publish_stats(d);
 	if (d->size > UINT16_MAX) {
 		err = -E2BIG;
 		goto fail;
@@ -336,6 +367,6 @@ int pmdsm_stats_get(struct pmdsm_stats *stats)
 		return -ENXIO;
 	if (!stats)
 		return -EINVAL;
-	*stats = dsm_ctx->stats;
+	*stats = *dsm_ctx->st;
 	return 0;
 }

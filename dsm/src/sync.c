@@ -85,8 +85,8 @@ void dsm_send_diff(struct dsm *d, uint32_t page)
 		return;         /* written back to what it was */
 	dsm_send(d, d->home[page], MSG_DIFF, page, d->diff_buf, n);
 	d->diffs_unacked++;
-	d->stats.diffs_sent++;
-	d->stats.diff_bytes += n;
+	d->st->diffs_sent++;
+	d->st->diff_bytes += n;
 }
 
 static bool diffs_acked(struct dsm *d, const void *arg)
@@ -131,7 +131,7 @@ void dsm_release(struct dsm *d)
 	}
 	pageset_clear(&d->dirty);
 	dsm_wait_until(d, diffs_acked, NULL);
-	d->stats.release_ns += dsm_now_ns() - t0;
+	d->st->release_ns += dsm_now_ns() - t0;
 }
 
 void dsm_invalidate(struct dsm *d, const struct pageset *set)
@@ -154,7 +154,7 @@ void dsm_invalidate(struct dsm *d, const struct pageset *set)
 		}
 		d->state[p] = PAGE_INVALID;
 		dsm_protect(d, p, 1, PROT_NONE);
-		d->stats.invalidations++;
+		d->st->invalidations++;
 	}
 	if (flushed)
 		dsm_wait_until(d, diffs_acked, NULL);
@@ -182,7 +182,7 @@ static void barrier_arrival(struct dsm *d, int from, uint32_t epoch)
 	if (epoch != d->mgr_epoch) {
 		dsm_log("dropped rank %d's arrival at barrier %u while counting barrier %u", from,
 			epoch, d->mgr_epoch);
-		d->stats.dropped++;
+		d->st->dropped++;
 		return;
 	}
 	if (++d->mgr_arrived == (uint32_t)d->size)
@@ -213,8 +213,8 @@ int dsm_barrier(struct dsm *d)
 	pageset_clear(&d->depart_notices);
 	pageset_clear(&d->epoch_notices);
 	d->epoch++;
-	d->stats.barriers++;
-	d->stats.barrier_ns += dsm_now_ns() - t0;
+	d->st->barriers++;
+	d->st->barrier_ns += dsm_now_ns() - t0;
 	return 0;
 }
 
@@ -282,7 +282,7 @@ static void lock_release(struct dsm *d, unsigned l, int from)
 
 	if (L->holder != from) {
 		dsm_log("dropped a release of lock %u by rank %d, which does not hold it", l, from);
-		d->stats.dropped++;
+		d->st->dropped++;
 		return;
 	}
 	L->holder = -1;
@@ -314,7 +314,7 @@ int dsm_lock(struct dsm *d, unsigned l)
 		lock_request(d, l, d->rank);
 	} else {
 		dsm_send(d, mgr, MSG_LOCK_ACQUIRE, l, NULL, 0);
-		d->stats.lock_remote++;
+		d->st->lock_remote++;
 	}
 	dsm_wait_until(d, granted, &l);
 	d->granted_lock = -1;
@@ -323,8 +323,8 @@ int dsm_lock(struct dsm *d, unsigned l)
 	pageset_union(&d->epoch_notices, &d->grant_notices);
 	pageset_clear(&d->grant_notices);
 	d->held[l] = 1;
-	d->stats.locks++;
-	d->stats.lock_ns += dsm_now_ns() - t0;
+	d->st->locks++;
+	d->st->lock_ns += dsm_now_ns() - t0;
 	return 0;
 }
 
@@ -348,7 +348,7 @@ int dsm_unlock(struct dsm *d, unsigned l)
 		dsm_send(d, mgr, MSG_LOCK_RELEASE, l, NULL, 0);
 	}
 	d->held[l] = 0;
-	d->stats.lock_ns += dsm_now_ns() - t0;
+	d->st->lock_ns += dsm_now_ns() - t0;
 	return 0;
 }
 
@@ -365,9 +365,9 @@ static void handle_diff(struct dsm *d, int peer, uint32_t page, const uint8_t *p
 	if (!homed || dsm_diff_apply(dsm_page_alias(d, page), p, len) < 0) {
 		dsm_log("dropped a diff of page %u from rank %d: not homed here, or malformed",
 			page, peer);
-		d->stats.dropped++;
+		d->st->dropped++;
 	} else {
-		d->stats.diffs_applied++;
+		d->st->diffs_applied++;
 	}
 	/* Acknowledged either way: the sender must not wait forever. */
 	dsm_send(d, peer, MSG_DIFF_ACK, 1, NULL, 0);
@@ -389,7 +389,7 @@ static void handle_notices(struct dsm *d, int peer, const struct dsm_hdr *h, con
 		err = h->epoch < d->epoch ? 0 : pageset_decode(&d->grant_notices, p, len);
 	if (err) {
 		dsm_log("dropped malformed notices from rank %d", peer);
-		d->stats.dropped++;
+		d->st->dropped++;
 	}
 }
 
@@ -404,7 +404,7 @@ void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t 
 			d->hello_seen++;
 		} else {
 			dsm_log("dropped a malformed hello from rank %d", peer);
-			d->stats.dropped++;
+			d->st->dropped++;
 		}
 		return;
 	case MSG_DIFF:
@@ -429,7 +429,7 @@ void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t 
 			lock_request(d, h->arg, peer);
 		} else {
 			dsm_log("dropped a request for lock %u, not managed here", h->arg);
-			d->stats.dropped++;
+			d->st->dropped++;
 		}
 		return;
 	case MSG_LOCK_GRANT:
@@ -440,7 +440,7 @@ void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t 
 			lock_release(d, h->arg, peer);
 		} else {
 			dsm_log("dropped a release of lock %u, not managed here", h->arg);
-			d->stats.dropped++;
+			d->st->dropped++;
 		}
 		return;
 	case MSG_BYE:
@@ -448,6 +448,6 @@ void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t 
 		return;
 	default:
 		dsm_log("dropped a message of unknown type %u from rank %d", h->type, peer);
-		d->stats.dropped++;
+		d->st->dropped++;
 	}
 }

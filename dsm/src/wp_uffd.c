@@ -145,7 +145,7 @@ void dsm_wp_collect(struct dsm *d)
 				for (uintptr_t a = regions[r].start; a < regions[r].end; a += DSM_PAGE)
 					pageset_add(&d->dirty, (uint32_t)((a - (uintptr_t)d->base) >>
 									  DSM_PAGE_SHIFT));
-			d->stats.wp_scans++;
+			d->st->wp_scans++;
 			start = arg.walk_end;
 		}
 	}

@@ -27,6 +27,7 @@ int main(void)
 	d->rank = 1;
 	d->size = 2;
 	d->npages = 64;
+	d->st = &d->own_stats;
 	d->state = calloc(d->npages, 1);
 	d->home = calloc(d->npages, sizeof(*d->home));
 	d->rkeys = calloc(2, sizeof(*d->rkeys));
@@ -37,7 +38,7 @@ int main(void)
 	uint64_t key = 0x1234;
 
 	handle(d, 0, MSG_HELLO, 0, 0, &key, 4);
-	CHECK_EQ(d->stats.dropped, 1);
+	CHECK_EQ(d->st->dropped, 1);
 	CHECK_EQ(d->hello_seen, 0);
 	handle(d, 0, MSG_HELLO, 0, 0, &key, sizeof(key));
 	CHECK_EQ(d->hello_seen, 1);
@@ -50,7 +51,7 @@ int main(void)
 	handle(d, 0, MSG_NOTICES, DSM_NOTICE_BARRIER, 0, partial, sizeof(partial));
 	handle(d, 0, MSG_NOTICES, DSM_NOTICE_BARRIER, 0, beyond, sizeof(beyond));
 	handle(d, 0, MSG_NOTICES, PMDSM_LOCKS + 7, 0, beyond, 8);
-	CHECK_EQ(d->stats.dropped, 4);
+	CHECK_EQ(d->st->dropped, 4);
 	CHECK_EQ(d->depart_notices.count, 0);
 
 	/* Well-formed barrier notices for this rank (not rank 0): kept. */
@@ -67,13 +68,13 @@ int main(void)
 	handle(d, 0, MSG_LOCK_ACQUIRE, 0, 0, NULL, 0);
 	handle(d, 0, MSG_LOCK_RELEASE, 0, 0, NULL, 0);
 	handle(d, 0, MSG_LOCK_RELEASE, 1, 0, NULL, 0);
-	CHECK_EQ(d->stats.dropped, 7);
+	CHECK_EQ(d->st->dropped, 7);
 	CHECK_EQ(d->locks[1].holder, -1);
 
 	/* An unknown type; an arrival at a barrier sent to a rank that is
 	 * not the manager is ignored (only rank 0 counts). */
 	handle(d, 0, 99, 0, 0, NULL, 0);
-	CHECK_EQ(d->stats.dropped, 8);
+	CHECK_EQ(d->st->dropped, 8);
 	handle(d, 0, MSG_BARRIER_ARRIVE, 0, 0, NULL, 0);
 	CHECK_EQ(d->mgr_arrived, 0);
 
