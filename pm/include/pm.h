@@ -245,8 +245,9 @@ int pm_stats_get(const pm_context_t *ctx, struct pm_stats *stats);
  * layer is published already), -E2BIG.
  *
  * In detail: -EINVAL for a NULL argument, n == 0, a name empty, too long
- * or of other characters, two counters of one name, or the layer names
- * "pm" and "agent" (PM's own and scored's agent's metrics use them);
+ * or of other characters, two counters of one name, or a layer named
+ * "pm" or "agent" or beginning with "pm_" or "agent_" (its metrics could
+ * be PM's own or scored's agent's);
  * -E2BIG for n > PM_STATS_LAYER_MAX; *counters is NULL after an error.
  * The words stay valid until pm_close().  Readers (pminfo, scored's agent,
  * which exports each as a metric score_<layer>_<name>_total, a name

@@ -143,6 +143,21 @@ unsigned pm_stats_layer_count(const struct pm_stats_page *page)
 	return n <= PM_STATS_LAYER_MAX ? n : 0;
 }
 
+/* Layer names whose metrics could be PM's or scored's agent's own
+ * (score_pm_*, score_agent_*): pm, agent, pm_..., agent_... */
+static bool reserved_layer(const char *layer)
+{
+	static const char *const reserved[] = { "pm", "agent" };
+
+	for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++) {
+		size_t len = strlen(reserved[i]);
+
+		if (strncmp(layer, reserved[i], len) == 0 && (layer[len] == 0 || layer[len] == '_'))
+			return true;
+	}
+	return false;
+}
+
 int pm_stats_layer(pm_context_t *ctx, const char *layer, const char *const *names,
 		   unsigned n, uint64_t **counters)
 {
@@ -152,8 +167,7 @@ int pm_stats_layer(pm_context_t *ctx, const char *layer, const char *const *name
 		return -EINVAL;
 	if (n > PM_STATS_LAYER_MAX)
 		return -E2BIG;
-	if (!pm_stats_name_ok(layer, PM_STATS_LAYER_NAME - 1) || strcmp(layer, "pm") == 0 ||
-	    strcmp(layer, "agent") == 0)
+	if (!pm_stats_name_ok(layer, PM_STATS_LAYER_NAME - 1) || reserved_layer(layer))
 		return -EINVAL;
 	for (unsigned i = 0; i < n; i++) {
 		if (!names[i] || !pm_stats_name_ok(names[i], PM_STATS_COUNTER_NAME - 1))

@@ -455,6 +455,8 @@ static void test_layer(void)
 	check_refused(ctx, "abcdefghijklmnop", names, 3, -EINVAL, "16 characters");
 	check_refused(ctx, "pm", names, 3, -EINVAL, "PM's own name");
 	check_refused(ctx, "agent", names, 3, -EINVAL, "the agent's name");
+	check_refused(ctx, "pm_rma", names, 3, -EINVAL, "in PM's metric names");
+	check_refused(ctx, "agent_x", names, 3, -EINVAL, "in the agent's metric names");
 	const char *const empty[] = { "a", "" };
 	const char *const upper[] = { "a", "Faults" };
 	const char *const space[] = { "read faults" };
