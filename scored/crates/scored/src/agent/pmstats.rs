@@ -16,8 +16,17 @@ use layout::{COUNTERS, MAGIC};
 
 /// Number of PM counters in a page.
 pub const NCOUNTERS: usize = COUNTERS.len();
-/// A page must reach past its last counter to be read.
-const PAGE_MIN: usize = layout::NNICS_AT;
+
+/// The counters a layer above PM (libpmdsm, ...) published in a context's
+/// page with `pm_stats_layer()` (docs/pm/stats.md, the layer area).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Layer {
+    /// 1 to 15 of `[a-z0-9_]`.
+    pub name: String,
+    /// (name, value) in page order; each name 1 to 31 of `[a-z0-9_]`,
+    /// distinct.
+    pub counters: Vec<(String, u64)>,
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PmContext {
@@ -27,6 +36,8 @@ pub struct PmContext {
     pub device: String,
     /// In the order of `layout::COUNTERS`.
     pub counters: [u64; NCOUNTERS],
+    /// None without one, and in pages of version 2.
+    pub layer: Option<Layer>,
 }
 
 impl PmContext {
@@ -49,17 +60,61 @@ fn cstr_at(b: &[u8], at: usize, len: usize) -> String {
     String::from_utf8_lossy(&field[..end]).into_owned()
 }
 
-/// Parses one page; None if it is not a page of this version.
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// A name of the layer area: 1 to `len - 1` of `[a-z0-9_]` followed by a
+/// NUL, as `pm_stats_layer()` writes it; None for anything else (the page
+/// is its owner's to write, and names become metric names).
+fn name_at(b: &[u8], at: usize, len: usize) -> Option<String> {
+    let field = &b[at..at + len];
+    let end = field.iter().position(|&c| c == 0)?;
+    let name = &field[..end];
+    (!name.is_empty()
+        && name
+            .iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_'))
+    .then(|| String::from_utf8_lossy(name).into_owned())
+}
+
+/// The layer area of a page of version 3 (`page` is long enough).
+fn parse_layer(page: &[u8]) -> Option<Layer> {
+    let count = u32_at(page, layout::LAYER_COUNT_AT) as usize;
+    if count == 0 || count > layout::LAYER_MAX {
+        return None;
+    }
+    let name = name_at(page, layout::LAYER_NAME_AT, layout::LAYER_NAME_LEN)?;
+    let mut counters: Vec<(String, u64)> = Vec::with_capacity(count);
+    for i in 0..count {
+        let at = layout::LAYER_NAMES_AT + i * layout::LAYER_COUNTER_NAME_LEN;
+        let Some(counter) = name_at(page, at, layout::LAYER_COUNTER_NAME_LEN) else {
+            continue;
+        };
+        if counters.iter().any(|(n, _)| *n == counter) {
+            continue;
+        }
+        counters.push((counter, u64_at(page, layout::LAYER_VALUES_AT + 8 * i)));
+    }
+    Some(Layer { name, counters })
+}
+
+/// Parses one page; None if it is not a page of a version the agent reads
+/// (`VERSION_MIN` to `VERSION`, of its version's size).  A page of version
+/// 2 is version 3 without the layer area (docs/pm/stats.md).
 pub fn parse(page: &[u8]) -> Option<PmContext> {
-    if page.len() < PAGE_MIN
-        || &page[0..8] != MAGIC
-        || u32_at(page, layout::VERSION_AT) != layout::VERSION
+    if page.len() < layout::V2_PAGE_BYTES || &page[0..8] != MAGIC {
+        return None;
+    }
+    let version = u32_at(page, layout::VERSION_AT);
+    if !(layout::VERSION_MIN..=layout::VERSION).contains(&version)
+        || (version >= 3 && page.len() < layout::PAGE_BYTES)
     {
         return None;
     }
     let mut counters = [0u64; NCOUNTERS];
     for (c, (_, at)) in counters.iter_mut().zip(COUNTERS) {
-        *c = u64::from_le_bytes(page[*at..*at + 8].try_into().expect("8 bytes"));
+        *c = u64_at(page, *at);
     }
     Some(PmContext {
         pid: u32_at(page, layout::PID_AT) as i32,
@@ -67,6 +122,11 @@ pub fn parse(page: &[u8]) -> Option<PmContext> {
         job_name: cstr_at(page, layout::JOB_AT, layout::JOB_LEN),
         device: cstr_at(page, layout::DEVICE_AT, layout::DEVICE_LEN),
         counters,
+        layer: if version >= 3 {
+            parse_layer(page)
+        } else {
+            None
+        },
     })
 }
 
@@ -160,10 +220,12 @@ pub fn scan(dir: &Path, pids: &HashSet<i32>) -> Vec<PmContext> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn page(pid: i32, rank: i32, sent: u64) -> Vec<u8> {
+    /// A page of process `pid` (job score.42, device udp): msgs_sent =
+    /// `sent`, refused_resends = 9, no layer.
+    pub(crate) fn page(pid: i32, rank: i32, sent: u64) -> Vec<u8> {
         let mut p = vec![0u8; layout::PAGE_BYTES];
         p[0..8].copy_from_slice(MAGIC);
         p[8..12].copy_from_slice(&layout::VERSION.to_le_bytes());
@@ -177,6 +239,115 @@ mod tests {
         let last = COUNTERS[NCOUNTERS - 1].1;
         p[last..last + 8].copy_from_slice(&9u64.to_le_bytes());
         p
+    }
+
+    /// `page(pid, 3, 77)` with the layer area filled: `names` as they are
+    /// written (forged ones too), value i = 100 + i.
+    pub(crate) fn page_of_layer(pid: i32, layer: &[u8], names: &[&[u8]]) -> Vec<u8> {
+        let mut p = page(pid, 3, 77);
+        p[layout::LAYER_NAME_AT..layout::LAYER_NAME_AT + layer.len()].copy_from_slice(layer);
+        let count = names.len() as u32;
+        p[layout::LAYER_COUNT_AT..layout::LAYER_COUNT_AT + 4].copy_from_slice(&count.to_le_bytes());
+        for (i, n) in names.iter().enumerate() {
+            let at = layout::LAYER_NAMES_AT + i * layout::LAYER_COUNTER_NAME_LEN;
+            p[at..at + n.len()].copy_from_slice(n);
+            let at = layout::LAYER_VALUES_AT + 8 * i;
+            p[at..at + 8].copy_from_slice(&(100 + i as u64).to_le_bytes());
+        }
+        p
+    }
+
+    fn page_with_layer(layer: &[u8], names: &[&[u8]]) -> Vec<u8> {
+        page_of_layer(10, layer, names)
+    }
+
+    fn counters(layer: &Layer) -> Vec<(&str, u64)> {
+        layer
+            .counters
+            .iter()
+            .map(|(n, v)| (n.as_str(), *v))
+            .collect()
+    }
+
+    #[test]
+    fn parses_a_layer() {
+        let c = parse(&page_with_layer(
+            b"dsm",
+            &[b"read_faults", b"fetch_bytes", b"fault_ns"],
+        ))
+        .unwrap();
+        let layer = c.layer.expect("a layer");
+        assert_eq!(layer.name, "dsm");
+        assert_eq!(
+            counters(&layer),
+            [
+                ("read_faults", 100),
+                ("fetch_bytes", 101),
+                ("fault_ns", 102)
+            ]
+        );
+        // The most counters, the longest names.
+        let long: Vec<Vec<u8>> = (0..layout::LAYER_MAX)
+            .map(|i| format!("counter_{i:02}_abcdefghijklmnopqrst").into_bytes())
+            .collect();
+        assert_eq!(long[0].len(), layout::LAYER_COUNTER_NAME_LEN - 1);
+        let names: Vec<&[u8]> = long.iter().map(|n| n.as_slice()).collect();
+        let layer = parse(&page_with_layer(b"abcdefghijklmno", &names))
+            .unwrap()
+            .layer
+            .unwrap();
+        assert_eq!(layer.name.len(), layout::LAYER_NAME_LEN - 1);
+        assert_eq!(layer.counters.len(), layout::LAYER_MAX);
+        assert_eq!(layer.counters[31].1, 131);
+        // None published: no layer.
+        assert_eq!(parse(&page(1, 0, 0)).unwrap().layer, None);
+    }
+
+    /// The page is its owner's to write: what pm_stats_layer() would refuse
+    /// is not read (names become metric names).
+    #[test]
+    fn forged_layer_names_are_skipped() {
+        let c = parse(&page_with_layer(
+            b"dsm",
+            &[
+                b"ok",
+                b"Upper",
+                b"new\nline",
+                b"",
+                b"dash-ed",
+                b"ok",
+                &[b'x'; 32],
+                b"also_ok_1",
+            ],
+        ))
+        .unwrap();
+        assert_eq!(
+            counters(&c.layer.unwrap()),
+            [("ok", 100), ("also_ok_1", 107)]
+        );
+        for bad in [&b"DSM"[..], b"d sm", b"", &[b'd'; 16]] {
+            assert_eq!(parse(&page_with_layer(bad, &[b"a"])).unwrap().layer, None);
+        }
+        let mut p = page_with_layer(b"dsm", &[b"a"]);
+        let at = layout::LAYER_COUNT_AT;
+        p[at..at + 4].copy_from_slice(&(layout::LAYER_MAX as u32 + 1).to_le_bytes());
+        assert_eq!(parse(&p).unwrap().layer, None, "a count past the area");
+    }
+
+    #[test]
+    fn reads_pages_of_version_2_without_a_layer() {
+        let mut p = page_with_layer(b"dsm", &[b"a"]);
+        p[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let c = parse(&p).expect("version 2 is read");
+        assert_eq!((c.pid, c.counters[0], c.layer), (10, 77, None));
+        let c = parse(&p[..layout::V2_PAGE_BYTES]).expect("of version 2's size");
+        assert_eq!(c.counter("refused_resends"), Some(9));
+        assert!(parse(&p[..layout::V2_PAGE_BYTES - 1]).is_none());
+        // Version 3 needs its layer area.
+        let p = page(1, 0, 0);
+        assert!(parse(&p[..layout::V2_PAGE_BYTES]).is_none());
+        assert!(parse(&p[..layout::PAGE_BYTES - 1]).is_none());
+        assert!(parse(&p).is_some());
     }
 
     #[test]
@@ -208,6 +379,22 @@ mod tests {
         }
         assert_eq!(layout::NNICS_AT, 368 + 8 * NCOUNTERS);
         assert_eq!(COUNTERS[12].0, "retransmits");
+        assert_eq!((layout::VERSION_MIN, layout::V2_PAGE_BYTES), (2, 1000));
+        assert_eq!(layout::PAGE_BYTES, 2304);
+        // The layer area.
+        assert_eq!(layout::LAYER_AT, 1000);
+        assert_eq!((layout::LAYER_NAME_AT, layout::LAYER_NAME_LEN), (1000, 16));
+        assert_eq!(layout::LAYER_COUNT_AT, 1016);
+        assert_eq!(
+            (layout::LAYER_NAMES_AT, layout::LAYER_COUNTER_NAME_LEN),
+            (1024, 32)
+        );
+        assert_eq!(layout::LAYER_VALUES_AT, 2048);
+        assert_eq!(layout::LAYER_MAX, 32);
+        assert_eq!(
+            layout::LAYER_VALUES_AT + 8 * layout::LAYER_MAX,
+            layout::PAGE_BYTES
+        );
     }
 
     #[test]
@@ -219,6 +406,12 @@ mod tests {
         let mut p = page(1, 0, 0);
         p[8] = layout::VERSION as u8 + 1;
         assert!(parse(&p).is_none());
+        p[8] = 1;
+        assert!(parse(&p).is_none(), "version 1 had other offsets");
+        let mut p = page(1, 0, 0);
+        p[8..12].copy_from_slice(&2u32.to_le_bytes());
+        p[7] = b'2';
+        assert!(parse(&p).is_none(), "a wrong magic in version 2 too");
     }
 
     #[test]
