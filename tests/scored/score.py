@@ -296,6 +296,15 @@ def build_pmix_program(dest_dir, name):
     return build_program(dest_dir, name, flags=flags)
 
 
+def build_pm_program(dest_dir, name):
+    """Compile tests/programs/NAME.c against the libpm of the build
+    (BUILD/include, BUILD/lib, which `make` installs)."""
+    lib = BUILD / "lib"
+    assert (lib / "libpm.so").exists(), f"{lib}/libpm.so is missing: make build"
+    return build_program(dest_dir, name, flags=(f"-I{BUILD / 'include'}", f"-L{lib}", "-lpm",
+                                                f"-Wl,-rpath,{lib}"))
+
+
 def scrape(url):
     """The text of a Prometheus /metrics page."""
     with urllib.request.urlopen(url, timeout=10) as resp:

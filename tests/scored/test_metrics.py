@@ -1,7 +1,7 @@
 """Prometheus /metrics of the scored master and agents on a virtual cluster:
 valid exposition (`promtool check metrics`), the job, node and launch
-metrics of the master, the process counts of the agents, and the PM
-counters of a running job."""
+metrics of the master, the process counts of the agents, the PM counters
+of a running job, and the counters a layer above PM publishes."""
 
 import shutil
 import signal
@@ -11,8 +11,8 @@ import urllib.parse
 
 import pytest
 
-from .score import (PMCHECK, agent_metrics_url, grpc_call, grpc_frame, marker, metric_values,
-                    scrape, wait_for)
+from .score import (PMCHECK, agent_metrics_url, build_pm_program, grpc_call, grpc_frame, marker,
+                    metric_values, scrape, wait_for)
 
 pytestmark = pytest.mark.skipif(not shutil.which("promtool"),
                                 reason="promtool is not installed (prometheus)")
@@ -155,3 +155,49 @@ def test_agent_metrics_pass_promtool(score):
     promtool_check(scrape(agent_metrics_url(score, "n4")), "an idle agent")
     run, job_id, node, url, text, labels, value = start_pm_job(score)
     promtool_check(text, f"the agent of {node} with the PM counters of job {job_id}")
+
+
+def test_layer_counters_of_a_running_job(score):
+    """A context that publishes the counters of a layer above PM
+    (pm_stats_layer(), as libpmdsm does; tests/programs/pm_layer.c, layer
+    "testlayer"): its agent exports them live, one family per counter named
+    after the layer, with PM's labels and *_ns in seconds, and the
+    exposition stays valid; they go with the job."""
+    exe = build_pm_program(score.workdir, "pm_layer")
+    run = score.start("-v", "-nodes=2x1", exe, "120")
+    job_id = run.job_id()
+    job = score.wait_job(job_id, "running")
+    node = job["nodes"][0]
+    url = agent_metrics_url(score, node)
+
+    def ticking():
+        text = scrape(url)
+        samples = {labels: v for labels, v in
+                   metric_values(text, "score_testlayer_ticks_total").items()
+                   if f'job="{job_id}"' in labels and v > 0}
+        return (text, samples) if samples else None
+    text, samples = wait_for(ticking, 30, f"the layer counters of job {job_id} on {node}",
+                             interval=0.3)
+    assert len(samples) == 1, samples
+    (labels, ticks), = samples.items()
+    assert f'node="{node}"' in labels and 'rank="0"' in labels and 'device="' in labels, labels
+    # PM's counters of the same context carry the same labels.
+    assert labels in metric_values(text, "score_pm_messages_sent_total"), text
+    # Each word is read whole but not with the others at one instant: the
+    # later ones may be a tick behind or ahead.
+    seconds = metric_values(text, "score_testlayer_tick_seconds_total")[labels]
+    payload = metric_values(text, "score_testlayer_payload_bytes_total")[labels]
+    assert abs(seconds / 0.01 - ticks) <= 2, (ticks, seconds)
+    assert abs(payload / 4096 - ticks) <= 2, (ticks, payload)
+    assert "score_testlayer_tick_ns" not in text
+    assert "# TYPE score_testlayer_ticks_total counter" in text, text
+    promtool_check(text, f"the agent of {node} with the layer counters of job {job_id}")
+
+    wait_for(lambda: metric_values(scrape(url), "score_testlayer_ticks_total").get(labels, 0)
+             > ticks, 30, "the layer counter to grow")
+    assert run.proc.poll() is None, f"pm_layer ended early: {run.stderr()}"
+    run.signal(signal.SIGINT)
+    assert run.wait(30) == 130, run.stderr()
+    score.assert_job_gone(job_id)
+    assert not [k for k in metric_values(scrape(url), "score_testlayer_ticks_total")
+                if f'job="{job_id}"' in k]
