@@ -223,6 +223,73 @@ def pm_network():
     ], [label_variable("node", "Node", "score_pm_contexts", "node")])
 
 
+def dsm():
+    """libpmdsm's counters, which its contexts publish in PM's statistics
+    page (layer dsm) and the agents export as score_dsm_*_total.  They
+    exist only while a DSM program runs: every query ends in
+    `or on() vector(0)`, so that a panel shows 0 rather than "No data"
+    when none does (and the cluster test, which runs no DSM job, gets a
+    number)."""
+    sel = 'node=~"$node"'
+    none = " or on() vector(0)"
+
+    def metric(counter):
+        return f"score_dsm_{counter}_total{{{sel}}}"
+
+    def per_node(counter):
+        return f"sum by (node) (rate({metric(counter)}[{RATE}])){none}"
+
+    def share(counter):
+        return f"avg(rate({metric(counter)}[{RATE}])){none}"
+    return dashboard("score-dsm", "score / DSM",
+                     "The distributed shared memory (libpmdsm): faults, pages and diffs moved, "
+                     "synchronization, and where its processes spend their time. "
+                     "Empty (0) while no DSM program runs.", [
+        stat("DSM processes", f"count({metric('read_faults')}){none}",
+             description="Processes whose PM context publishes the DSM's counters."),
+        stat("Faults per second",
+             f"sum(rate({metric('read_faults')}[{RATE}])) + sum(rate({metric('write_faults')}[{RATE}])){none}",
+             unit="ops"),
+        stat("Fetched from homes", f"sum(rate({metric('fetch_bytes')}[{RATE}])){none}", unit="Bps"),
+        stat("Diffs to homes", f"sum(rate({metric('diff_bytes')}[{RATE}])){none}", unit="Bps"),
+        stat("Time in barriers", share("barrier_seconds"), unit="percentunit",
+             description="Average share of a DSM process's time spent in barriers."),
+        stat("Messages dropped (1 h)", f"sum(increase({metric('dropped')}[1h])){none}",
+             thresholds=[(1, "red")],
+             description="DSM messages dropped as malformed or not for their rank."),
+        timeseries("Page faults", [(per_node("read_faults"), "read {{node}}"),
+                                   (per_node("write_faults"), "write {{node}}")], unit="ops",
+                   description="Read: an invalid page, fetched from its home. "
+                               "Write: a page's first write since a release."),
+        timeseries("DSM traffic", [(per_node("fetch_bytes"), "pages fetched {{node}}"),
+                                   (per_node("diff_bytes"), "diffs sent {{node}}")], unit="Bps",
+                   description="Whole pages fetched from their homes, and the diffs sent to them."),
+        timeseries("Pages and diffs", [(per_node("pages_fetched"), "pages fetched {{node}}"),
+                                       (per_node("diffs_sent"), "diffs sent {{node}}"),
+                                       (per_node("diffs_applied"), "diffs applied {{node}}")],
+                   unit="ops", description="Diffs applied: diffs other ranks sent to pages homed "
+                                           "on this node."),
+        timeseries("Coherence work", [(per_node("twins"), "twins {{node}}"),
+                                      (per_node("invalidations"), "invalidations {{node}}"),
+                                      (per_node("wp_scans"), "PAGEMAP_SCAN {{node}}")],
+                   unit="ops", description="Twins: copies of pages before a write. Invalidations: "
+                                           "cached pages dropped at an acquire. PAGEMAP_SCAN: "
+                                           "write detection uffd-async."),
+        timeseries("Synchronization", [(per_node("barriers"), "barriers {{node}}"),
+                                       (per_node("locks"), "locks {{node}}"),
+                                       (per_node("lock_remote"), "locks managed elsewhere {{node}}")],
+                   unit="ops"),
+        timeseries("Where DSM processes spend their time",
+                   [(share("fault_seconds"), "faults"), (share("fetch_seconds"), "fetches"),
+                    (share("release_seconds"), "releases"), (share("barrier_seconds"), "barriers"),
+                    (share("lock_seconds"), "locks")], unit="percentunit",
+                   description="Average share of a process's time in each. Fetches are part of "
+                               "faults, releases part of barriers: the lines do not add up."),
+        timeseries("Messages dropped", [(per_node("dropped"), "{{node}}")], unit="ops",
+                   description="Malformed, or not for their rank."),
+    ], [label_variable("node", "Node", "score_pm_contexts", "node")])
+
+
 def quantile(q, metric):
     return f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket[{RATE}])))"
 
@@ -281,7 +348,7 @@ def jobs():
 
 
 DASHBOARDS = {"cluster": cluster_overview, "node": node_detail, "pm-network": pm_network,
-              "gang": gang_scheduling, "jobs": jobs}
+              "gang": gang_scheduling, "jobs": jobs, "dsm": dsm}
 
 
 def panel_queries(rate_interval="1m"):
