@@ -1,0 +1,366 @@
+"""libpmdsm (docs/dsm/guide.md) on the virtual cluster: 4 nodes x 2 NICs
+with real munged and scored (conftest.py).  DSM programs run under scrun as
+a user runs them: PM's udp device striped over both NICs between nodes, shm
+within a node.
+
+- pmdsm-check, generated race-free programs checked against the sequential
+  result, on 4x1 and 4x2; 8 ranks writing disjoint bytes of one page (false
+  sharing); a 1 GiB shared heap read back exactly by rank 0.
+- The examples (jacobi, sor, matmul, histogram) on 4x2 with --check: their
+  checksum equals the sequential version's, run here with the same arguments.
+- A rank killed mid-run: scrun ends the job at once with a message naming
+  it; and, with the ranks kept from being killed by scored, every surviving
+  rank ends itself with the library's message naming the rank that is gone.
+- Two DSM jobs gang-scheduled on the same nodes with network preemption:
+  both finish right, and they took turns.
+
+Every pmdsm-check seed is derived from the test's id and printed with the
+command that replays it (run the tests with -s to see it, or read the
+failure).  The heap is 64 MiB (PMDSM_HEAP_SIZE, passed with scrun --env)
+unless a test needs more."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+import zlib
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from pm.pmjob import grown, nic_counters
+from scored.score import BUILD_BIN, wait_for
+
+PMDSM_CHECK = BUILD_BIN / "pmdsm-check"
+PMINFO = BUILD_BIN / "pminfo"
+HEAP = "64M"
+# scrun of a job that should take seconds; a hang fails the test after this.
+RUN_TIMEOUT = 120
+NODES = ["n1", "n2", "n3", "n4"]
+# Where every rank's heap is mapped (docs/dsm/guide.md, "Rules and limits"):
+# a rank that has mapped it is inside pmdsm_init() or past it.
+HEAP_ADDRESS = "5d5000000000-"
+
+
+def seed_for(request):
+    """A seed of the test's own: the same in every run, another per test."""
+    return zlib.crc32(request.node.nodeid.encode())
+
+
+def scrun_args(nodes, program, args, heap=HEAP):
+    return [f"-nodes={nodes}", "--env", f"PMDSM_HEAP_SIZE={heap}", program, *map(str, args)]
+
+
+def replay(args):
+    return "scrun " + " ".join(map(str, args))
+
+
+def labelled(text):
+    """[(rank, line)] of the output of `scrun -l`."""
+    out = []
+    for line in text.splitlines():
+        label, sep, rest = line.partition(": ")
+        if sep and label.isdigit():
+            out.append((int(label), rest))
+    return out
+
+
+def rank0_result(stdout, what):
+    """The one JSON line of a DSM program, which rank 0 prints."""
+    results = [(rank, json.loads(line)) for rank, line in labelled(stdout)
+               if line.startswith("{")]
+    assert [rank for rank, _ in results] == [0], \
+        f"{what}: expected one JSON line, from rank 0:\n{stdout}"
+    return results[0][1]
+
+
+def run_check(score, nodes, seed, *args, heap=HEAP, timeout=RUN_TIMEOUT):
+    """pmdsm-check under scrun; its JSON line once it has passed."""
+    argv = scrun_args(nodes, PMDSM_CHECK, ["--seed", seed, *args], heap)
+    print(f"\nreplay: {replay(argv)}")
+    assert PMDSM_CHECK.exists(), f"{PMDSM_CHECK} is missing: make build"
+    start = time.monotonic()
+    proc = score.scrun("-l", *argv, timeout=timeout)
+    print(f"{time.monotonic() - start:.1f} s")
+    assert proc.returncode == 0, \
+        f"{replay(argv)} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    r = rank0_result(proc.stdout, replay(argv))
+    n, _, ppn = nodes.partition("x")
+    assert r["ok"] is True and r["ranks"] == int(n) * int(ppn or 1) and r["seed"] == seed, r
+    return r
+
+
+# --- consistency -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nodes", ["4x1", "4x2"])
+def test_generated_programs_see_the_sequential_result(score, request, nodes):
+    """4x1: udp between every pair of ranks.  4x2: shm within a node, udp
+    striped over both NICs between nodes (every node's two NICs carry it)."""
+    vc = score.vc
+    before = {n: nic_counters(vc, n) for n in NODES}
+    r = run_check(score, nodes, seed_for(request), "--rounds", 4)
+    after = {n: nic_counters(vc, n) for n in NODES}
+    assert r["rounds"] == 4, r
+    tx = {n: {nic: grown(before[n], after[n], nic) for nic in ("eth0", "eth1")} for n in NODES}
+    for node in NODES:
+        for nic in ("eth0", "eth1"):
+            assert tx[node][nic] > 100, f"{node} {nic} carried little of the job: {tx}"
+
+
+def test_eight_writers_of_one_page_lose_nothing(score, request):
+    """False sharing: with --bytes 4096 the shared array is one page, and
+    every byte's writer is drawn at random among the 8 ranks, so that they
+    all write disjoint bytes of that page between two barriers."""
+    r = run_check(score, "4x2", seed_for(request), "--bytes", 4096, "--rounds", 4)
+    assert r["bytes"] == 4096, r
+
+
+@pytest.mark.slow
+def test_a_1_gib_heap_over_4_nodes_reads_back_exactly(score, request):
+    """Every rank fills its quarter of a 1 GiB allocation (homed at itself),
+    then rank 0 reads all of it back: 768 MiB fetched page by page from the
+    three other nodes, one page per fault.  It takes 25 to 70 s on the
+    2-core machine of this writing (shared with other work): most of this
+    file's time, kept at 1 GiB as the issue asks."""
+    r = run_check(score, "4x1", seed_for(request), "--rounds", 1, "--heap", "1G",
+                  heap="1100M", timeout=240)
+    assert r["heap"] == 1 << 30, r
+
+
+# --- the examples --------------------------------------------------------------------
+
+EXAMPLES = {
+    "jacobi": ["-n", 256, "-i", 20],
+    "sor": ["-n", 256, "-i", 20],
+    "matmul": ["-n", 128],
+    "histogram": ["-m", 200000, "-c", 2000],
+}
+# What a result line says besides its parameters.
+NOT_PARAMETERS = ("version", "ranks", "seconds", "checksum")
+
+
+def sequential(program, args):
+    exe = BUILD_BIN / f"{program}_seq"
+    assert exe.exists(), f"{exe} is missing: make build"
+    proc = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("program", sorted(EXAMPLES))
+def test_example_on_4x2_matches_the_sequential_version(score, program):
+    args = EXAMPLES[program]
+    seq = sequential(program, args)
+    argv = scrun_args("4x2", BUILD_BIN / f"{program}_dsm", [*args, "--check"])
+    proc = score.scrun("-l", *argv, timeout=RUN_TIMEOUT)
+    assert proc.returncode == 0, \
+        f"{replay(argv)} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    dsm = rank0_result(proc.stdout, replay(argv))
+    assert (dsm["version"], dsm["ranks"]) == ("dsm", 8), dsm
+    params = {k: v for k, v in seq.items() if k not in NOT_PARAMETERS}
+    assert {k: v for k, v in dsm.items() if k not in NOT_PARAMETERS} == params, (seq, dsm)
+    assert dsm["checksum"] == seq["checksum"], (seq, dsm)
+
+
+# --- a rank that dies ----------------------------------------------------------------
+
+# From the kill to scrun's end: far more than the job needs to notice.
+KILL_BOUND = 60
+
+
+def job_pids(score, job_id):
+    """PIDs in the job's cgroups on every node."""
+    pids = set()
+    for root in score.cgroup_roots.values():
+        try:
+            pids.update(map(int, (root / f"job-{job_id}" / "cgroup.procs").read_text().split()))
+        except OSError:
+            continue
+    return pids
+
+
+def dsm_ranks(score, job_id, program="pmdsm-check"):
+    """{rank: pid} of the job's processes running `program` that have
+    mapped the shared heap (inside pmdsm_init() or past it)."""
+    ranks = {}
+    for pid in job_pids(score, job_id):
+        try:
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        rank = [e[len(b"SCORE_RANK="):] for e in env if e.startswith(b"SCORE_RANK=")]
+        if os.path.basename(argv0) == program.encode() and rank and \
+                any(line.startswith(HEAP_ADDRESS) for line in maps.splitlines()):
+            ranks[int(rank[0])] = pid
+    return ranks
+
+
+def kill_rank_mid_run(score, run, job_id, rank, size):
+    """Once every rank is in the DSM, and a moment later, SIGKILL `rank`
+    by its PID; returns when it was killed."""
+    ranks = wait_for(lambda: (lambda r: r if len(r) == size else None)(dsm_ranks(score, job_id)),
+                     30, f"the {size} ranks of job {job_id} to open the DSM")
+    time.sleep(1)
+    assert run.proc.poll() is None, f"job {job_id} ended before the kill: {run.stderr()}"
+    os.kill(ranks[rank], signal.SIGKILL)
+    return time.monotonic()
+
+
+def test_a_killed_rank_fails_the_job_at_once(score, request):
+    """scored's half: the first rank to fail ends the job, whose status and
+    message name it."""
+    argv = scrun_args("4x1", PMDSM_CHECK, ["--seed", seed_for(request), "--rounds", 1000])
+    run = score.start("-v", "-l", *argv)
+    job_id = run.job_id()
+    killed = kill_rank_mid_run(score, run, job_id, rank=2, size=4)
+    rc = run.wait(KILL_BOUND)
+    print(f"\nscrun ended {time.monotonic() - killed:.1f} s after the kill")
+    assert rc == 128 + signal.SIGKILL, run.stderr()
+    assert f"scrun: job {job_id} failed: rank 2 on n3 was killed by SIGKILL (9)" \
+        in run.stderr(), run.stderr()
+    score.assert_job_gone(job_id)
+
+
+# Runs PROGRAM as a child and keeps the rank (the process scored watches)
+# until every rank's PROGRAM has ended, or BOUND seconds: the first rank to
+# fail then does not make scored kill the others before they notice by
+# themselves, as a launcher that does not kill a job at its first failure
+# would let them.
+KEEP_RANKS = r"""#!/bin/sh
+dir=$1 size=$2 bound=$3
+shift 3
+"$@"
+status=$?
+echo "wrapper[$SCORE_RANK]: exit $status" >&2
+: > "$dir/ended.$SCORE_RANK"
+end=$(( $(date +%s) + bound ))
+while [ "$(ls "$dir" | grep -c '^ended\.')" -lt "$size" ] && [ "$(date +%s)" -lt "$end" ]; do
+    sleep 0.1
+done
+exit "$status"
+"""
+# How long the surviving ranks have to end by themselves.
+NOTICE_BOUND = 20
+
+
+def test_every_surviving_rank_says_which_rank_is_gone(score, request):
+    """The library's half (docs/dsm/guide.md, "Errors and failures"): "A
+    rank that dies (killed, crashed) ends every other rank of the job with a
+    message naming it, as soon as they next wait for the network".  Rank 2
+    of 4 (one per node) is killed mid-run; ranks 0, 1 and 3, which wait for
+    it at the next barrier or lock, must each print `pmdsm[R]: rank 2 is
+    gone` and exit 1 within NOTICE_BOUND s."""
+    ended = score.workdir / "ended"
+    ended.mkdir()
+    wrapper = score.workdir / "keep-ranks.sh"
+    wrapper.write_text(KEEP_RANKS)
+    wrapper.chmod(0o755)
+    check = [PMDSM_CHECK, "--seed", seed_for(request), "--rounds", 1000]
+    argv = scrun_args("4x1", wrapper, [ended, 4, NOTICE_BOUND, *check])
+    run = score.start("-v", "-l", *argv)
+    job_id = run.job_id()
+    killed = kill_rank_mid_run(score, run, job_id, rank=2, size=4)
+    rc = run.wait(KILL_BOUND)
+    print(f"\nscrun ended {time.monotonic() - killed:.1f} s after the kill")
+    lines = labelled(run.stderr())
+    status = {}
+    for rank, line in lines:
+        if line.startswith(f"wrapper[{rank}]: exit "):
+            status[rank] = int(line.rsplit(" ", 1)[1])
+    assert rc != 0 and status.get(2) == 128 + signal.SIGKILL, run.stderr()
+    message = "rank 2 is gone (it died, or ended without pmdsm_finalize())"
+    said = {rank for rank, line in lines if line == f"pmdsm[{rank}]: {message}"}
+    survivors = [0, 1, 3]
+    silent = [r for r in survivors if r not in said or status.get(r) != 1]
+    assert not silent, \
+        f"ranks {silent} did not end with `pmdsm[R]: {message}` and status 1 within " \
+        f"{NOTICE_BOUND} s of rank 2's death (statuses {status}, no status: killed by " \
+        f"scored at the end); replay: {replay(scrun_args('4x1', check[0], check[1:]))} and " \
+        f"SIGKILL rank 2's pmdsm-check, with every rank kept from scored\nstderr:\n{run.stderr()}"
+    score.assert_job_gone(job_id)
+
+
+# --- gang scheduling ---------------------------------------------------------------
+
+# Two jobs of several seconds each alone; a hang fails the test after this.
+GANG_TIMEOUT = 60
+
+
+class Watch:
+    """Polls `scorectl matrix` and `scorectl jobs` while jobs run (as
+    tests/scored/test_gang.py does): the largest matrix, the switches, and
+    whether each running job was seen frozen and not frozen."""
+
+    def __init__(self, score):
+        self.score = score
+        self.first = self.last = score.scorectl_json("matrix")
+        self.max_rows = len(self.first["rows"])
+        self.frozen = defaultdict(set)
+
+    def poll(self):
+        self.last = self.score.scorectl_json("matrix")
+        self.max_rows = max(self.max_rows, len(self.last["rows"]))
+        for j in self.score.jobs():
+            if j["state"] == "running":
+                self.frozen[j["id"]].add(j["frozen"])
+
+    @property
+    def switches(self):
+        return self.last["switches"] - self.first["switches"]
+
+
+def pm_contexts(score, job_ids):
+    """What pminfo says of the PM contexts of the jobs' processes: a line
+    each (the context's state, and what scored's agent asks of it)."""
+    jobs = {pid: job_id for job_id in job_ids for pid in job_pids(score, job_id)}
+    proc = subprocess.run([str(PMINFO), "-c", "-j"], capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0:
+        return [f"pminfo failed: {proc.stderr}"]
+    return sorted(f"job {jobs[c['pid']]} rank {c['rank']} (pid {c['pid']}): state {c['state']}, "
+                  f"control {c['control']}, quiesces {c['counters']['quiesces']}"
+                  for c in json.loads(proc.stdout).get("contexts", []) if c["pid"] in jobs)
+
+
+def test_two_dsm_jobs_share_their_nodes_in_turns(score, request):
+    """pmdsm-check and jacobi_dsm --check, each 4x1 on the same four nodes:
+    two rows of the matrix, switched every 100 ms with network preemption
+    (every PM context quiesces before its job is frozen).  Both finish
+    right, and each was seen both frozen and running."""
+    seed = seed_for(request)
+    jacobi = ["-n", 512, "-i", 600]
+    watch = Watch(score)
+    check_argv = scrun_args("4x1", PMDSM_CHECK, ["--seed", seed, "--rounds", 12])
+    jacobi_argv = scrun_args("4x1", BUILD_BIN / "jacobi_dsm", [*jacobi, "--check"])
+    print(f"\nreplay, at once: {replay(check_argv)}; {replay(jacobi_argv)}")
+    runs = [score.start("-v", "-l", "-J", "gang-check", *check_argv),
+            score.start("-v", "-l", "-J", "gang-jacobi", *jacobi_argv)]
+    ids = [r.job_id() for r in runs]
+    start = time.monotonic()
+    while any(r.proc.poll() is None for r in runs):
+        watch.poll()
+        if time.monotonic() - start > GANG_TIMEOUT:
+            contexts = pm_contexts(score, ids)
+            pytest.fail(f"jobs {ids} did not end within {GANG_TIMEOUT} s "
+                        f"({watch.switches} switches); their PM contexts:\n"
+                        + "\n".join(contexts))
+        time.sleep(0.05)       # often enough to catch a job in a frozen quantum
+    print(f"{time.monotonic() - start:.1f} s, {watch.switches} switches")
+    for run in runs:
+        assert run.wait(10) == 0, f"{run.argv} exited {run.proc.returncode}:\n" \
+                                  f"{run.stdout()}\n{run.stderr()[-3000:]}"
+    r = rank0_result(runs[0].stdout(), replay(check_argv))
+    assert r["ok"] is True and r["ranks"] == 4 and r["seed"] == seed, r
+    j = rank0_result(runs[1].stdout(), replay(jacobi_argv))
+    assert j["checksum"] == sequential("jacobi", jacobi)["checksum"], j
+    assert watch.max_rows >= 2, f"the matrix never had 2 rows: {watch.last}"
+    assert watch.last["preemption"] == "network", watch.last
+    assert watch.switches >= 4, f"only {watch.switches} switches while {ids} shared their nodes"
+    for i in ids:
+        assert watch.frozen[i] == {True, False}, \
+            f"job {i} not seen both frozen and running: {dict(watch.frozen)}"
