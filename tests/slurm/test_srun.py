@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_vcluster
-from mpi.mpijob import PROVIDER_DIR, pm_contexts
+from mpi.mpijob import BUILD, PROVIDER_DIR, pm_contexts
 from pm.pmjob import PMCHECK, grown, nic_counters, wait_for
 from scored.score import build_mpi_program
 
@@ -28,6 +28,7 @@ pytestmark = pytest.mark.skipif(shutil.which("srun") is None or shutil.which("sl
                                        "scripts/install-deps.sh)")
 
 NODES = 4
+PMDSM_CHECK = BUILD / "bin" / "pmdsm-check"
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +75,20 @@ def test_pm_shm_and_udp_in_one_srun_job(cluster):
     results = pmcheck_results(proc.stdout)
     assert len(results) == 4 and all(r["ok"] and r["errors"] == 0 for r in results), proc.stdout
     assert {r["device"] for r in results} == {"shm"}, results   # rank ^ 1 shares the node
+    wait_idle(cluster)
+
+
+def test_dsm_program_under_srun_pmix(cluster):
+    """libpmdsm under srun --mpi=pmix (docs/dsm/guide.md): pmdsm-check's
+    generated race-free program on 4 ranks, 2 per node (shm within a node,
+    udp between them), checked against the sequential result by rank 0."""
+    assert PMDSM_CHECK.exists(), f"{PMDSM_CHECK} is missing: make build"
+    proc = srun(cluster, "--mpi=pmix", "-N", 2, "-n", 4, PMDSM_CHECK, "--seed", 13,
+                "--rounds", 4, env={"PMDSM_HEAP_SIZE": "64M"})
+    assert proc.returncode == 0, proc.stderr
+    results = pmcheck_results(proc.stdout)
+    assert len(results) == 1, proc.stdout          # rank 0's line
+    assert results[0]["ok"] is True and results[0]["ranks"] == 4, results
     wait_idle(cluster)
 
 
