@@ -1,17 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * comm.c - PM messages and who holds the PM context.
+ * comm.c - PM messages, and the service thread that alone uses PM.
  *
  * The other ranks need answers while this rank's application computes
  * (a diff to apply, a lock to grant, a barrier to count, a remote read of
- * a page homed here on a network device), so a service thread holds the
- * context and sleeps in pm_wait() while the application is away.  When the
- * application enters the library (a fault, a barrier, a lock) it asks for
- * the context: it raises app_wants and pm_signal()s the service thread out
- * of pm_wait(), which hands the context over with the mutex `hold` and
- * waits until the application gives it back.  Whoever holds the context
- * runs the same dispatcher, so a rank answers its peers while it waits for
- * them.
+ * a page homed here on a network device), so a service thread opens the
+ * PM context, sleeps in pm_wait() and answers.  When the application needs
+ * the protocol (a fault, a barrier, a lock) it posts the work to the
+ * service thread (dsm_call) and pm_signal()s it out of pm_wait(); the
+ * service thread does it, answering its peers meanwhile with the same
+ * dispatcher, and wakes the application.  Only one thread ever touches the
+ * context, which is what PM's network preemption assumes (a context shared
+ * between threads could be quiesced from one while the other used it).
  */
 #include "dsm_internal.h"
 
@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 uint64_t dsm_now_ns(void)
@@ -179,69 +181,107 @@ void dsm_wait_until(struct dsm *d, bool (*done)(struct dsm *, const void *), con
 	}
 }
 
-void dsm_enter(struct dsm *d)
+/* ---- the service thread: the one thread that uses PM ---- */
+
+enum { REQ_IDLE, REQ_POSTED, REQ_DONE };
+
+static void futex_wait_private(_Atomic uint32_t *word, uint32_t expected)
 {
-	if (!d->service_running)
-		return;
-	atomic_store(&d->app_wants, 1);
-	pm_signal(d->pm);
-	pthread_mutex_lock(&d->hold);
+	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
 }
 
-void dsm_leave(struct dsm *d)
+static void futex_wake_private(_Atomic uint32_t *word)
 {
-	if (!d->service_running)
-		return;
-	atomic_store(&d->app_wants, 0);
-	pthread_cond_signal(&d->handed_back);
-	pthread_mutex_unlock(&d->hold);
+	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* A short spin before sleeping: the answer to a local request often comes
+ * within microseconds, and a futex round trip costs several. */
+#define DSM_CALL_SPIN 2000
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
+int dsm_call(struct dsm *d, int (*fn)(struct dsm *, void *), void *arg)
+{
+	if (!d->service_running || pthread_equal(pthread_self(), d->service))
+		return fn(d, arg);
+	d->req_fn = fn;
+	d->req_arg = arg;
+	atomic_store_explicit(&d->req, REQ_POSTED, memory_order_release);
+	pm_signal(d->pm);
+	for (unsigned n = 0;
+	     atomic_load_explicit(&d->req, memory_order_acquire) != REQ_DONE; n++) {
+		if (n < DSM_CALL_SPIN)
+			cpu_relax();
+		else
+			futex_wait_private(&d->req, REQ_POSTED);
+	}
+	atomic_store_explicit(&d->req, REQ_IDLE, memory_order_relaxed);
+	return d->req_ret;
 }
 
 static void *service(void *arg)
 {
 	struct dsm *d = arg;
 
-	pthread_mutex_lock(&d->hold);
-	while (!atomic_load(&d->stop)) {
-		while (atomic_load(&d->app_wants) && !atomic_load(&d->stop))
-			pthread_cond_wait(&d->handed_back, &d->hold);
-		if (atomic_load(&d->stop))
-			break;
+	/* Open, serve, close: PM's context never leaves this thread, so its
+	 * preemption handling (SIGURG, forwarded to the thread that uses the
+	 * context) needs nothing of the DSM.  pm_signal() from the
+	 * application ends a pm_wait() when a request is posted. */
+	d->req_ret = d->open_fn(d);
+	d->service_running = d->req_ret == 0;
+	atomic_store_explicit(&d->req, REQ_DONE, memory_order_release);
+	futex_wake_private(&d->req);
+	if (!d->service_running) {
+		d->close_fn(d);
+		return NULL;
+	}
+	while (!d->stop) {
+		if (atomic_load_explicit(&d->req, memory_order_acquire) == REQ_POSTED) {
+			d->req_ret = d->req_fn(d, d->req_arg);
+			atomic_store_explicit(&d->req, REQ_DONE, memory_order_release);
+			futex_wake_private(&d->req);
+			continue;
+		}
 		dsm_progress(d);
-		/* pm_signal() made before this wait ends it at once. */
-		if (!atomic_load(&d->app_wants))
+		if (atomic_load_explicit(&d->req, memory_order_acquire) != REQ_POSTED)
 			dsm_pm_wait(d, -1);
 	}
-	pthread_mutex_unlock(&d->hold);
+	d->close_fn(d);
 	return NULL;
 }
 
-int dsm_service_start(struct dsm *d)
+int dsm_service_start(struct dsm *d, int (*open_fn)(struct dsm *), void (*close_fn)(struct dsm *))
 {
-	int err;
+	d->open_fn = open_fn;
+	d->close_fn = close_fn;
+	d->stop = false;
+	atomic_store(&d->req, REQ_POSTED);
 
-	atomic_store(&d->stop, false);
-	atomic_store(&d->app_wants, 1);
-	/* The application holds the context until it leaves the library. */
-	pthread_mutex_lock(&d->hold);
-	err = pthread_create(&d->service, NULL, service, d);
-	if (err) {
-		pthread_mutex_unlock(&d->hold);
+	int err = pthread_create(&d->service, NULL, service, d);
+
+	if (err)
 		return -err;
+	/* The service thread's answer to "open". */
+	while (atomic_load_explicit(&d->req, memory_order_acquire) != REQ_DONE)
+		futex_wait_private(&d->req, REQ_POSTED);
+	atomic_store(&d->req, REQ_IDLE);
+	if (d->req_ret) {
+		pthread_join(d->service, NULL);
+		return d->req_ret;
 	}
-	d->service_running = true;
 	return 0;
 }
 
-void dsm_service_stop(struct dsm *d)
+void dsm_service_join(struct dsm *d)
 {
-	if (!d->service_running)
-		return;
-	/* Called holding the context (inside the library). */
-	atomic_store(&d->stop, true);
-	pthread_cond_signal(&d->handed_back);
-	pthread_mutex_unlock(&d->hold);
-	pm_signal(d->pm);
 	pthread_join(d->service, NULL);
 	d->service_running = false;
 }

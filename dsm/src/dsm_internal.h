@@ -8,7 +8,7 @@
  *   heap.c      the shared range: memfd, the application's view and the
  *               library's alias, allocations and homes
  *   fault.c     write detection and page faults (SIGSEGV)
- *   comm.c      PM messages, the service thread, who holds the context
+ *   comm.c      PM messages, the service thread that alone uses PM
  *   sync.c      release, acquire, barriers and locks (the HLRC protocol)
  *   pmdsm.c     the API: init, finalize, statistics
  */
@@ -69,6 +69,7 @@ struct dsm_lock_mgr {
 struct dsm {
 	int rank, size;
 	pm_context_t *pm;
+	const char *pm_device;  /* pmdsm_attr's, for pm_open */
 	size_t max_msg;         /* the smallest pm_max_message over the peers */
 
 	/* The heap: the application's view (base) and the library's alias of
@@ -92,16 +93,18 @@ struct dsm {
 	 * (ours and what acquires told us): what our releases pass on. */
 	struct pageset dirty, epoch_notices;
 
-	/* Who holds the PM context: the service thread while the
-	 * application computes, the application while it is in the library. */
-	pthread_mutex_t hold;
-	pthread_cond_t handed_back;
-	atomic_int app_wants;
-	atomic_bool stop;
+	/* The service thread, the one thread that uses PM (comm.c), and the
+	 * one request the application may have posted to it. */
 	pthread_t service;
-	bool service_running;
+	bool service_running, stop;
+	int (*open_fn)(struct dsm *);
+	void (*close_fn)(struct dsm *);
+	_Atomic uint32_t req;
+	int (*req_fn)(struct dsm *, void *);
+	void *req_arg;
+	int req_ret;
 
-	/* Protocol state, touched only by the holder of the context. */
+	/* Protocol state, touched only by the service thread. */
 	uint32_t diffs_unacked;
 	uint32_t hello_seen;
 	uint32_t epoch;                 /* barriers this rank has left      */
@@ -153,12 +156,14 @@ struct dsm_hdr {
 
 /* ---- comm.c ---- */
 
-/* The application thread takes the context from the service thread, and
- * gives it back. */
-void dsm_enter(struct dsm *d);
-void dsm_leave(struct dsm *d);
-int dsm_service_start(struct dsm *d);
-void dsm_service_stop(struct dsm *d);
+/* Start the service thread, which runs open_fn (PM's context and what
+ * needs it) and returns its result here; then it serves until d->stop,
+ * and runs close_fn before it ends (also when open_fn failed). */
+int dsm_service_start(struct dsm *d, int (*open_fn)(struct dsm *), void (*close_fn)(struct dsm *));
+/* Wait for the service thread's end (after a call that set d->stop). */
+void dsm_service_join(struct dsm *d);
+/* Run fn(d, arg) on the service thread and return its result. */
+int dsm_call(struct dsm *d, int (*fn)(struct dsm *, void *), void *arg);
 
 /* Send a message (header + payload) to peer; progresses while the peer
  * has no room.  Fatal if the peer is gone. */

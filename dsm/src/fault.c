@@ -35,6 +35,12 @@ static bool fault_was_write(const void *uc)
 #endif
 }
 
+static int fetch_call(struct dsm *d, void *page)
+{
+	dsm_fetch(d, *(uint32_t *)page);
+	return 0;
+}
+
 void dsm_fetch(struct dsm *d, uint32_t page)
 {
 	int home = d->home[page];
@@ -117,9 +123,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 		dsm_fatal("access to shared memory at %p, which no allocation holds "
 			  "(freed, or never allocated)", si->si_addr);
 	case PAGE_INVALID:
-		dsm_enter(d);
-		dsm_fetch(d, page);
-		dsm_leave(d);
+		dsm_call(d, fetch_call, &page);
 		d->st->read_faults++;
 		d->state[page] = PAGE_READ;
 		if (dsm_uffd(d)) {

@@ -127,18 +127,69 @@ static bool hellos_in(struct dsm *d, const void *arg)
 	return d->hello_seen == (uint32_t)d->size - 1;
 }
 
-static void destroy(struct dsm *d)
+/* On the service thread: PM's context and what needs it. */
+static int open_pm(struct dsm *d)
+{
+	struct pm_open_attr pa = { .device = d->pm_device };
+	int err = pm_open(&d->pm, &pa);
+
+	if (err) {
+		d->pm = NULL;
+		return err;
+	}
+	d->rank = pm_rank(d->pm);
+	d->size = pm_size(d->pm);
+	publish_stats(d);
+	if (d->size > UINT16_MAX)
+		return -E2BIG;
+	d->max_msg = SIZE_MAX;
+	for (int r = 0; r < d->size; r++) {
+		size_t m = r == d->rank ? SIZE_MAX : pm_max_message(d->pm, r);
+
+		if (m < d->max_msg)
+			d->max_msg = m;
+	}
+	if (d->max_msg < sizeof(struct dsm_hdr) + DIFF_MAX) {
+		dsm_log("PM carries messages of %zu bytes at most; the DSM needs %zu (raise "
+			"PM_SHM_RING_KIB or PM_UDP_RING_KIB)", d->max_msg,
+			sizeof(struct dsm_hdr) + DIFF_MAX);
+		return -EMSGSIZE;
+	}
+	err = pm_mr_register(d->pm, d->alias, d->heap_size, &d->mr);
+	if (err)
+		return err;
+	d->rkeys = calloc((size_t)d->size, sizeof(*d->rkeys));
+	if (!d->rkeys)
+		return -ENOMEM;
+	d->rkeys[d->rank] = pm_mr_key(d->mr);
+	err = dsm_sync_open(d);
+	if (err)
+		return err;
+	/* Every rank's key, for remote reads of the pages it homes. */
+	for (int r = 0; r < d->size; r++)
+		if (r != d->rank)
+			dsm_send(d, r, MSG_HELLO, 0, &d->rkeys[d->rank], sizeof(uint64_t));
+	dsm_wait_until(d, hellos_in, NULL);
+	return 0;
+}
+
+/* On the service thread, last. */
+static void close_pm(struct dsm *d)
 {
 	if (d->mr)
 		pm_mr_deregister(d->pm, d->mr);
 	if (d->pm)
 		pm_close(d->pm);
+	d->mr = NULL;
+	d->pm = NULL;
+}
+
+static void destroy(struct dsm *d)
+{
 	dsm_sync_close(d);
 	dsm_wp_close(d);
 	dsm_heap_close(d);
 	free(d->rkeys);
-	pthread_mutex_destroy(&d->hold);
-	pthread_cond_destroy(&d->handed_back);
 	free(d);
 }
 
@@ -159,40 +210,13 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 
 	if (!d)
 		return -ENOMEM;
+	d->rank = -1;
 	d->memfd = -1;
 	d->uffd = d->pagemap = -1;
+	d->pm_device = device;
 	d->write_detect = wd;
-	pthread_mutex_init(&d->hold, NULL);
-	pthread_cond_init(&d->handed_back, NULL);
+	d->st = &d->own_stats;
 
-	struct pm_open_attr pa = { .device = device };
-
-	err = pm_open(&d->pm, &pa);
-	if (err) {
-		d->pm = NULL;
-		goto fail;
-	}
-	d->rank = pm_rank(d->pm);
-	d->size = pm_size(d->pm);
-	publish_stats(d);
-	if (d->size > UINT16_MAX) {
-		err = -E2BIG;
-		goto fail;
-	}
-	d->max_msg = SIZE_MAX;
-	for (int r = 0; r < d->size; r++) {
-		size_t m = r == d->rank ? SIZE_MAX : pm_max_message(d->pm, r);
-
-		if (m < d->max_msg)
-			d->max_msg = m;
-	}
-	if (d->max_msg < sizeof(struct dsm_hdr) + DIFF_MAX) {
-		dsm_log("PM carries messages of %zu bytes at most; the DSM needs %zu (raise "
-			"PM_SHM_RING_KIB or PM_UDP_RING_KIB)", d->max_msg,
-			sizeof(struct dsm_hdr) + DIFF_MAX);
-		err = -EMSGSIZE;
-		goto fail;
-	}
 	err = dsm_heap_open(d, heap);
 	if (err) {
 		if (err == -EEXIST)
@@ -215,33 +239,15 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 			goto fail;
 		}
 	}
-	err = pm_mr_register(d->pm, d->alias, d->heap_size, &d->mr);
-	if (err)
-		goto fail;
-	d->rkeys = calloc((size_t)d->size, sizeof(*d->rkeys));
-	if (!d->rkeys) {
-		err = -ENOMEM;
-		goto fail;
-	}
-	d->rkeys[d->rank] = pm_mr_key(d->mr);
-	err = dsm_sync_open(d);
-	if (err)
-		goto fail;
 	err = dsm_fault_install(d);
 	if (err)
 		goto fail;
 	dsm_ctx = d;
-	err = dsm_service_start(d);
+	err = dsm_service_start(d, open_pm, close_pm);
 	if (err) {
 		dsm_ctx = NULL;
 		goto fail;
 	}
-	/* Every rank's key, for remote reads of the pages it homes. */
-	for (int r = 0; r < d->size; r++)
-		if (r != d->rank)
-			dsm_send(d, r, MSG_HELLO, 0, &d->rkeys[d->rank], sizeof(uint64_t));
-	dsm_wait_until(d, hellos_in, NULL);
-	dsm_leave(d);
 	return 0;
 
 fail:
@@ -255,13 +261,9 @@ static bool byes_in(struct dsm *d, const void *arg)
 	return d->bye_seen == (uint32_t)d->size - 1;
 }
 
-int pmdsm_finalize(void)
+static int finalize_call(struct dsm *d, void *arg)
 {
-	struct dsm *d = dsm_ctx;
-
-	if (!d)
-		return -ENXIO;
-	dsm_enter(d);
+	(void)arg;
 	dsm_barrier(d);
 	/* Rank 0 ends last: it knows then that every departure arrived; the
 	 * others' BYE is delivered before they close (pm_quiesce). */
@@ -271,7 +273,20 @@ int pmdsm_finalize(void)
 		dsm_send(d, 0, MSG_BYE, 0, NULL, 0);
 		pm_quiesce(d->pm);
 	}
-	dsm_service_stop(d);
+	d->stop = true;
+	return 0;
+}
+
+int pmdsm_finalize(void)
+{
+	struct dsm *d = dsm_ctx;
+
+	if (!d)
+		return -ENXIO;
+	dsm_call(d, finalize_call, NULL);
+	dsm_service_join(d);
+	/* The counters were in PM's page, which pm_close removed. */
+	d->st = &d->own_stats;
 	dsm_ctx = NULL;
 	destroy(d);
 	return 0;
@@ -302,63 +317,59 @@ void *pmdsm_malloc(size_t size)
 	return pmdsm_alloc(size, PMDSM_BLOCK);
 }
 
+static int free_call(struct dsm *d, void *index)
+{
+	/* Nobody uses it any more after the first barrier; nobody's next
+	 * allocation there writes into it before the second. */
+	dsm_barrier(d);
+	dsm_heap_free(d, *(int *)index);
+	dsm_barrier(d);
+	return 0;
+}
+
 int pmdsm_free(void *ptr)
 {
 	struct dsm *d = dsm_ctx;
 
 	if (!d)
 		return -ENXIO;
+
 	int index = dsm_heap_find(d, ptr);
 
 	if (index < 0)
 		return -EINVAL;
-	/* Nobody uses it any more after the first barrier; nobody's next
-	 * allocation there writes into it before the second. */
-	dsm_enter(d);
-	dsm_barrier(d);
-	dsm_heap_free(d, index);
-	dsm_barrier(d);
-	dsm_leave(d);
-	return 0;
+	return dsm_call(d, free_call, &index);
+}
+
+static int barrier_call(struct dsm *d, void *arg)
+{
+	(void)arg;
+	return dsm_barrier(d);
 }
 
 int pmdsm_barrier(void)
 {
-	struct dsm *d = dsm_ctx;
+	return dsm_ctx ? dsm_call(dsm_ctx, barrier_call, NULL) : -ENXIO;
+}
 
-	if (!d)
-		return -ENXIO;
-	dsm_enter(d);
-	int err = dsm_barrier(d);
+static int lock_call(struct dsm *d, void *l)
+{
+	return dsm_lock(d, *(unsigned *)l);
+}
 
-	dsm_leave(d);
-	return err;
+static int unlock_call(struct dsm *d, void *l)
+{
+	return dsm_unlock(d, *(unsigned *)l);
 }
 
 int pmdsm_lock(unsigned l)
 {
-	struct dsm *d = dsm_ctx;
-
-	if (!d)
-		return -ENXIO;
-	dsm_enter(d);
-	int err = dsm_lock(d, l);
-
-	dsm_leave(d);
-	return err;
+	return dsm_ctx ? dsm_call(dsm_ctx, lock_call, &l) : -ENXIO;
 }
 
 int pmdsm_unlock(unsigned l)
 {
-	struct dsm *d = dsm_ctx;
-
-	if (!d)
-		return -ENXIO;
-	dsm_enter(d);
-	int err = dsm_unlock(d, l);
-
-	dsm_leave(d);
-	return err;
+	return dsm_ctx ? dsm_call(dsm_ctx, unlock_call, &l) : -ENXIO;
 }
 
 int pmdsm_stats_get(struct pmdsm_stats *stats)
