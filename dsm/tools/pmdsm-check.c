@@ -15,7 +15,7 @@
  *   every counter must hold the sum of everyone's additions.
  *
  * --heap BYTES fills an allocation of that size from every rank (each its
- * own block) and has rank 0 read all of it back.
+ * own block) and has every rank read back the next rank's block.
  *
  * A mismatch prints the seed, the round and the place, and exits 1.  Rank 0
  * prints one JSON line on success.
@@ -146,12 +146,16 @@ static void heap_check(const struct options *o)
 	for (size_t i = lo; i < hi; i++)
 		h[i] = draw(o->seed, i, 5, 5);
 	call(pmdsm_barrier(), "pmdsm_barrier");
-	if (rank == 0)
-		for (size_t i = 0; i < words; i++)
-			if (h[i] != draw(o->seed, i, 5, 5))
-				fail("seed %" PRIu64 ": word %zu of the %zu-byte heap block is %#" PRIx64
-				     ", expected %#" PRIx64, o->seed, i, o->heap, h[i],
-				     draw(o->seed, i, 5, 5));
+	/* Each rank reads back the next rank's block: every byte is read by a
+	 * rank other than its home (one alone, rank 0, on a job of one). */
+	int next = (rank + 1) % size;
+	size_t from = words * (size_t)next / (size_t)size, to = words * (size_t)(next + 1) / (size_t)size;
+
+	for (size_t i = from; i < to; i++)
+		if (h[i] != draw(o->seed, i, 5, 5))
+			fail("seed %" PRIu64 ": word %zu of the %zu-byte heap block (homed at rank %d) "
+			     "is %#" PRIx64 ", expected %#" PRIx64, o->seed, i, o->heap, next, h[i],
+			     draw(o->seed, i, 5, 5));
 	call(pmdsm_barrier(), "pmdsm_barrier");
 	call(pmdsm_free(h), "pmdsm_free");
 }
@@ -187,7 +191,8 @@ static void usage(FILE *f)
 		"  --bytes SIZE   bytes of the shared array written between barriers (default 64K)\n"
 		"  --counters N   shared counters added to under locks (default: 512)\n"
 		"  --adds N       additions per rank per round (default: 200)\n"
-		"  --heap SIZE    also fill SIZE bytes from every rank and read it back on rank 0\n"
+		"  --heap SIZE    also fill SIZE bytes, each rank its block, and read every block\n"
+		"                 back on the next rank\n"
 		"                 (PMDSM_HEAP_SIZE must be larger)\n"
 		"  --quiet        no JSON line\n");
 }
