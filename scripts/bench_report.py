@@ -802,6 +802,13 @@ def render_dsm(doc, path):
          or "none set (the defaults)"],
         ["machine idle before / after", f"{num(doc.get('idle_before_pct'), 0)} % / "
                                         f"{num(doc.get('idle_after_pct'), 0)} %"],
+        ["CPU taken by other processes", (
+            "per command on this host, median [min–max], % of the machine's CPU time (its "
+            "busy time less this suite's processes'; not measured on the virtual cluster): "
+            + "; ".join(f"{'fault path' if k.startswith('fault') else 'applications'} "
+                        f"{spread_cell(v, 0)}"
+                        for k, v in doc["others_cpu_by_part"].items() if v.get("n")))
+         if doc.get("others_cpu_by_part") else "not measured"],
         ["suite's run time", f"{num(doc.get('seconds'), 0)} s"],
     ]
     if doc.get("binaries"):
@@ -816,12 +823,12 @@ def render_dsm(doc, path):
     out += ["", "### Fault path (`pmdsm-bench`)", ""]
     for where, f in fault.items():
         if not f or f.get("skipped"):
-            out += [f"**{DSM_WHERE[where]}**: not run ({(f or {}).get('skipped', 'no data')}).",
-                    ""]
+            out += [f"**{DSM_WHERE[where][0].upper() + DSM_WHERE[where][1:]}**: not run "
+                    f"({(f or {}).get('skipped', 'no data')}).", ""]
             continue
         n = len(f.get("rounds", []))
         kind = spread_kind(f["us"][methods[0]]["read"])
-        out += [f"**{DSM_WHERE[where]}.** µs per operation, median over {n} round(s) with the "
+        out += [f"**{DSM_WHERE[where][0].upper() + DSM_WHERE[where][1:]}.** µs per operation, median over {n} round(s) with the "
                 f"[{kind}] in brackets; the ratio is taken round by round (both methods of the "
                 f"same round). JSON: `fault.{where}.us`, `.segv_over_uffd`, "
                 f"`.read_over_pm_read`, every run in `.rounds[]`.", ""]
@@ -950,7 +957,12 @@ def render_dsm(doc, path):
                 f"(rule: {rec['rule']}; JSON: `recommendation`).", ""]
         for m in methods:
             items = ", ".join(f"{w['what']} ({num(w['segv_over_uffd'], 2)})" for w in wins[m])
-            out.append(f"- `{m}` cheaper ({len(wins[m])}): {items or 'none'}")
+            out.append(f"- `{m}` cheaper in {len(wins[m])} (segv ÷ uffd-async in brackets): "
+                       f"{items or 'none'}")
+        und = rec.get("undecided") or []
+        items = ", ".join(f"{w['what']} ({num(w['segv_over_uffd'], 2)} [{num(w['lo'], 2)}–"
+                          f"{num(w['hi'], 2)}])" for w in und)
+        out.append(f"- undecided, the spread straddling 1 ({len(und)}): {items or 'none'}")
     if doc.get("errors"):
         out += ["", "Errors (the first line of each; JSON: `errors`):", ""]
         out += [f"- {relative(e.splitlines()[0])}" for e in doc["errors"]]
