@@ -195,9 +195,9 @@ static void futex_wake_private(_Atomic uint32_t *word)
 	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-/* A short spin before sleeping: the answer to a local request often comes
- * within microseconds, and a futex round trip costs several. */
-#define DSM_CALL_SPIN 2000
+/* A short spin before sleeping, short enough not to keep the service
+ * thread off a core the two share. */
+#define DSM_CALL_SPIN 64
 
 static inline void cpu_relax(void)
 {
@@ -223,8 +223,16 @@ int dsm_call(struct dsm *d, int (*fn)(struct dsm *, void *), void *arg)
 		else
 			futex_wait_private(&d->req, REQ_POSTED);
 	}
-	atomic_store_explicit(&d->req, REQ_IDLE, memory_order_relaxed);
-	return d->req_ret;
+	int ret = d->req_ret;
+
+	/* The last call (finalize): the service thread closes the context once
+	 * this thread is out of pm_signal(), which may still be running. */
+	bool last = d->stop;
+
+	atomic_store_explicit(&d->req, REQ_IDLE, memory_order_release);
+	if (last)
+		futex_wake_private(&d->req);
+	return ret;
 }
 
 static void *service(void *arg)
@@ -254,6 +262,10 @@ static void *service(void *arg)
 		if (atomic_load_explicit(&d->req, memory_order_acquire) != REQ_POSTED)
 			dsm_pm_wait(d, -1);
 	}
+	/* The application may still be in pm_signal() of the call that
+	 * stopped us: the context goes when it has taken the answer. */
+	while (atomic_load_explicit(&d->req, memory_order_acquire) != REQ_IDLE)
+		futex_wait_private(&d->req, REQ_DONE);
 	d->close_fn(d);
 	return NULL;
 }

@@ -130,7 +130,12 @@ static bool hellos_in(struct dsm *d, const void *arg)
 /* On the service thread: PM's context and what needs it. */
 static int open_pm(struct dsm *d)
 {
-	struct pm_open_attr pa = { .device = d->pm_device };
+	/* The service thread shares its core with the application: it must
+	 * not busy-poll while the application waits for the core (pm_wait's
+	 * spin, 200 us by default, would be added to every call), so it sleeps
+	 * at once unless the user set PM_SPIN_US. */
+	const char *spin = getenv("PM_SPIN_US");
+	struct pm_open_attr pa = { .device = d->pm_device, .spin_us = spin && *spin ? 0 : 1 };
 	int err = pm_open(&d->pm, &pa);
 
 	if (err) {
