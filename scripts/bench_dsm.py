@@ -35,14 +35,14 @@ least 3 x cheaper than segv's; a read fault at most 1.5 x PM's remote read of
 efficiency of the DSM version at least 0.9 x the MPI version's (the issue's
 shape is 4 nodes x 1 rank; here 2 ranks, said so in the report).
 """
-import hashlib
 import json
 import os
 import re
 import subprocess
 import time
 
-from bench_mpi import BoundedCluster, Failed, idle_probe, package_version, run_cmd
+from bench_mpi import (BoundedCluster, Failed, file_records, idle_probe, package_version,
+                       run_cmd)
 from bench_stats import ratios, spread, verdict
 from bench_udp import VCLUSTER, pin
 
@@ -498,20 +498,8 @@ def binaries(ctx):
     """What was measured: size, modification time and SHA-256 of the DSM,
     PM and the benchmark (the tree is shared: they may be rebuilt while the
     suite runs)."""
-    out = {}
-    for path in (ctx.build / "lib" / "libpmdsm.so", ctx.build / "lib" / "libpm.so",
-                 ctx.bin / "pmdsm-bench", ctx.bin / "jacobi_dsm"):
-        try:
-            real = path.resolve()
-            st = real.stat()
-            digest = hashlib.sha256(real.read_bytes()).hexdigest()
-        except OSError:
-            out[path.name] = None
-            continue
-        out[path.name] = {"path": str(real), "bytes": st.st_size, "sha256": digest,
-                          "mtime": time.strftime("%Y-%m-%dT%H:%M:%S+00:00",
-                                                 time.gmtime(st.st_mtime))}
-    return out
+    return file_records((ctx.build / "lib" / "libpmdsm.so", ctx.build / "lib" / "libpm.so",
+                         ctx.bin / "pmdsm-bench", ctx.bin / "jacobi_dsm"))
 
 
 def run_suite(ctx):

@@ -250,13 +250,12 @@ def idle_probe(seconds=1.0):
     return round(100.0 * (1 - (b1 - b0) / (t1 - t0)), 1) if t1 > t0 else None
 
 
-def binaries(ctx):
-    """What was measured: size, modification time and SHA-256 of the
-    provider, libpm and pmbench (the tree is shared: they may be rebuilt
-    while the suite runs)."""
+def file_records(paths):
+    """Size, modification time and SHA-256 of each file, by its name (None
+    for one that cannot be read); links are followed.  The suites record
+    what they measured with it (bench_mpi, bench_dsm)."""
     out = {}
-    for path in (ctx.build / "lib" / "libfabric" / "libpm-fi.so", ctx.build / "lib" / "libpm.so",
-                 ctx.bin / "pmbench"):
+    for path in paths:
         try:
             real = path.resolve()
             st = real.stat()
@@ -268,6 +267,14 @@ def binaries(ctx):
                           "mtime": time.strftime("%Y-%m-%dT%H:%M:%S+00:00",
                                                  time.gmtime(st.st_mtime))}
     return out
+
+
+def binaries(ctx):
+    """What was measured: size, modification time and SHA-256 of the
+    provider, libpm and pmbench (the tree is shared: they may be rebuilt
+    while the suite runs)."""
+    return file_records((ctx.build / "lib" / "libfabric" / "libpm-fi.so",
+                         ctx.build / "lib" / "libpm.so", ctx.bin / "pmbench"))
 
 
 def package_version(pkg):
