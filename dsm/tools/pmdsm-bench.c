@@ -9,10 +9,10 @@
  * remote read of 4 KiB alone, through the same PM device, page by page as
  * the DSM fetches them.
  *
- * Methodology after pmbench (and Hpcbench): a warm-up, an automatic
- * iteration count per test (doubling until a repetition's timed part lasts
- * a quarter of --min-time, then scaled), --reps timed repetitions reported
- * as median, min and max.  Only the part a test measures is timed; what
+ * Methodology after pmbench (and Hpcbench), shared with it in
+ * pm/tools/bench_method.h: a warm-up, an automatic iteration count per test
+ * (doubling until a repetition's timed part lasts a quarter of --min-time,
+ * then scaled), --reps timed repetitions reported as median, min and max.  Only the part a test measures is timed; what
  * prepares it (fetching the pages again, the home writing them so that
  * they are stale) is not.
  *
@@ -42,9 +42,18 @@
 
 #define PROG "pmdsm-bench"
 
+/* The synopsis; bench_method.h's bad_usage() prints it. */
+static const char short_usage[] =
+	"Usage: " PROG " [--test LIST] [--pages N] [--reps N] [--min-time SEC]\n"
+	"                   [--warmup N] [--iters N] [--device NAME]\n"
+	"                   [--write-detect segv|uffd-async] [--pm-read-baseline]\n"
+	"                   [--json] [--help]\n"
+	"Run it with two processes: mpirun -n 2 " PROG " ...\n";
+
+#include "bench_method.h"
+
 #define PAGE            4096u
 #define MAX_PAGES       65536u
-#define MAX_REPS        1000
 #define MAX_ITERS       1000000ull
 #define DEFAULT_PAGES   256u
 #define DEFAULT_REPS    5
@@ -80,10 +89,7 @@ struct ctl {
 struct options {
 	bool tests[T_COUNT];
 	unsigned pages;
-	int reps;
-	double min_time;
-	uint64_t warmup;
-	uint64_t iters;                 /* 0: automatic */
+	struct bench_method method;     /* --reps, --min-time, --warmup, --iters */
 	const char *device;
 	enum pmdsm_write_detect wd;
 	bool baseline;
@@ -101,7 +107,7 @@ struct result {
 	enum test test;
 	uint64_t iters;                 /* units per repetition */
 	uint64_t ops;                   /* operations per repetition */
-	double v[MAX_REPS];             /* us per operation */
+	double v[BENCH_MAX_REPS];       /* us per operation */
 	double median, min, max;
 	struct tally t;                 /* over all timed repetitions */
 	uint64_t total_ops;
@@ -123,27 +129,9 @@ struct bench {
 	uint64_t peer_key;
 };
 
-static int g_rank = -1;
 static volatile uint64_t g_sink;
 
-/* ---- errors ---- */
-
-__attribute__((noreturn, format(printf, 1, 2)))
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fflush(stdout);
-	if (g_rank >= 0)
-		fprintf(stderr, PROG ": rank %d: ", g_rank);
-	else
-		fprintf(stderr, PROG ": ");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
+/* ---- errors (die(): bench_method.h) ---- */
 
 static void call(int err, const char *what)
 {
@@ -151,15 +139,7 @@ static void call(int err, const char *what)
 		die("%s: %s", what, pmdsm_strerror(err));
 }
 
-/* ---- time ---- */
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+/* ---- time (now_s(): bench_method.h) ---- */
 
 static uint64_t ctxsw(void)
 {
@@ -170,13 +150,6 @@ static uint64_t ctxsw(void)
 }
 
 /* ---- usage ---- */
-
-static const char short_usage[] =
-	"Usage: " PROG " [--test LIST] [--pages N] [--reps N] [--min-time SEC]\n"
-	"                   [--warmup N] [--iters N] [--device NAME]\n"
-	"                   [--write-detect segv|uffd-async] [--pm-read-baseline]\n"
-	"                   [--json] [--help]\n"
-	"Run it with two processes: mpirun -n 2 " PROG " ...\n";
 
 static void usage_full(void)
 {
@@ -277,49 +250,7 @@ static void usage_full(void)
 	       DEFAULT_PAGES, MAX_PAGES, DEFAULT_REPS, DEFAULT_MIN_T, DEFAULT_WARMUP);
 }
 
-/* Before the DSM is open the rank is known only from the launcher's
- * environment; only rank 0 (or a lone process) talks about the command
- * line. */
-static bool launcher_rank0(void)
-{
-	const char *r = getenv("PMIX_RANK");
-
-	if (!r)
-		r = getenv("OMPI_COMM_WORLD_RANK");
-	return !r || strcmp(r, "0") == 0;
-}
-
-__attribute__((noreturn, format(printf, 1, 2)))
-static void bad_usage(const char *fmt, ...)
-{
-	va_list ap;
-
-	if (launcher_rank0()) {
-		fprintf(stderr, PROG ": ");
-		va_start(ap, fmt);
-		vfprintf(stderr, fmt, ap);
-		va_end(ap);
-		fprintf(stderr, "\n%sTry '" PROG " --help' for more.\n", short_usage);
-	}
-	exit(2);
-}
-
 /* ---- command line ---- */
-
-static bool parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-	char *end;
-
-	if (!s || !*s || *s == '-' || *s == '+' || *s == ' ')
-		return false;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-
-	if (errno || *end || v > max)
-		return false;
-	*out = v;
-	return true;
-}
 
 static void parse_tests(struct options *o, const char *arg)
 {
@@ -351,20 +282,15 @@ static void parse_tests(struct options *o, const char *arg)
 
 static void parse_options(int argc, char **argv, struct options *o)
 {
-	enum { O_TEST = 256, O_PAGES, O_REPS, O_MIN_TIME, O_WARMUP, O_ITERS, O_DEVICE,
-	       O_WD, O_BASELINE, O_JSON, O_HELP };
+	enum { O_TEST = 256, O_PAGES, O_DEVICE, O_WD, O_BASELINE, O_JSON };
 	static const struct option longopts[] = {
 		{ "test", required_argument, NULL, O_TEST },
 		{ "pages", required_argument, NULL, O_PAGES },
-		{ "reps", required_argument, NULL, O_REPS },
-		{ "min-time", required_argument, NULL, O_MIN_TIME },
-		{ "warmup", required_argument, NULL, O_WARMUP },
-		{ "iters", required_argument, NULL, O_ITERS },
+		BENCH_LONGOPTS,
 		{ "device", required_argument, NULL, O_DEVICE },
 		{ "write-detect", required_argument, NULL, O_WD },
 		{ "pm-read-baseline", no_argument, NULL, O_BASELINE },
 		{ "json", no_argument, NULL, O_JSON },
-		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
 	bool any_test = false;
@@ -373,11 +299,10 @@ static void parse_options(int argc, char **argv, struct options *o)
 
 	memset(o, 0, sizeof(*o));
 	o->pages = DEFAULT_PAGES;
-	o->reps = DEFAULT_REPS;
-	o->min_time = DEFAULT_MIN_T;
-	o->warmup = DEFAULT_WARMUP;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+	o->method.reps = DEFAULT_REPS;
+	o->method.min_time = DEFAULT_MIN_T;
+	o->method.warmup = DEFAULT_WARMUP;
+	while ((c = bench_getopt(argc, argv, longopts, &o->method, MAX_ITERS)) != -1) {
 		switch (c) {
 		case O_TEST:
 			parse_tests(o, optarg);
@@ -388,33 +313,6 @@ static void parse_options(int argc, char **argv, struct options *o)
 				bad_usage("--pages: '%s' is not a count from 1 to %u", optarg,
 					  MAX_PAGES);
 			o->pages = (unsigned)v;
-			break;
-		case O_REPS:
-			if (!parse_u64(optarg, MAX_REPS, &v) || v == 0)
-				bad_usage("--reps: '%s' is not a count from 1 to %d", optarg,
-					  MAX_REPS);
-			o->reps = (int)v;
-			break;
-		case O_MIN_TIME: {
-			char *end;
-
-			errno = 0;
-			o->min_time = strtod(optarg, &end);
-			if (errno || end == optarg || *end || !(o->min_time > 0) ||
-			    o->min_time > 3600)
-				bad_usage("--min-time: '%s' is not a number of seconds "
-					  "(0 < SEC <= 3600)", optarg);
-			break;
-		}
-		case O_WARMUP:
-			if (!parse_u64(optarg, MAX_ITERS, &o->warmup))
-				bad_usage("--warmup: '%s' is not a count from 0 to %llu", optarg,
-					  MAX_ITERS);
-			break;
-		case O_ITERS:
-			if (!parse_u64(optarg, MAX_ITERS, &o->iters) || o->iters == 0)
-				bad_usage("--iters: '%s' is not a count from 1 to %llu", optarg,
-					  MAX_ITERS);
 			break;
 		case O_DEVICE:
 			if (!*optarg)
@@ -436,18 +334,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case O_JSON:
 			o->json = true;
 			break;
-		case O_HELP:
-			if (launcher_rank0())
-				usage_full();
-			exit(0);
-		case ':':
-			bad_usage("option '%s' needs a value", argv[optind - 1]);
-		default:
-			bad_usage("unknown option '%s'", argv[optind - 1]);
 		}
 	}
-	if (optind < argc)
-		bad_usage("unexpected argument '%s'", argv[optind]);
 	if (o->baseline && (any_test || o->wd))
 		bad_usage("--pm-read-baseline measures PM alone: no --test or --write-detect "
 			  "with it");
@@ -456,25 +344,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 			o->tests[t] = true;
 }
 
-/* ---- statistics ---- */
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static void summarise(struct result *r, int reps)
-{
-	double s[MAX_REPS];
-
-	memcpy(s, r->v, sizeof(double) * (size_t)reps);
-	qsort(s, (size_t)reps, sizeof(double), cmp_double);
-	r->min = s[0];
-	r->max = s[reps - 1];
-	r->median = reps % 2 ? s[reps / 2] : (s[reps / 2 - 1] + s[reps / 2]) / 2;
-}
+/* ---- the DSM's counters ---- */
 
 #define STAT_FIELDS(X) \
 	X(read_faults) X(write_faults) X(pages_fetched) X(fetch_bytes) X(twins) \
@@ -750,45 +620,50 @@ static void run_units(struct bench *b, enum test test, uint64_t units, struct ta
 	}
 }
 
+/* What bench_calibrate() times: the timed parts of units of one test. */
+struct units_arg {
+	struct bench *b;
+	enum test test;
+};
+
+static double timed_units(void *arg, uint64_t iters)
+{
+	struct units_arg *a = arg;
+	struct tally t = { 0 };
+
+	run_units(a->b, a->test, iters, &t);
+	return t.seconds;
+}
+
 static uint64_t calibrate(struct bench *b, enum test test)
 {
-	double target = b->opt.min_time;
-	uint64_t iters = 1;
+	struct units_arg a = { .b = b, .test = test };
 
-	for (;;) {
-		struct tally t = { 0 };
-
-		run_units(b, test, iters, &t);
-		if (t.seconds >= target / 4 || iters >= MAX_ITERS / 2) {
-			/* Rounded up (no libm: ceil()). */
-			double n = (double)iters * target / (t.seconds > 0 ? t.seconds : 1e-9);
-
-			return n < 1 ? 1 : n >= (double)MAX_ITERS ? MAX_ITERS : (uint64_t)n + 1;
-		}
-		iters *= 2;
-	}
+	return bench_calibrate(&b->opt.method, MAX_ITERS, timed_units, &a);
 }
 
 static void measure(struct bench *b, enum test test, struct result *r)
 {
+	const struct bench_method *m = &b->opt.method;
+
 	memset(r, 0, sizeof(*r));
 	r->test = test;
-	if (b->opt.warmup) {
+	if (m->warmup) {
 		struct tally t = { 0 };
 
-		run_units(b, test, b->opt.warmup, &t);
+		run_units(b, test, m->warmup, &t);
 	}
-	r->iters = b->opt.iters ? b->opt.iters : calibrate(b, test);
+	r->iters = m->iters ? m->iters : calibrate(b, test);
 	r->ops = r->iters * ops_per_unit(b, test);
-	for (int i = 0; i < b->opt.reps; i++) {
+	for (int i = 0; i < m->reps; i++) {
 		struct tally t = { 0 };
 
 		run_units(b, test, r->iters, &t);
 		r->v[i] = t.seconds / (double)r->ops * 1e6;
 		tally_add(&r->t, &t);
 	}
-	r->total_ops = r->ops * (uint64_t)b->opt.reps;
-	summarise(r, b->opt.reps);
+	r->total_ops = r->ops * (uint64_t)m->reps;
+	bench_summarise(r->v, m->reps, &r->median, &r->min, &r->max);
 }
 
 /* Did the test do its work?  Checked on the DSM's counters. */
@@ -842,27 +717,6 @@ static const char *probe_write_detect(struct bench *b)
 
 /* ---- output ---- */
 
-static double fin(double v)
-{
-	return isfinite(v) ? v : 0.0;
-}
-
-static void json_string(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch == '"' || ch == '\\')
-			fprintf(f, "\\%c", ch);
-		else if (ch < 0x20)
-			fprintf(f, "\\u%04x", ch);
-		else
-			fputc(ch, f);
-	}
-	fputc('"', f);
-}
-
 static double per(uint64_t x, uint64_t n)
 {
 	return n ? (double)x / (double)n : 0.0;
@@ -871,6 +725,7 @@ static double per(uint64_t x, uint64_t n)
 static void print_json(const struct bench *b, const struct result *r)
 {
 	FILE *f = stdout;
+	const struct bench_method *m = &b->opt.method;
 	const struct pmdsm_stats *s = &r->t.st;
 	uint64_t n = r->total_ops;
 
@@ -893,9 +748,9 @@ static void print_json(const struct bench *b, const struct result *r)
 		fputs("null", f);
 	fprintf(f, ",\"iterations\":%" PRIu64 ",\"ops_per_rep\":%" PRIu64
 		",\"reps\":%d,\"warmup\":%" PRIu64 ",\"min_time_s\":%g,\"us_per_op\":{\"median\":%.4f,"
-		"\"min\":%.4f,\"max\":%.4f,\"samples\":[", r->iters, r->ops, b->opt.reps,
-		b->opt.warmup, b->opt.min_time, fin(r->median), fin(r->min), fin(r->max));
-	for (int i = 0; i < b->opt.reps; i++)
+		"\"min\":%.4f,\"max\":%.4f,\"samples\":[", r->iters, r->ops, m->reps,
+		m->warmup, m->min_time, fin(r->median), fin(r->min), fin(r->max));
+	for (int i = 0; i < m->reps; i++)
 		fprintf(f, "%s%.4f", i ? "," : "", fin(r->v[i]));
 	fprintf(f, "]},\"ctxsw_per_op\":%.4f", per(r->t.csw, n));
 	if (r->test != T_PM_READ) {
@@ -916,17 +771,18 @@ static void print_json(const struct bench *b, const struct result *r)
 
 static void print_header(const struct bench *b)
 {
+	const struct bench_method *m = &b->opt.method;
+
 	if (b->opt.baseline)
 		printf("# %s: PM's remote read of 4 KiB alone (pm_read, pm_test, pm_wait), "
 		       "device %s (rank 0 via %s), %u pages per batch, min-time %g s, %d reps, "
 		       "warm-up %" PRIu64 "\n", PROG, b->device,
 		       pm_peer_device(b->pm, 0) ? pm_peer_device(b->pm, 0) : "?", b->pages,
-		       b->opt.min_time, b->opt.reps, b->opt.warmup);
+		       m->min_time, m->reps, m->warmup);
 	else
 		printf("# %s: libpmdsm %s, write detection %s, device %s, %u pages per batch, "
 		       "min-time %g s, %d reps, warm-up %" PRIu64 "\n", PROG, pmdsm_version(),
-		       b->write_detect, b->device, b->pages, b->opt.min_time, b->opt.reps,
-		       b->opt.warmup);
+		       b->write_detect, b->device, b->pages, m->min_time, m->reps, m->warmup);
 	printf("# microseconds per operation; per op: faults (read+write), twins, diffs, "
 	       "fetches, PAGEMAP_SCANs, context switches\n"
 	       "%-13s %-12s %9s %10s %10s %10s %6s %6s %6s %6s %6s %6s\n",
@@ -986,7 +842,7 @@ static int run_baseline(struct bench *b)
 				b->opt.device ? "'" : "", pm_strerror(err));
 		return 1;
 	}
-	b->rank = g_rank = pm_rank(b->pm);
+	b->rank = bench_rank = pm_rank(b->pm);
 	if (pm_size(b->pm) != 2) {
 		if (b->rank == 0)
 			fprintf(stderr, PROG " needs 2 processes, this job has %d: mpirun -n 2 "
@@ -1088,7 +944,7 @@ static int run_dsm(struct bench *b)
 			fprintf(stderr, PROG ": cannot open the DSM: %s\n", pmdsm_strerror(err));
 		return 1;
 	}
-	b->rank = g_rank = pmdsm_rank();
+	b->rank = bench_rank = pmdsm_rank();
 	if (pmdsm_size() != 2) {
 		if (b->rank == 0)
 			fprintf(stderr, PROG " needs 2 processes, this job has %d: mpirun -n 2 "

@@ -7,7 +7,9 @@
  * automatic iteration count per size (doubling until a batch lasts a quarter
  * of --min-time, then scaling), --reps timed repetitions reported as median,
  * min and max, and system counters from /proc/stat and getrusage() sampled
- * on both ranks around the repetitions of every size.
+ * on both ranks around the repetitions of every size.  pmdsm-bench measures
+ * the same way: the method's options, calibration and summary are in
+ * bench_method.h.
  *
  * Rank 0 measures, decides and prints; rank 1 serves the commands rank 0
  * sends it in PM messages (there is no second channel: control and data
@@ -43,9 +45,17 @@
 
 #define PROG "pmbench"
 
+/* The synopsis; bench_method.h's bad_usage() prints it. */
+static const char short_usage[] =
+	"Usage: " PROG " [--device shm|composite|udp] [--test pingpong|stream|bidir|all]\n"
+	"               [--sizes LIST] [--reps N] [--min-time SEC] [--warmup N]\n"
+	"               [--iters N] [--recv none|read|copy] [--json] [--help]\n"
+	"Run it with two processes: mpirun -n 2 " PROG " ...\n";
+
+#include "bench_method.h"
+
 #define MAX_SIZE        (1ul << 30)     /* largest --sizes value */
 #define MAX_SIZES       256
-#define MAX_REPS        1000
 #define MAX_ITERS       (1ull << 32)
 #define DEFAULT_REPS    5
 #define DEFAULT_MIN_T   0.1
@@ -126,10 +136,7 @@ struct options {
 	bool tests[T_COUNT];
 	size_t sizes[MAX_SIZES];
 	int nsizes;
-	int reps;
-	double min_time;
-	uint64_t warmup;
-	uint64_t iters;                 /* 0: automatic */
+	struct bench_method method;     /* --reps, --min-time, --warmup, --iters */
 	bool json;
 	enum recv_mode recv;
 };
@@ -157,50 +164,14 @@ struct bench {
 	struct sys_sample before;
 };
 
-/* ---- errors ---- */
-
-static int g_rank = -1;
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fflush(stdout);
-	if (g_rank >= 0)
-		fprintf(stderr, PROG ": rank %d: ", g_rank);
-	else
-		fprintf(stderr, PROG ": ");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
+/* ---- errors (die(): bench_method.h) ---- */
 
 static void die_pm(const char *what, int err)
 {
 	die("%s: %s", what, pm_strerror(err));
 }
 
-/* ---- time ---- */
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- usage ---- */
-
-static const char short_usage[] =
-	"Usage: " PROG " [--device shm|composite|udp] [--test pingpong|stream|bidir|all]\n"
-	"               [--sizes LIST] [--reps N] [--min-time SEC] [--warmup N]\n"
-	"               [--iters N] [--recv none|read|copy] [--json] [--help]\n"
-	"Run it with two processes: mpirun -n 2 " PROG " ...\n";
 
 static void usage_full(void)
 {
@@ -302,49 +273,7 @@ static void usage_full(void)
 	       DEFAULT_REPS, DEFAULT_MIN_T, DEFAULT_WARMUP);
 }
 
-/* Before pm_open() the rank is known only from the launcher's environment;
- * only rank 0 (or a lone process) talks about the command line. */
-static bool launcher_rank0(void)
-{
-	const char *r = getenv("PMIX_RANK");
-
-	if (!r)
-		r = getenv("OMPI_COMM_WORLD_RANK");
-	return !r || strcmp(r, "0") == 0;
-}
-
-static void bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-static void bad_usage(const char *fmt, ...)
-{
-	va_list ap;
-
-	if (launcher_rank0()) {
-		fprintf(stderr, PROG ": ");
-		va_start(ap, fmt);
-		vfprintf(stderr, fmt, ap);
-		va_end(ap);
-		fprintf(stderr, "\n%sTry '" PROG " --help' for more.\n", short_usage);
-	}
-	exit(2);
-}
-
 /* ---- command line ---- */
-
-static bool parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-	char *end;
-
-	if (!s || !*s || *s == '-' || *s == '+')
-		return false;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-
-	if (errno || *end || v > max)
-		return false;
-	*out = v;
-	return true;
-}
 
 static bool parse_size(const char *s, size_t *out)
 {
@@ -447,32 +376,25 @@ static void parse_tests(struct options *o, const char *arg)
 
 static void parse_options(int argc, char **argv, struct options *o)
 {
-	enum { O_DEVICE = 256, O_TEST, O_SIZES, O_REPS, O_MIN_TIME, O_WARMUP, O_ITERS,
-	       O_RECV, O_JSON, O_HELP };
+	enum { O_DEVICE = 256, O_TEST, O_SIZES, O_RECV, O_JSON };
 	static const struct option longopts[] = {
 		{ "device", required_argument, NULL, O_DEVICE },
 		{ "test", required_argument, NULL, O_TEST },
 		{ "sizes", required_argument, NULL, O_SIZES },
-		{ "reps", required_argument, NULL, O_REPS },
-		{ "min-time", required_argument, NULL, O_MIN_TIME },
-		{ "warmup", required_argument, NULL, O_WARMUP },
-		{ "iters", required_argument, NULL, O_ITERS },
+		BENCH_LONGOPTS,
 		{ "recv", required_argument, NULL, O_RECV },
 		{ "json", no_argument, NULL, O_JSON },
-		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
 	bool any_test = false;
-	uint64_t v;
 	int c;
 
 	memset(o, 0, sizeof(*o));
-	o->reps = DEFAULT_REPS;
-	o->min_time = DEFAULT_MIN_T;
-	o->warmup = DEFAULT_WARMUP;
+	o->method.reps = DEFAULT_REPS;
+	o->method.min_time = DEFAULT_MIN_T;
+	o->method.warmup = DEFAULT_WARMUP;
 	default_sizes(o);
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+	while ((c = bench_getopt(argc, argv, longopts, &o->method, MAX_ITERS)) != -1) {
 		switch (c) {
 		case O_DEVICE:
 			if (!*optarg)
@@ -485,31 +407,6 @@ static void parse_options(int argc, char **argv, struct options *o)
 			break;
 		case O_SIZES:
 			parse_sizes(o, optarg);
-			break;
-		case O_REPS:
-			if (!parse_u64(optarg, MAX_REPS, &v) || v == 0)
-				bad_usage("--reps: '%s' is not a count from 1 to %d", optarg,
-					  MAX_REPS);
-			o->reps = (int)v;
-			break;
-		case O_MIN_TIME: {
-			char *end;
-
-			errno = 0;
-			o->min_time = strtod(optarg, &end);
-			if (errno || end == optarg || *end || !(o->min_time > 0) ||
-			    o->min_time > 3600)
-				bad_usage("--min-time: '%s' is not a number of seconds "
-					  "(0 < SEC <= 3600)", optarg);
-			break;
-		}
-		case O_WARMUP:
-			if (!parse_u64(optarg, MAX_ITERS, &o->warmup))
-				bad_usage("--warmup: '%s' is not a count", optarg);
-			break;
-		case O_ITERS:
-			if (!parse_u64(optarg, MAX_ITERS, &o->iters) || o->iters == 0)
-				bad_usage("--iters: '%s' is not a count from 1", optarg);
 			break;
 		case O_RECV: {
 			int m;
@@ -524,18 +421,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case O_JSON:
 			o->json = true;
 			break;
-		case O_HELP:
-			if (launcher_rank0())
-				usage_full();
-			exit(0);
-		case ':':
-			bad_usage("option '%s' needs a value", argv[optind - 1]);
-		default:
-			bad_usage("unknown option '%s'", argv[optind - 1]);
 		}
 	}
-	if (optind < argc)
-		bad_usage("unexpected argument '%s'", argv[optind]);
 	if (!any_test)
 		o->tests[T_PINGPONG] = o->tests[T_STREAM] = true;
 }
@@ -1155,28 +1042,26 @@ static double batch(struct bench *b, enum test t, size_t size, uint64_t iters,
 	return t1 - t0;
 }
 
-static uint64_t calibrate(struct bench *b, enum test t, size_t size, unsigned flags)
+/* What bench_calibrate() times: batches of one test and size. */
+struct batch_arg {
+	struct bench *b;
+	enum test t;
+	size_t size;
+	unsigned flags;
+};
+
+static double timed_batch(void *arg, uint64_t iters)
 {
-	double target = b->opt.min_time;
-	uint64_t iters = 1;
+	struct batch_arg *a = arg;
 
-	for (;;) {
-		double el = batch(b, t, size, iters, flags);
-
-		if (el >= target / 4 || iters >= MAX_ITERS / 2) {
-			double n = ceil((double)iters * target / (el > 0 ? el : 1e-9));
-
-			return n < 1 ? 1 : n > (double)MAX_ITERS ? MAX_ITERS : (uint64_t)n;
-		}
-		iters *= 2;
-	}
+	return batch(a->b, a->t, a->size, iters, a->flags);
 }
 
-static int cmp_double(const void *a, const void *b)
+static uint64_t calibrate(struct bench *b, enum test t, size_t size, unsigned flags)
 {
-	double x = *(const double *)a, y = *(const double *)b;
+	struct batch_arg a = { .b = b, .t = t, .size = size, .flags = flags };
 
-	return x < y ? -1 : x > y;
+	return bench_calibrate(&b->opt.method, MAX_ITERS, timed_batch, &a);
 }
 
 struct result {
@@ -1185,21 +1070,10 @@ struct result {
 	enum path path;
 	bool credit;            /* RUN_CREDIT: one credit per rma payload */
 	uint64_t iters;
-	double v[MAX_REPS];     /* per repetition: us or MB/s */
+	double v[BENCH_MAX_REPS];     /* per repetition: us or MB/s */
 	double median, min, max;
 	struct cpu_report cpu[2];
 };
-
-static void summarise(struct result *r, int reps)
-{
-	double s[MAX_REPS];
-
-	memcpy(s, r->v, sizeof(double) * (size_t)reps);
-	qsort(s, (size_t)reps, sizeof(double), cmp_double);
-	r->min = s[0];
-	r->max = s[reps - 1];
-	r->median = reps % 2 ? s[reps / 2] : (s[reps / 2 - 1] + s[reps / 2]) / 2;
-}
 
 static void measure(struct bench *b, enum test t, size_t size, struct result *r)
 {
@@ -1212,7 +1086,8 @@ static void measure(struct bench *b, enum test t, size_t size, struct result *r)
 	 * one credit per payload.  Ping-pong needs none: the answer is one. */
 	if ((flags & RUN_RMA) && b->opt.recv != RECV_NONE && t != T_PINGPONG)
 		flags |= RUN_CREDIT;
-	int reps = b->opt.reps;
+	const struct bench_method *meth = &b->opt.method;
+	int reps = meth->reps;
 
 	memset(r, 0, sizeof(*r));
 	r->test = t;
@@ -1223,11 +1098,10 @@ static void measure(struct bench *b, enum test t, size_t size, struct result *r)
 	set_pattern(b, size);
 
 	/* Warm-up; its first message is the one verified first. */
-	if (b->opt.warmup)
-		batch(b, t, size, b->opt.warmup, flags | RUN_CHECK_FIRST);
-	r->iters = b->opt.iters ? b->opt.iters
-				: calibrate(b, t, size, flags |
-					    (b->opt.warmup ? 0 : RUN_CHECK_FIRST));
+	if (meth->warmup)
+		batch(b, t, size, meth->warmup, flags | RUN_CHECK_FIRST);
+	r->iters = meth->iters ? meth->iters
+			       : calibrate(b, t, size, flags | (meth->warmup ? 0 : RUN_CHECK_FIRST));
 
 	send_ctl(b, OP_SAMPLE, 0, 0, 0, 0, NULL, 0);
 	sample(&b->before);
@@ -1236,7 +1110,7 @@ static void measure(struct bench *b, enum test t, size_t size, struct result *r)
 
 		if (i + 1 == reps)
 			f |= RUN_CHECK_LAST;
-		if (i == 0 && !b->opt.warmup && b->opt.iters)
+		if (i == 0 && !meth->warmup && meth->iters)
 			f |= RUN_CHECK_FIRST;
 
 		double el = batch(b, t, size, r->iters, f);
@@ -1266,32 +1140,10 @@ static void measure(struct bench *b, enum test t, size_t size, struct result *r)
 	release(b, &m);
 	r->cpu[0] = cpu_report(&mine);
 	r->cpu[1] = cpu_report(&theirs);
-	summarise(r, reps);
+	bench_summarise(r->v, reps, &r->median, &r->min, &r->max);
 }
 
 /* ---- output ---- */
-
-static void json_string(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch == '"' || ch == '\\')
-			fprintf(f, "\\%c", ch);
-		else if (ch < 0x20)
-			fprintf(f, "\\u%04x", ch);
-		else
-			fputc(ch, f);
-	}
-	fputc('"', f);
-}
-
-/* Finite numbers only: JSON has no NaN. */
-static double fin(double v)
-{
-	return isfinite(v) ? v : 0.0;
-}
 
 static void json_cpu(FILE *f, const struct cpu_report *c)
 {
@@ -1307,6 +1159,7 @@ static void print_json(const struct bench *b, const char *device, const struct r
 {
 	const char *metric = r->test == T_PINGPONG ? "latency_us" : "bandwidth_MBps";
 	const char *fmt = r->test == T_PINGPONG ? "%.4f" : "%.2f";
+	const struct bench_method *m = &b->opt.method;
 	FILE *f = stdout;
 
 	fprintf(f, "{\"test\":\"%s\",\"device\":", test_names[r->test]);
@@ -1317,14 +1170,14 @@ static void print_json(const struct bench *b, const char *device, const struct r
 		"\"rma_credit\":%s,\"iterations\":%" PRIu64 ",\"reps\":%d,\"warmup\":%" PRIu64
 		",\"min_time_s\":%g,\"%s\":{\"median\":",
 		r->size, path_names[r->path], b->max_msg, recv_names[b->opt.recv],
-		r->credit ? "true" : "false", r->iters, b->opt.reps, b->opt.warmup, b->opt.min_time, metric);
+		r->credit ? "true" : "false", r->iters, m->reps, m->warmup, m->min_time, metric);
 	fprintf(f, fmt, fin(r->median));
 	fputs(",\"min\":", f);
 	fprintf(f, fmt, fin(r->min));
 	fputs(",\"max\":", f);
 	fprintf(f, fmt, fin(r->max));
 	fputs(",\"samples\":[", f);
-	for (int i = 0; i < b->opt.reps; i++) {
+	for (int i = 0; i < m->reps; i++) {
 		if (i)
 			fputc(',', f);
 		fprintf(f, fmt, fin(r->v[i]));
@@ -1342,11 +1195,12 @@ static void print_json(const struct bench *b, const char *device, const struct r
 static void print_header(const struct bench *b, const char *device, enum test t)
 {
 	const char *peer_dev = pm_peer_device(b->ctx, b->peer);
+	const struct bench_method *m = &b->opt.method;
 
 	printf("\n# %s: device %s (rank 1 via %s), max message %zu B, min-time %g s, "
 	       "%d reps, warm-up %" PRIu64 ", receiver: %s\n",
 	       test_names[t], device, peer_dev ? peer_dev : "?", b->max_msg,
-	       b->opt.min_time, b->opt.reps, b->opt.warmup, recv_names[b->opt.recv]);
+	       m->min_time, m->reps, m->warmup, recv_names[b->opt.recv]);
 	if (t == T_PINGPONG)
 		printf("# one-way latency = round-trip time / 2, microseconds\n"
 		       "%10s %4s %10s %10s %10s %10s %11s %13s\n",
@@ -1476,7 +1330,7 @@ int main(int argc, char **argv)
 		}
 		return 1;
 	}
-	b.rank = g_rank = pm_rank(b.ctx);
+	b.rank = bench_rank = pm_rank(b.ctx);
 	if (pm_size(b.ctx) != 2) {
 		if (b.rank == 0)
 			fprintf(stderr, PROG " needs 2 processes, this job has %d: "
