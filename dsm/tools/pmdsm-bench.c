@@ -252,34 +252,6 @@ static void usage_full(void)
 
 /* ---- command line ---- */
 
-static void parse_tests(struct options *o, const char *arg)
-{
-	char *copy = strdup(arg), *save = NULL;
-	bool any = false;
-
-	if (!copy)
-		die("out of memory");
-	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		int t;
-
-		any = true;
-		if (strcmp(tok, "all") == 0) {
-			for (t = 0; t < T_COUNT; t++)
-				o->tests[t] = true;
-			continue;
-		}
-		for (t = 0; t < T_COUNT && strcmp(tok, test_names[t]) != 0; t++)
-			;
-		if (t == T_COUNT)
-			bad_usage("--test: unknown test '%s' (write-remote, write-home, read, "
-				  "lock, lock-local, barrier, all)", tok);
-		o->tests[t] = true;
-	}
-	free(copy);
-	if (!any)
-		bad_usage("--test: an empty list");
-}
-
 static void parse_options(int argc, char **argv, struct options *o)
 {
 	enum { O_TEST = 256, O_PAGES, O_DEVICE, O_WD, O_BASELINE, O_JSON };
@@ -305,7 +277,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 	while ((c = bench_getopt(argc, argv, longopts, &o->method, MAX_ITERS)) != -1) {
 		switch (c) {
 		case O_TEST:
-			parse_tests(o, optarg);
+			if (!bench_parse_tests(optarg, test_names, T_COUNT, o->tests))
+				bad_usage("--test: an empty list");
 			any_test = true;
 			break;
 		case O_PAGES:

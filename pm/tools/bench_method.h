@@ -12,6 +12,7 @@
  *                  repetitions: what it times and how differ.
  *   the plumbing   bench_getopt() (getopt_long() with the method's options,
  *                  --help and the errors of the command line done),
+ *                  bench_parse_tests() (--test LIST),
  *                  die(), bad_usage() (exit status 1 and 2), parse_u64(),
  *                  now_s(), and for the JSON output json_string() and fin().
  *
@@ -173,6 +174,42 @@ static inline void bench_method_option(struct bench_method *m, int c, uint64_t m
 				  max_iters);
 		break;
 	}
+}
+
+/* --test: a comma list of names[0 .. count) and "all", marked in tests[];
+ * false when the list has no name at all (",", ""). */
+static inline bool bench_parse_tests(const char *arg, const char *const *names, int count,
+				     bool *tests)
+{
+	char *copy = strdup(arg), *save = NULL;
+	bool any = false;
+
+	if (!copy)
+		die("out of memory");
+	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		int t;
+
+		any = true;
+		if (strcmp(tok, "all") == 0) {
+			for (t = 0; t < count; t++)
+				tests[t] = true;
+			continue;
+		}
+		for (t = 0; t < count && strcmp(tok, names[t]) != 0; t++)
+			;
+		if (t == count) {
+			char known[512];
+			size_t len = 0;
+
+			for (int i = 0; i < count && len < sizeof(known); i++)
+				len += (size_t)snprintf(known + len, sizeof(known) - len, "%s, ",
+							names[i]);
+			bad_usage("--test: unknown test '%s' (%sall)", tok, known);
+		}
+		tests[t] = true;
+	}
+	free(copy);
+	return any;
 }
 
 /* getopt_long() over longopts (BENCH_LONGOPTS and the tool's own), with

@@ -351,29 +351,6 @@ static void parse_sizes(struct options *o, const char *arg)
 	tidy_sizes(o);
 }
 
-static void parse_tests(struct options *o, const char *arg)
-{
-	char *copy = strdup(arg), *save = NULL;
-
-	if (!copy)
-		die("out of memory");
-	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		int t;
-
-		if (strcmp(tok, "all") == 0) {
-			for (t = 0; t < T_COUNT; t++)
-				o->tests[t] = true;
-			continue;
-		}
-		for (t = 0; t < T_COUNT && strcmp(tok, test_names[t]) != 0; t++)
-			;
-		if (t == T_COUNT)
-			bad_usage("--test: unknown test '%s' (pingpong, stream, bidir, all)", tok);
-		o->tests[t] = true;
-	}
-	free(copy);
-}
-
 static void parse_options(int argc, char **argv, struct options *o)
 {
 	enum { O_DEVICE = 256, O_TEST, O_SIZES, O_RECV, O_JSON };
@@ -402,7 +379,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 			o->device = optarg;
 			break;
 		case O_TEST:
-			parse_tests(o, optarg);
+			bench_parse_tests(optarg, test_names, T_COUNT, o->tests);
 			any_test = true;
 			break;
 		case O_SIZES:
