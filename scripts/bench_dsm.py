@@ -44,7 +44,7 @@ import time
 from bench_mpi import (BoundedCluster, Failed, file_records, idle_probe, package_version,
                        run_cmd)
 from bench_stats import ratios, spread, verdict
-from bench_udp import VCLUSTER, pin
+from bench_udp import VCLUSTER, cell, pin
 
 NAME = "bdsm"                  # no other suite or test uses it
 SUBNET = "10.244.0.0/16"       # outside vcluster's default 10.250-10.255 and the other suites'
@@ -584,14 +584,6 @@ def run(ctx):
 
 
 # ---------------------------------------------------------------- printing
-
-def cell(s, spec=".2f"):
-    if not s or s.get("median") is None:
-        return "-"
-    if s["n"] == 1:
-        return format(s["median"], spec)
-    return f"{format(s['median'], spec)} [{format(s['lo'], spec)}-{format(s['hi'], spec)}]"
-
 
 def print_tables(doc):
     for where, f in doc["fault"].items():

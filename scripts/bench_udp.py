@@ -364,8 +364,9 @@ def run(ctx):
     return doc
 
 
-def cell(s, spec):
-    """A spread as "median [min-max]" ("-" when nothing was measured)."""
+def cell(s, spec=".2f"):
+    """A spread as "median [min-max]" ("-" when nothing was measured); the
+    suites print theirs with it (bench_mpi, bench_dsm)."""
     if not s or s.get("median") is None:
         return "-"
     if s["n"] == 1:
