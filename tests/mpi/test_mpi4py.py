@@ -1,10 +1,9 @@
 """mpi4py's own test suite over pm against libfabric's tcp provider under
-mpirun (mpi4py_suite.py says how they are judged): 4 ranks on one node
-(PM's shm device; every pair of them talks, so 2 ranks would add nothing but
-half a minute of the suite's time budget), and 2 virtual-cluster nodes with
-2 ranks each (PM's udp device over two NICs between the nodes, shm within
-each; every rank has peers of both kinds, so 1 rank per node would add
-nothing but time)."""
+mpirun (mpi4py_suite.py says how they are judged), on 2 virtual-cluster
+nodes with 2 ranks each: every rank has a peer on its node (PM's shm device)
+and peers on the other node (PM's udp device over two NICs), so a run on
+one node alone would add nothing but a minute of the suite's time budget.
+tests/scored/test_mpi_over_pm.py runs the same suite as a scrun job."""
 
 import pytest
 
@@ -16,18 +15,6 @@ from .mpijob import across
 def testdir():
     with suite_dir() as d:
         yield d
-
-
-LOCAL = ["mpirun", "--oversubscribe", "--bind-to", "none"]
-
-
-@pytest.mark.parametrize("nranks", [4])
-def test_mpi4py_on_one_node(testdir, nranks):
-    tcp = run_suite(testdir, [*LOCAL, "-n", nranks, *provider_args("tcp")],
-                    f"tcp, {nranks} ranks on one node", nranks)
-    pm = run_suite(testdir, [*LOCAL, "-n", nranks, *provider_args("pm")],
-                   f"pm, {nranks} ranks on one node", nranks)
-    assert_pm_passes_what_tcp_passes(pm, tcp)
 
 
 @pytest.mark.parametrize("ppn", [2])
