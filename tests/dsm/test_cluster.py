@@ -26,13 +26,12 @@ import signal
 import subprocess
 import time
 import zlib
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 from pm.pmjob import grown, nic_counters
-from scored.score import BUILD_BIN, wait_for
+from scored.score import BUILD_BIN, Watch, wait_for
 
 PMDSM_CHECK = BUILD_BIN / "pmdsm-check"
 PMINFO = BUILD_BIN / "pminfo"
@@ -290,29 +289,6 @@ def test_a_surviving_rank_on_the_same_node_says_which_rank_is_gone(score, reques
 
 # Two jobs of several seconds each alone; a hang fails the test after this.
 GANG_TIMEOUT = 60
-
-
-class Watch:
-    """Polls `scorectl matrix` and `scorectl jobs` while jobs run (as
-    tests/scored/test_gang.py does): the largest matrix, the switches, and
-    whether each running job was seen frozen and not frozen."""
-
-    def __init__(self, score):
-        self.score = score
-        self.first = self.last = score.scorectl_json("matrix")
-        self.max_rows = len(self.first["rows"])
-        self.frozen = defaultdict(set)
-
-    def poll(self):
-        self.last = self.score.scorectl_json("matrix")
-        self.max_rows = max(self.max_rows, len(self.last["rows"]))
-        for j in self.score.jobs():
-            if j["state"] == "running":
-                self.frozen[j["id"]].add(j["frozen"])
-
-    @property
-    def switches(self):
-        return self.last["switches"] - self.first["switches"]
 
 
 def pm_contexts(score, job_ids):

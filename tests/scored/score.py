@@ -26,6 +26,7 @@ import time
 import tomllib
 import urllib.parse
 import urllib.request
+from collections import defaultdict
 from pathlib import Path
 
 from conftest import REPO_ROOT, kill_by_pid
@@ -443,3 +444,54 @@ def start_agent(vc, node):
                         stdout=log, stderr=log)
     finally:
         log.close()
+
+
+class Watch:
+    """Polls `scorectl matrix --json` and `scorectl jobs --json` while jobs
+    run: the largest matrix, the first and last switch statistics, and
+    whether each running job was seen frozen and not frozen (the gang
+    tests of tests/scored and tests/dsm)."""
+
+    def __init__(self, score):
+        self.score = score
+        self.first = self.last = score.scorectl_json("matrix")
+        self.max_rows = len(self.first["rows"])
+        self.frozen = defaultdict(set)
+
+    def poll(self):
+        m = self.score.scorectl_json("matrix")
+        self.last = m
+        self.max_rows = max(self.max_rows, len(m["rows"]))
+        for j in self.score.jobs():
+            if j["state"] == "running":
+                self.frozen[j["id"]].add(j["frozen"])
+        return m
+
+    def until(self, done, timeout, what):
+        deadline = time.monotonic() + timeout
+        while True:
+            self.poll()
+            if done():
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+            # Often enough to catch a job in a frozen quantum (100 ms here).
+            time.sleep(0.05)
+
+    def until_ended(self, runs, timeout):
+        self.until(lambda: all(r.proc.poll() is not None for r in runs), timeout,
+                   "the jobs to end")
+
+    @property
+    def switches(self):
+        return self.last["switches"] - self.first["switches"]
+
+    @property
+    def unanswered(self):
+        return self.last["unanswered"] - self.first["unanswered"]
+
+    @property
+    def silent(self):
+        """Of the unanswered: processes whose PM contexts did not quiesce
+        (the others had no PM context: not PM programs, or not yet)."""
+        return self.last["silent"] - self.first["silent"]

@@ -26,12 +26,11 @@ import subprocess
 import time
 import tomllib
 import urllib.request
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-from .score import (PMCHECK, Score, agent_pid, build_mpi_program, job_metrics, marker,
+from .score import (PMCHECK, Score, Watch, agent_pid, build_mpi_program, job_metrics, marker,
                     metric_values, processes_with, start_agent, wait_for)
 
 MASTER = {"quantum_ms": 100, "quiesce_timeout_ms": 500, "gang_slots": 4,
@@ -225,54 +224,6 @@ class PmJob:
         return {rank: {k: r.get(k) for k in keys} for rank, r in self.results.items()}
 
 
-class Watch:
-    """Polls `scorectl matrix --json` and `scorectl jobs --json` while jobs
-    run: the largest matrix, the first and last switch statistics, and
-    whether each running job was seen frozen and not frozen."""
-
-    def __init__(self, score):
-        self.score = score
-        self.first = self.last = score.scorectl_json("matrix")
-        self.max_rows = len(self.first["rows"])
-        self.frozen = defaultdict(set)
-
-    def poll(self):
-        m = self.score.scorectl_json("matrix")
-        self.last = m
-        self.max_rows = max(self.max_rows, len(m["rows"]))
-        for j in self.score.jobs():
-            if j["state"] == "running":
-                self.frozen[j["id"]].add(j["frozen"])
-        return m
-
-    def until(self, done, timeout, what):
-        deadline = time.monotonic() + timeout
-        while True:
-            self.poll()
-            if done():
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-            # Often enough to catch a job in a frozen quantum (100 ms here).
-            time.sleep(0.05)
-
-    def until_ended(self, runs, timeout=RUN_TIMEOUT):
-        self.until(lambda: all(r.proc.poll() is not None for r in runs), timeout,
-                   "the jobs to end")
-
-    @property
-    def switches(self):
-        return self.last["switches"] - self.first["switches"]
-
-    @property
-    def unanswered(self):
-        return self.last["unanswered"] - self.first["unanswered"]
-
-    @property
-    def silent(self):
-        """Of the unanswered: processes whose PM contexts did not quiesce
-        (the others had no PM context: not PM programs, or not yet)."""
-        return self.last["silent"] - self.first["silent"]
 
 
 class Scenario:
@@ -294,7 +245,7 @@ def run_together(score, specs):
         watch.until(lambda: len(pm_pages(job_pids(score, job.id))) == job.size
                     or job.run.proc.poll() is not None, 60,
                     f"the ranks of job {job.id} to open PM")
-    watch.until_ended([j.run for j in jobs])
+    watch.until_ended([j.run for j in jobs], RUN_TIMEOUT)
     for j in jobs:
         j.check(timeout=10)
     return Scenario(jobs, watch)
@@ -420,7 +371,7 @@ def test_a_job_that_ignores_quiesce_is_still_switched(score):
     watch.until(lambda: len(pm_pages(job_pids(score, deaf.id))) == 4, 60,
                 "the PM_CONTROL=0 job to open PM")
     pm = PmJob(score, "hearing", "pairs", COUNT_PAIRS)
-    watch.until_ended([deaf.run, pm.run])
+    watch.until_ended([deaf.run, pm.run], RUN_TIMEOUT)
     pm.check(timeout=10)
     deaf.check(timeout=10)
     assert watch.switches >= 4, f"only {watch.switches} switches"
@@ -459,7 +410,7 @@ def busy_loop(gang_cluster):
         watch.until(lambda: watch.last["switches"] >= switches + 4
                     or pm.run.proc.poll() is not None, 30, "4 more switches")
         seen.cpu_after = cpu_ticks(job_pids(score, busy_id))
-        watch.until_ended([pm.run])
+        watch.until_ended([pm.run], RUN_TIMEOUT)
         pm.collect()
         seen.busy_alive = busy.proc.poll() is None
         seen.busy_stderr = busy.stderr()
@@ -562,7 +513,7 @@ def test_a_node_lost_while_switching_fails_only_its_jobs(score):
         job = score.job(j.id)
         assert job["state"] == "failed" and job["reason"].startswith("node n2 lost"), job
     # C, on nodes of its own, was never switched and finishes right.
-    watch.until_ended([c.run])
+    watch.until_ended([c.run], RUN_TIMEOUT)
     c.check(timeout=10)
     assert watch.frozen[c.id] == {False}, dict(watch.frozen)
     assert score.nodes()["n2"]["state"] == "down"
@@ -638,7 +589,7 @@ def test_jobs_submitted_together_all_finish(score):
     jobs = [PmJob(score, "together-all", "all", COUNT_ALL // 3),
             PmJob(score, "together-ring", "ring", COUNT_RING // 3)]
     watch = Watch(score)
-    watch.until_ended([j.run for j in jobs])
+    watch.until_ended([j.run for j in jobs], RUN_TIMEOUT)
     for j in jobs:
         j.check(timeout=10)
 
