@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "pm.h"
 #include "pmdsm.h"
@@ -51,7 +52,6 @@ enum page_state {
 struct dsm_extent {
 	uint32_t first, pages;  /* in pages from the heap's start */
 	bool used;
-	uint8_t placement;
 };
 
 /* A lock as its manager sees it. */
@@ -62,7 +62,6 @@ struct dsm_lock_mgr {
 	struct pageset notices; /* pages written before its releases ...   */
 	uint32_t epoch;         /* ... in this barrier epoch (older ones are
 	                           covered by the barrier that ended it)      */
-	bool used;
 };
 
 /* The documented process-wide context (one DSM per process). */
@@ -202,6 +201,17 @@ void dsm_protect(struct dsm *d, uint32_t first, uint32_t n, int prot);
 static inline uint8_t *dsm_page_alias(const struct dsm *d, uint32_t page)
 {
 	return d->alias + ((size_t)page << DSM_PAGE_SHIFT);
+}
+
+static inline uint8_t *dsm_page_twin(const struct dsm *d, uint32_t page)
+{
+	return d->twins + ((size_t)page << DSM_PAGE_SHIFT);
+}
+
+/* The page as it is now becomes the baseline of its next diff. */
+static inline void dsm_make_twin(struct dsm *d, uint32_t page)
+{
+	memcpy(dsm_page_twin(d, page), dsm_page_alias(d, page), DSM_PAGE);
 }
 
 /* ---- fault.c ---- */

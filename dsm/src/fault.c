@@ -6,9 +6,10 @@
  * the handler brings the page up to date or starts its write (a twin
  * unless the page is homed here), then the access is retried.
  *
- * The handler (installed when the library loads) runs on the application thread, synchronously with the
- * faulting access, never inside the library (the library touches shared
- * pages only through the alias), so it may take the context.
+ * The handler (installed when the library loads) runs on the application
+ * thread, synchronously with the faulting access, never inside the library
+ * (the library touches shared pages only through the alias); a fetch is
+ * posted to the service thread, which alone uses PM (comm.c).
  */
 #include "dsm_internal.h"
 
@@ -74,8 +75,7 @@ void dsm_fetch(struct dsm *d, uint32_t page)
 static void start_write(struct dsm *d, uint32_t page)
 {
 	if (d->home[page] != d->rank) {
-		memcpy(d->twins + ((size_t)page << DSM_PAGE_SHIFT), dsm_page_alias(d, page),
-		       DSM_PAGE);
+		dsm_make_twin(d, page);
 		d->st->twins++;
 	}
 	d->state[page] = PAGE_WRITE;
@@ -129,8 +129,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 		if (dsm_uffd(d)) {
 			/* No fault will announce the first write: the twin
 			 * now, and the page open (it is write-protected). */
-			memcpy(d->twins + ((size_t)page << DSM_PAGE_SHIFT),
-			       dsm_page_alias(d, page), DSM_PAGE);
+			dsm_make_twin(d, page);
 			d->st->twins++;
 			dsm_protect(d, page, 1, PROT_READ | PROT_WRITE);
 		} else if (write) {

@@ -161,7 +161,6 @@ void *dsm_heap_alloc(struct dsm *d, size_t size, enum pmdsm_placement placement)
 		e->pages = pages;
 	}
 	e->used = true;
-	e->placement = (uint8_t)placement;
 
 	for (uint32_t k = 0; k < pages; k++) {
 		uint32_t p = e->first + k;

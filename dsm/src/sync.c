@@ -40,7 +40,6 @@ int dsm_sync_open(struct dsm *d)
 	for (unsigned l = (unsigned)d->rank; l < PMDSM_LOCKS; l += (unsigned)d->size) {
 		struct dsm_lock_mgr *L = &d->locks[l];
 
-		L->used = true;
 		L->holder = -1;
 		L->wait = calloc((size_t)d->size, sizeof(*L->wait));
 		if (!L->wait)
@@ -78,8 +77,7 @@ void dsm_sync_close(struct dsm *d)
 
 void dsm_send_diff(struct dsm *d, uint32_t page)
 {
-	size_t n = dsm_diff_make(dsm_page_alias(d, page),
-				 d->twins + ((size_t)page << DSM_PAGE_SHIFT), d->diff_buf);
+	size_t n = dsm_diff_make(dsm_page_alias(d, page), dsm_page_twin(d, page), d->diff_buf);
 
 	if (n == 0)
 		return;         /* written back to what it was */
@@ -99,34 +97,29 @@ void dsm_release(struct dsm *d)
 {
 	uint64_t t0 = dsm_now_ns();
 
-	if (dsm_uffd(d)) {
-		/* The kernel's record, protected again by the same call; the
-		 * pages stay open, their twins become the next baseline. */
+	/* uffd-async: the kernel's record, protected again by the same call;
+	 * the pages stay open and their twins become the next baseline.
+	 * segv: the pages are protected again, a run of them per call. */
+	if (dsm_uffd(d))
 		dsm_wp_collect(d);
-		for (uint32_t p = pageset_next(&d->dirty, 0); p != PAGESET_NONE;
-		     p = pageset_next(&d->dirty, p + 1)) {
-			if (d->home[p] != d->rank) {
-				dsm_send_diff(d, p);
-				memcpy(d->twins + ((size_t)p << DSM_PAGE_SHIFT),
-				       dsm_page_alias(d, p), DSM_PAGE);
-			}
-			pageset_add(&d->epoch_notices, p);
-		}
-	}
-	for (uint32_t p = pageset_next(&d->dirty, 0); p != PAGESET_NONE && !dsm_uffd(d);) {
-		/* Protect runs of written pages with one call each. */
+	for (uint32_t p = pageset_next(&d->dirty, 0); p != PAGESET_NONE;) {
 		uint32_t run = 0;
 
 		while (pageset_has(&d->dirty, p + run)) {
 			uint32_t q = p + run;
 
-			if (d->home[q] != d->rank)
+			if (d->home[q] != d->rank) {
 				dsm_send_diff(d, q);
-			d->state[q] = PAGE_READ;
+				if (dsm_uffd(d))
+					dsm_make_twin(d, q);
+			}
+			if (!dsm_uffd(d))
+				d->state[q] = PAGE_READ;
 			pageset_add(&d->epoch_notices, q);
 			run++;
 		}
-		dsm_protect(d, p, run, PROT_READ);
+		if (!dsm_uffd(d))
+			dsm_protect(d, p, run, PROT_READ);
 		p = pageset_next(&d->dirty, p + run);
 	}
 	pageset_clear(&d->dirty);
