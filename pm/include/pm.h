@@ -10,7 +10,8 @@
  * Conventions: every function returning int returns 0 (or a documented
  * non-negative value) on success and a negative errno on failure.  No
  * function blocks except pm_open(), pm_wait() and pm_quiesce(); none
- * allocates memory except pm_open() and pm_mr_register().
+ * allocates memory except pm_open(), pm_mr_register() and, in a detached
+ * context, pm_peer_insert() of a new peer.
  *
  * Thread safety: a context is used by one thread at a time; pm_signal()
  * alone may be called meanwhile from any thread or a signal handler.
@@ -54,23 +55,43 @@ struct pm_open_attr {
 	                           remote peer (default 512)                   */
 	uint32_t udp_window;    /* udp packets in flight per peer    PM_UDP_WINDOW
 	                           (default 512, a power of two)               */
+	uint32_t flags;         /* PM_OPEN_*                                   */
 };
+
+/*
+ * A detached context: opened without any launcher, even under one, it is a
+ * job of its own whose peers are whatever contexts the program inserts
+ * with pm_peer_insert(), by the addresses they exchanged by any means of
+ * their own (a socket, a file, MPICH's PMI).  udp device only (no device,
+ * PM_DEVICE or "udp"; another device is -ENOTSUP).  pm_rank() is 0 and
+ * pm_size() is 1 + the peers inserted so far: peer 0 is the context itself,
+ * the others are numbered 1, 2, ... in the order of their first insertion.
+ * At most PM_DETACHED_MAX peers, itself included.  Its address carries a
+ * random key that every packet to it must carry: keep it as secret as a
+ * job key.  See docs/pm/guide.md, "Detached contexts".
+ */
+#define PM_OPEN_DETACHED 0x1u
+#define PM_DETACHED_MAX  1024
 
 /*
  * Open this process's context of its job.  Under a PMIx launcher (scrun,
  * srun --mpi=pmix, mpirun) rank and size come from PMIx and endpoint
  * addresses are exchanged with a fence, so pm_open() is collective: every
  * process of the job must call it.  Without a launcher the process is a
- * singleton job of size 1.  attr may be NULL.
+ * singleton job of size 1.  With PM_OPEN_DETACHED in attr->flags it is a
+ * detached context (above), never collective.  attr may be NULL.
  *
  * Errors: -ENODEV unknown device, -ENETUNREACH a peer no device reaches,
- * -EPROTO bootstrap failed, -ENOMEM.
+ * -EPROTO bootstrap failed, -ENOMEM, -EINVAL unknown flags, -ENOTSUP a
+ * detached context on another device than udp.
  */
 int pm_open(pm_context_t **ctx, const struct pm_open_attr *attr);
 
 /* Close a context (not collective).  Messages not yet taken are lost. */
 int pm_close(pm_context_t *ctx);
 
+/* This process's rank and its job's size (a detached context: 0, and 1 +
+ * the peers inserted so far). */
 int pm_rank(const pm_context_t *ctx);
 int pm_size(const pm_context_t *ctx);
 
@@ -87,6 +108,10 @@ size_t pm_max_message(const pm_context_t *ctx, int peer);
  * A context's address is an opaque blob of at most PM_ADDRESS_MAX bytes;
  * pm_peer_insert() turns an address of a context of the same job back into
  * its peer number.  Layout: docs/pm/wire.md, "Addresses".
+ *
+ * A detached context's address carries its key, the secret that lets a
+ * sender in: hand it only to the peers meant to talk to it, and never log
+ * it.
  */
 #define PM_ADDRESS_MAX 48
 
@@ -94,8 +119,18 @@ size_t pm_max_message(const pm_context_t *ctx, int peer);
  * to its size.  Errors: -ENOBUFS buf too small (*len says how much). */
 int pm_address(const pm_context_t *ctx, void *buf, size_t *len);
 
-/* The peer number of the context whose address is addr, in *peer.
- * Errors: -EINVAL malformed, -EADDRNOTAVAIL a context of another job. */
+/*
+ * The peer number of the context whose address is addr, in *peer.  In a
+ * launcher's job: its rank.  In a detached context: the number given at
+ * the address's first insertion (the same number again afterwards; its
+ * own address is 0); a new peer makes pm_size() grow by one and is
+ * reachable once it has inserted this context's address too (until then
+ * its packets are dropped, counted, and resent by the protocol).  Inserting
+ * allocates the peer's queues; nothing else does.
+ * Errors: -EINVAL malformed; -EADDRNOTAVAIL a context of another job (or a
+ * detached one in a job, or the reverse); -ENETUNREACH no network of this
+ * context reaches it; -ENOSPC PM_DETACHED_MAX peers already; -ENOMEM.
+ */
 int pm_peer_insert(pm_context_t *ctx, const void *addr, size_t len, int *peer);
 
 /* ------------------------------------------------------------------------

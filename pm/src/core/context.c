@@ -14,6 +14,7 @@
 #include <string.h>
 
 #define PM_DEFAULT_DEVICE       "composite"  /* a name in the device table */
+#define PM_DETACHED_DEVICE      "udp"        /* the one that serves detached contexts */
 /* Long enough to cover a 1 MiB single-copy transfer by a peer (about
  * 100 us) without sleeping; short enough not to burn a core for nothing. */
 #define PM_DEFAULT_SPIN_US      200
@@ -90,13 +91,27 @@ int pm_open(pm_context_t **out, const struct pm_open_attr *attr)
 	*out = NULL;
 	if (!attr)
 		attr = &none;
+	if (attr->flags & ~PM_OPEN_DETACHED)
+		return -EINVAL;
+	bool detached = attr->flags & PM_OPEN_DETACHED;
+
+	device = attr->device ? attr->device : getenv("PM_DEVICE");
+	if (!device || !*device)
+		device = detached ? PM_DETACHED_DEVICE : PM_DEFAULT_DEVICE;
+	if (detached && strcmp(device, PM_DETACHED_DEVICE) != 0) {
+		/* shm needs the peers' locality, which only a launcher tells,
+		 * and composite is shm beside udp: later, with a host id. */
+		if (!pm_device_find(device))
+			return -ENODEV;
+		pm_log(-1, "device %s: a detached context runs on %s only", device,
+		       PM_DETACHED_DEVICE);
+		return -ENOTSUP;
+	}
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
 		return -ENOMEM;
 	ctx->control_slot = -1;
-	device = attr->device ? attr->device : getenv("PM_DEVICE");
-	if (!device || !*device)
-		device = PM_DEFAULT_DEVICE;
+	ctx->detached = detached;
 	err = knob(attr->spin_us, "PM_SPIN_US", PM_DEFAULT_SPIN_US, &ctx->spin_us);
 	if (!err)
 		err = knob(attr->shm_ring_kib, "PM_SHM_RING_KIB", PM_DEFAULT_RING_KIB,
@@ -112,7 +127,7 @@ int pm_open(pm_context_t **out, const struct pm_open_attr *attr)
 		return err;
 	}
 
-	err = pm_boot_open(&ctx->boot);
+	err = pm_boot_open(&ctx->boot, detached);
 	if (err) {
 		pm_log(-1, "bootstrap failed: %s", strerror(-err));
 		free(ctx);
@@ -198,9 +213,11 @@ size_t pm_max_message(const pm_context_t *ctx, int peer)
  *
  * A context of a launcher's job is {kind, rank, job tag}.  The tag is a
  * hash of the launcher's public job name, not the job key (which is
- * secret): it only tells an address of another job from one of ours.
+ * secret): it only tells an address of another job from one of ours.  A
+ * detached context's address is its device's: the device alone knows how
+ * it is reached (udp/device.c).
  */
-enum { PM_ADDR_JOB = 1 };
+enum { PM_ADDR_JOB = 1, PM_ADDR_DETACHED = 2 /* the udp device's (udp/device.c) */ };
 
 struct pm_job_address {         /* little-endian on the wire, 16 bytes */
 	uint8_t kind;           /* PM_ADDR_JOB */
@@ -231,6 +248,8 @@ int pm_address(const pm_context_t *ctx, void *buf, size_t *len)
 
 	if (!buf || !len)
 		return -EINVAL;
+	if (ctx->detached)
+		return ctx->dev->ops->address(ctx->dev, buf, len);
 	if (*len < sizeof(a)) {
 		*len = sizeof(a);
 		return -ENOBUFS;
@@ -240,11 +259,35 @@ int pm_address(const pm_context_t *ctx, void *buf, size_t *len)
 	return 0;
 }
 
+static inline int detached_insert(pm_context_t *ctx, const void *addr, size_t len, int *peer)
+{
+	int err = ctx->dev->ops->insert(ctx->dev, addr, len, peer);
+
+	if (!err && *peer == ctx->size) {
+		ctx->size++;
+		ctx->page->size = ctx->size;    /* for pminfo */
+	}
+	return err;
+}
+
 int pm_peer_insert(pm_context_t *ctx, const void *addr, size_t len, int *peer)
 {
 	struct pm_job_address a;
 
-	if (!addr || !peer || len < sizeof(a))
+	if (!addr || !peer || len < 1)
+		return -EINVAL;
+	if (ctx->detached) {
+		/* The device makes the peer's queues and paths: a call in
+		 * pm_call_enter()'s sense, as a preemption may come meanwhile. */
+		pm_call_enter(ctx);
+		int ret = detached_insert(ctx, addr, len, peer);
+
+		pm_call_exit(ctx);
+		return ret;
+	}
+	if (((const uint8_t *)addr)[0] == PM_ADDR_DETACHED)
+		return -EADDRNOTAVAIL;  /* a context outside any job */
+	if (len < sizeof(a))
 		return -EINVAL;
 	memcpy(&a, addr, sizeof(a));
 	if (a.kind != PM_ADDR_JOB || a.zero[0] || a.zero[1] || a.zero[2])

@@ -44,8 +44,9 @@ struct pm_boot {
 	void *priv;
 };
 
-/* PMIx when a launcher is present, otherwise a singleton. */
-int pm_boot_open(struct pm_boot *b);
+/* PMIx when a launcher is present, otherwise a singleton; detached: a
+ * singleton whatever the environment (its job is named "detached.*"). */
+int pm_boot_open(struct pm_boot *b, bool detached);
 int pm_boot_open_pmix(struct pm_boot *b);
 int pm_boot_open_singleton(struct pm_boot *b);
 void pm_boot_close(struct pm_boot *b);
@@ -103,6 +104,14 @@ struct pm_device_ops {
 	 * then look at pm_signal_pending() before sleeping. */
 	void (*wake)(struct pm_device *dev);
 	int (*peer_alive)(struct pm_device *dev, int peer);
+
+	/* Detached contexts (NULL ops: the device cannot serve them).
+	 * address: this context's address (docs/pm/wire.md, "Addresses"),
+	 * as pm_address(); insert: the peer number of the context at addr,
+	 * a new one (ctx->size, which the core then counts) when it was not
+	 * inserted before, as pm_peer_insert(). */
+	int (*address)(const struct pm_device *dev, void *buf, size_t *len);
+	int (*insert)(struct pm_device *dev, const void *addr, size_t len, int *peer);
 
 	/* Make [addr, addr+len) reachable by peers under key in window slot
 	 * idx; key 0 hides the slot. */
@@ -170,6 +179,7 @@ struct pm_stats_page;
 
 struct pm_context {
 	int rank, size;
+	bool detached;                  /* PM_OPEN_DETACHED: size grows by insert */
 	struct pm_boot boot;
 	struct pm_device *dev;
 	struct pm_stats_page *page;     /* shared, read by pminfo and scored */

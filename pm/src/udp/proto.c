@@ -25,14 +25,88 @@ int udp_proto_init(struct udp_proto *u, const struct udp_proto_conf *c)
 	u->ring_bytes = c->ring_bytes;
 	u->wnd = c->wnd;
 	u->stats = c->stats;
+	u->cap = c->cap;
 	udp_outq_init(&u->out, c->drain, c->drain_arg);
-	u->peers = calloc(u->size, sizeof(*u->peers));
-	u->served = calloc(u->size, sizeof(*u->served));
+	/* Detached: every slot now, so that inserting never moves a peer
+	 * (queued packets point at their peer's path address, outq.c) and
+	 * nothing is allocated but at insert.  calloc maps the ~1 MiB
+	 * lazily: slots never used are never touched. */
+	uint32_t slots = u->cap ? u->cap : u->size;
+
+	u->peers = calloc(slots, sizeof(*u->peers));
+	u->served = calloc(slots, sizeof(*u->served));
 	return u->peers && u->served ? 0 : -ENOMEM;
+}
+
+/* ---- detached peers, told by their sockets ---- */
+
+static uint32_t source_slot(const struct udp_proto *u, uint32_t addr, uint16_t port, uint32_t id)
+{
+	uint64_t k = ((uint64_t)addr << 32 | (uint64_t)port << 16) ^ (uint64_t)id * 0x9e3779b1u;
+
+	return (uint32_t)((k * 0x9e3779b97f4a7c15ull) >> 32) & (u->sources_cap - 1);
+}
+
+int udp_source_peer(const struct udp_proto *u, uint32_t addr, uint16_t port, uint32_t id)
+{
+	if (!u->sources_cap)
+		return -1;
+	for (uint32_t i = source_slot(u, addr, port, id);; i = (i + 1) & (u->sources_cap - 1)) {
+		const struct udp_source *s = &u->sources[i];
+
+		if (s->port == 0)
+			return -1;
+		if (s->addr == addr && s->port == port && s->id == id)
+			return s->peer;
+	}
+}
+
+static void source_put(struct udp_proto *u, uint32_t addr, uint16_t port, uint32_t id, int peer)
+{
+	uint32_t i = source_slot(u, addr, port, id);
+
+	while (u->sources[i].port != 0 &&
+	       !(u->sources[i].addr == addr && u->sources[i].port == port && u->sources[i].id == id))
+		i = (i + 1) & (u->sources_cap - 1);
+	if (u->sources[i].port == 0)
+		u->nsources++;
+	u->sources[i] = (struct udp_source){ .addr = addr, .port = port, .id = id, .peer = peer };
+}
+
+/* Room for n more sources, the table at most half full (short probes). */
+static int sources_reserve(struct udp_proto *u, uint32_t n)
+{
+	uint32_t cap = u->sources_cap ? u->sources_cap : 64;
+
+	while ((u->nsources + n) * 2 > cap)
+		cap *= 2;
+	if (cap == u->sources_cap)
+		return 0;
+
+	struct udp_source *old = u->sources, *t = calloc(cap, sizeof(*t));
+	uint32_t old_cap = u->sources_cap;
+
+	if (!t)
+		return -ENOMEM;
+	u->sources = t;
+	u->sources_cap = cap;
+	u->nsources = 0;
+	for (uint32_t i = 0; i < old_cap; i++)
+		if (old[i].port)
+			source_put(u, old[i].addr, old[i].port, old[i].id, old[i].peer);
+	free(old);
+	return 0;
 }
 
 int udp_peer_open(struct udp_proto *u, struct udp_peer *p)
 {
+	if (!u->cap) {
+		p->key = u->jobkey;
+		p->id = (uint32_t)p->rank;
+	} else if (sources_reserve(u, (uint32_t)p->npaths)) {
+		return -ENOMEM;
+	}
+
 	int err = udp_tx_init(u, p);
 
 	if (!err)
@@ -42,6 +116,9 @@ int udp_peer_open(struct udp_proto *u, struct udp_peer *p)
 		udp_rx_fini(p);
 		return err;
 	}
+	for (int i = 0; u->cap && i < p->npaths; i++)
+		source_put(u, p->paths[i].to.sin_addr.s_addr, p->paths[i].to.sin_port, p->id,
+			   p->rank);
 	u->served[p->rank] = true;
 	return 0;
 }
@@ -56,8 +133,10 @@ void udp_proto_fini(struct udp_proto *u)
 	}
 	free(u->peers);
 	free(u->served);
+	free(u->sources);
 	u->peers = NULL;
 	u->served = NULL;
+	u->sources = NULL;
 }
 
 struct udp_peer *udp_peer_of(struct udp_proto *u, int rank)
@@ -75,8 +154,8 @@ void udp_send_control_on(struct udp_proto *u, struct udp_peer *p, int path, uint
 {
 	struct wire_hdr h = {
 		.magic = WIRE_MAGIC, .version = WIRE_VERSION, .type = type,
-		.flags = WIRE_F_ACK, .jobkey = u->jobkey, .src = u->me,
-		.dst = (uint32_t)p->rank, .seq = seq, .ack = udp_piggy_ack(p),
+		.flags = WIRE_F_ACK, .jobkey = p->key, .src = u->me,
+		.dst = p->id, .seq = seq, .ack = udp_piggy_ack(p),
 	};
 
 	udp_out_packet(u, p, path, &h, NULL, NULL, 0);
@@ -102,7 +181,7 @@ static void send_probe(struct udp_proto *u, struct udp_peer *p, int path, uint8_
 {
 	struct wire_hdr h = {
 		.magic = WIRE_MAGIC, .version = WIRE_VERSION, .type = type,
-		.jobkey = u->jobkey, .src = u->me, .dst = (uint32_t)p->rank, .seq = id,
+		.jobkey = p->key, .src = u->me, .dst = p->id, .seq = id,
 	};
 
 	udp_out_packet(u, p, path, &h, NULL, NULL, 0);
@@ -245,18 +324,25 @@ void udp_proto_input(struct udp_proto *u, int nic, const uint8_t *buf, size_t n,
 		     const struct sockaddr_in *from)
 {
 	struct wire_hdr h;
-	enum wire_verdict v = wire_decode(buf, n, u->jobkey, u->size, u->me, &h);
+	/* Detached, src is a context id, not a rank: any value decodes, and
+	 * the sender is looked up by its socket and id instead. */
+	enum wire_verdict v = wire_decode(buf, n, u->jobkey, u->cap ? UINT32_MAX : u->size, u->me,
+					  &h);
 
 	if (v != WIRE_OK) {
 		udp_proto_drop(u, v);
 		return;
 	}
 
-	struct udp_peer *p = udp_peer_of(u, (int)h.src);
+	struct udp_peer *p = u->cap ? udp_peer_of(u, udp_source_peer(u, from->sin_addr.s_addr,
+								      from->sin_port, h.src))
+				    : udp_peer_of(u, (int)h.src);
 	int path = p ? path_of_source(p, nic, from) : -1;
 
 	/* A packet must come from the address its claimed sender has on
-	 * this network: anything else is dropped, never believed. */
+	 * this network: anything else is dropped, never believed.  A
+	 * detached context drops so what a peer sends before this context
+	 * inserted it; Go-Back-N brings it again once it has. */
 	if (path < 0) {
 		udp_proto_drop(u, WIRE_UNKNOWN_PEER);
 		return;

@@ -56,7 +56,9 @@ void udp_rx_fini(struct udp_peer *p)
 static void malformed(struct udp_proto *u, struct udp_peer *p, const char *why)
 {
 	u->stats->drops++;
-	pm_log((int)u->me, "udp: malformed message from rank %d (%s); dropped", p->rank, why);
+	/* A detached context's me is its context id: it is rank 0. */
+	pm_log(u->cap ? 0 : (int)u->me, "udp: malformed message from peer %d (%s); dropped",
+	       p->rank, why);
 }
 
 /* A reply the receiver owes (RMA_DONE, READ_RESP): it needs queue room,

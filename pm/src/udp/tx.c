@@ -149,7 +149,7 @@ static void emit(struct udp_proto *u, struct udp_peer *p, uint32_t seq, struct u
 	struct wire_hdr h = {
 		.magic = WIRE_MAGIC, .version = WIRE_VERSION, .type = WIRE_DATA,
 		.flags = (uint16_t)(t->flags | WIRE_F_ACK),
-		.jobkey = u->jobkey, .src = u->me, .dst = (uint32_t)p->rank,
+		.jobkey = p->key, .src = u->me, .dst = p->id,
 		.seq = seq, .ack = udp_piggy_ack(p),
 	};
 	struct wire_msg_hdr mh = {

@@ -95,7 +95,11 @@ struct udp_rxmsg {
 };
 
 struct udp_peer {
-	int rank;
+	int rank;                       /* its number here: index in peers */
+	/* What packets to it carry in jobkey and dst: in a job, the job's
+	 * key and its rank; a detached peer's own key and context id. */
+	uint64_t key;
+	uint32_t id;
 	struct udp_path paths[UDP_MAX_NICS];
 	int npaths;
 	uint32_t rr;                    /* round-robin among equal paths */
@@ -200,8 +204,10 @@ struct udp_outq {
 /* ---- the protocol core ---- */
 
 struct udp_proto_conf {
-	uint64_t jobkey;
-	uint32_t me, size;              /* our rank, the job's size */
+	uint64_t jobkey;                /* detached: this context's own key */
+	uint32_t me, size;              /* our rank, the job's size; detached:
+					   our context id, 1 (ourselves) */
+	uint32_t cap;                   /* detached: peers at most; else 0 */
 	uint32_t ring_bytes;            /* send and receive ring per peer (valid) */
 	uint32_t wnd;                   /* packets in flight per peer (valid) */
 	struct pm_stats *stats;         /* where the counters go */
@@ -209,10 +215,27 @@ struct udp_proto_conf {
 	void *drain_arg;
 };
 
+/* A socket a detached peer sends from, by which its packets are told
+ * (udp_proto_input): port 0 marks a free slot of the table. */
+struct udp_source {
+	uint32_t addr;                  /* network byte order */
+	uint16_t port;                  /* network byte order */
+	uint16_t _pad;
+	uint32_t id;                    /* the peer's context id */
+	int32_t peer;
+};
+
 /* One process's protocol with all its peers. */
 struct udp_proto {
 	uint64_t jobkey;
 	uint32_t me, size;
+	/* Detached (cap > 0): size grows up to cap as peers are inserted; a
+	 * packet's src is the sender's context id, not an index, so the
+	 * sender is found by its socket and id in an open-addressing table
+	 * (power-of-two slots, at most half full, grown at insert). */
+	uint32_t cap;
+	struct udp_source *sources;
+	uint32_t nsources, sources_cap;
 	struct udp_peer *peers;         /* by rank; unused slots for peers not served */
 	bool *served;
 	uint32_t ring_bytes;
@@ -230,9 +253,13 @@ struct udp_proto {
 
 /* proto.c: the driver's side */
 int udp_proto_init(struct udp_proto *u, const struct udp_proto_conf *conf);
-/* p's rank, paths, frag, max_inflight and max_message are set: make its
- * queues and serve it. */
+/* p's rank, paths, frag, max_inflight and max_message are set (and, if
+ * detached, its key and id): make its queues and serve it.  A detached
+ * peer's paths are entered in the sources (-ENOMEM). */
 int udp_peer_open(struct udp_proto *u, struct udp_peer *p);
+/* Detached: the peer that sends from addr:port (network order) with
+ * context id, or -1. */
+int udp_source_peer(const struct udp_proto *u, uint32_t addr, uint16_t port, uint32_t id);
 void udp_proto_fini(struct udp_proto *u);
 struct udp_peer *udp_peer_of(struct udp_proto *u, int rank);
 /* One datagram that came on NIC nic from the address from. */
