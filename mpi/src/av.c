@@ -11,20 +11,39 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The PM peer a name designates, or a negative FI error. */
+bool pmfi_name_valid(const void *name, size_t len)
+{
+	struct pmfi_name n;
+
+	if (!name || len != sizeof(n))
+		return false;
+	memcpy(&n, name, sizeof(n));
+	return le32toh(n.magic) == PMFI_NAME_MAGIC && n.version == PMFI_NAME_VERSION &&
+	       le16toh(n.ep) == 0;
+}
+
+/* The PM peer a name designates, or a negative FI error.  A detached
+ * context's first insertion of a name makes the peer (PM allocates its
+ * queues here, never on the data path). */
 static int name_to_peer(pm_context_t *pm, const void *addr, struct pmfi_av_entry *out)
 {
 	struct pmfi_name n;
 	int peer;
 
-	memcpy(&n, addr, sizeof(n));
-	if (le32toh(n.magic) != PMFI_NAME_MAGIC || n.version != PMFI_NAME_VERSION ||
-	    le16toh(n.ep) != 0)
+	if (!pmfi_name_valid(addr, sizeof(n)))
 		return -FI_EINVAL;
+	memcpy(&n, addr, sizeof(n));
 	int err = pm_peer_insert(pm, n.pm, sizeof(n.pm), &peer);
 
-	if (err)
-		return err == -EADDRNOTAVAIL ? -FI_EADDRNOTAVAIL : -FI_EINVAL;
+	switch (err) {
+	case 0:
+		break;
+	case -EADDRNOTAVAIL: return -FI_EADDRNOTAVAIL;
+	case -ENETUNREACH: return -FI_ENETUNREACH;
+	case -ENOSPC: return -FI_ENOSPC;
+	case -ENOMEM: return -FI_ENOMEM;
+	default: return -FI_EINVAL;
+	}
 	out->peer = peer;
 	out->ep = 0;
 	return 0;
@@ -149,10 +168,14 @@ static int av_lookup(struct fid_av *fid, fi_addr_t fi_addr, void *addr, size_t *
 	return err;
 }
 
+/* pm://rank@tag/ep for a context of a launcher's job; pm://id@a.b.c.d:port/ep
+ * for a detached one (its context id and first NIC: never its key, which
+ * its name carries as a secret). */
 static const char *av_straddr(struct fid_av *fid, const void *addr, char *buf, size_t *len)
 {
 	struct pmfi_name n;
 	char s[64];
+	int w;
 
 	(void)fid;
 	memcpy(&n, addr, sizeof(n));
@@ -161,8 +184,16 @@ static const char *av_straddr(struct fid_av *fid, const void *addr, char *buf, s
 
 	memcpy(&rank, n.pm + 4, sizeof(rank));
 	memcpy(&tag, n.pm + 8, sizeof(tag));
-	int w = snprintf(s, sizeof(s), "pm://%" PRIu32 "@%016" PRIx64 "/%u", le32toh(rank),
-			 le64toh(tag), (unsigned)le16toh(n.ep));
+	if (n.pm[0] == 2) {
+		const uint8_t *ip = n.pm + 24;  /* docs/pm/wire.md, "Addresses" */
+
+		w = snprintf(s, sizeof(s), "pm://%08" PRIx32 "@%u.%u.%u.%u:%u/%u", le32toh(rank),
+			     ip[0], ip[1], ip[2], ip[3], (unsigned)(ip[4] << 8 | ip[5]),
+			     (unsigned)le16toh(n.ep));
+	} else {
+		w = snprintf(s, sizeof(s), "pm://%" PRIu32 "@%016" PRIx64 "/%u", le32toh(rank),
+			     le64toh(tag), (unsigned)le16toh(n.ep));
+	}
 
 	if (buf && *len) {
 		strncpy(buf, s, *len - 1);
@@ -226,7 +257,7 @@ int pmfi_av_open(struct fid_domain *domain, struct fi_av_attr *attr, struct fid_
 		free(av);
 		return err;
 	}
-	av->npeers = pm_size(av->pm);
+	av->npeers = pmfi_proc_max_peers(av->pm);
 	av->by_peer = malloc((size_t)av->npeers * sizeof(*av->by_peer));
 	if (!av->by_peer || grow(av, attr && attr->count ? attr->count : 64)) {
 		free(av->by_peer);

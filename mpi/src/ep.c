@@ -128,7 +128,7 @@ static int ep_enable(struct pmfi_ep *ep)
 		return 0;
 	if (!ep->av || !ep->tx_cq || !ep->rx_cq)
 		return -FI_ENOCQ;
-	ep->npeers = pm_size(ep->pm);
+	ep->npeers = pmfi_proc_max_peers(ep->pm);
 	ep->peers = calloc((size_t)ep->npeers, sizeof(*ep->peers));
 	ep->pool_size = PMFI_TX_SIZE + PMFI_RX_SIZE + PMFI_CTRL_REQS;
 	ep->pool = calloc(ep->pool_size, sizeof(*ep->pool));
@@ -143,18 +143,27 @@ static int ep_enable(struct pmfi_ep *ep)
 		pmfi_list_add_tail(&ep->free_reqs, &ep->pool[i].link);
 	for (int p = 0; p < ep->npeers; p++) {
 		struct pmfi_peer_q *q = &ep->peers[p];
-		size_t room = pm_max_message(ep->pm, p);
 
 		pmfi_list_init(&q->pending);
 		pmfi_list_init(&q->active);
+	}
+	ep->enabled = true;
+	return 0;
+}
+
+size_t pmfi_eager_limit(struct pmfi_ep *ep, int peer)
+{
+	struct pmfi_peer_q *q = &ep->peers[peer];
+
+	if (__builtin_expect(q->eager_limit == 0, 0)) {
+		size_t room = pm_max_message(ep->pm, peer);
 		size_t want = pmfi_params.eager_max ? pmfi_params.eager_max :
-			      pmfi_eager_default(pm_peer_device(ep->pm, p));
+			      pmfi_eager_default(pm_peer_device(ep->pm, peer));
 
 		room = room > sizeof(struct pmfi_hdr) ? room - sizeof(struct pmfi_hdr) : 0;
 		q->eager_limit = want < room ? want : room;
 	}
-	ep->enabled = true;
-	return 0;
+	return q->eager_limit;
 }
 
 static int ep_control(struct fid *fid, int command, void *arg)
@@ -389,6 +398,12 @@ int pmfi_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep 
 	}
 	ep->dom = d;
 	ep->self = pm_rank(ep->pm);
+	/* Without FI_DIRECTED_RECV a receive's src_addr is ignored (the spec;
+	 * fi_pingpong posts its first receive from fi_addr 0 before its AV
+	 * holds anything, and asks no such capability). */
+	ep->directed = (info->caps & FI_DIRECTED_RECV) &&
+		       (!info->rx_attr || !info->rx_attr->caps ||
+			(info->rx_attr->caps & FI_DIRECTED_RECV));
 	ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags & PMFI_TX_OP_FLAGS : 0;
 	ep->rx_op_flags = info->rx_attr ? info->rx_attr->op_flags & PMFI_RX_OP_FLAGS : 0;
 	pmfi_list_init(&ep->active);

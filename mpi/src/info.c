@@ -39,8 +39,11 @@ static int check_hints(const struct fi_info *h)
 		return refuse("capabilities beyond TAGGED|MSG|DIRECTED_RECV|SOURCE");
 	if (h->addr_format != FI_FORMAT_UNSPEC && h->addr_format != PMFI_ADDR_FORMAT)
 		return refuse("foreign address format");
-	if (h->src_addr || h->dest_addr)
-		return refuse("addresses in the hints (not resolvable)");
+	/* An address in the hints is one of our names (fi_pingpong's client
+	 * passes the server's as dest_addr): anything else cannot be ours. */
+	if ((h->src_addr && !pmfi_name_valid(h->src_addr, h->src_addrlen)) ||
+	    (h->dest_addr && !pmfi_name_valid(h->dest_addr, h->dest_addrlen)))
+		return refuse("an address in the hints that is not a name of ours");
 	if (h->fabric_attr) {
 		if (check_name(h->fabric_attr->name, "fabric") ||
 		    check_name(h->fabric_attr->prov_name, "provider"))
@@ -93,6 +96,19 @@ static int check_hints(const struct fi_info *h)
 	return 0;
 }
 
+/* A copy of a name of the hints into the answer (fi_freeinfo frees it). */
+static int copy_addr(void **dst, size_t *dstlen, const void *src, size_t len)
+{
+	if (!src)
+		return 0;
+	*dst = malloc(len);
+	if (!*dst)
+		return -FI_ENOMEM;
+	memcpy(*dst, src, len);
+	*dstlen = len;
+	return 0;
+}
+
 static int set_name(char **dst, const char *name)
 {
 	free(*dst);
@@ -114,6 +130,9 @@ static int fill(struct fi_info *fi, const struct fi_info *h)
 	fi->caps = caps;
 	fi->mode = 0;
 	fi->addr_format = PMFI_ADDR_FORMAT;
+	if (h && (copy_addr(&fi->src_addr, &fi->src_addrlen, h->src_addr, h->src_addrlen) ||
+		  copy_addr(&fi->dest_addr, &fi->dest_addrlen, h->dest_addr, h->dest_addrlen)))
+		return -FI_ENOMEM;
 
 	struct fi_tx_attr *t = fi->tx_attr;
 

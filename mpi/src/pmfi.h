@@ -58,6 +58,8 @@ extern struct fi_provider pmfi_prov;
 /* Tunables (FI_PM_<NAME> in the environment), read once at load. */
 struct pmfi_params {
 	size_t eager_max;       /* largest message sent eagerly; 0: by device */
+	/* FI_PM_ADDRESSING: how the process's PM context is opened. */
+	enum { PMFI_ADDR_AUTO, PMFI_ADDR_JOB, PMFI_ADDR_DETACHED } addressing;
 };
 extern struct pmfi_params pmfi_params;
 /* The eager threshold for peers that a PM device (pm_peer_device()) serves. */
@@ -172,6 +174,9 @@ int pmfi_mr_regv(struct fid *fid, const struct iovec *iov, size_t count,
 int pmfi_mr_regattr(struct fid *fid, const struct fi_mr_attr *attr, uint64_t flags,
 		    struct fid_mr **mr);
 
+/* A 64-byte name as fi_getname gives it (magic, version, endpoint 0). */
+bool pmfi_name_valid(const void *name, size_t len);
+
 /* getinfo (info.c) */
 int pmfi_getinfo(uint32_t version, const char *node, const char *service,
 		 uint64_t flags, const struct fi_info *hints, struct fi_info **info);
@@ -184,6 +189,10 @@ int pmfi_getinfo(uint32_t version, const char *node, const char *service,
  */
 int pmfi_proc_get(pm_context_t **pm);
 void pmfi_proc_put(void);
+/* Peer numbers the context may ever give (its size, or PM_DETACHED_MAX for
+ * a detached context, whose size grows with fi_av_insert). */
+int pmfi_proc_max_peers(pm_context_t *pm);
+bool pmfi_proc_detached(void);
 /* One live endpoint per process until endpoints share the context. */
 int pmfi_proc_ep_claim(void);
 void pmfi_proc_ep_release(void);
@@ -320,7 +329,8 @@ struct pmfi_req *pmfi_match_cancel(struct pmfi_match *m, const void *context);
 struct pmfi_peer_q {
 	struct pmfi_list pending;       /* struct pmfi_req waiting for PM room */
 	struct pmfi_list active;        /* in ep->active while pending is not empty */
-	size_t eager_limit;             /* largest eager payload to this peer */
+	size_t eager_limit;             /* largest eager payload to this peer;
+					   0: not known yet (pmfi_eager_limit) */
 	bool gone;                      /* PM says it exited or died */
 };
 
@@ -334,8 +344,9 @@ struct pmfi_ep {
 	bool enabled;
 	pm_context_t *pm;
 	int self;               /* our PM rank */
-	int npeers;
+	int npeers;             /* slots in peers: pmfi_proc_max_peers() */
 	struct pmfi_peer_q *peers;
+	bool directed;          /* FI_DIRECTED_RECV: receives honour src_addr */
 	struct pmfi_list active; /* peers with pending sends */
 	struct pmfi_list rndv;  /* rendezvous sends waiting for FIN */
 	struct pmfi_list reads; /* receives reading from a sender */
@@ -351,6 +362,9 @@ struct pmfi_ep {
 
 int pmfi_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep **ep,
 		 void *context);
+/* The largest eager payload to peer, learnt from PM on first use (a peer
+ * of a detached context may come after the endpoint). */
+size_t pmfi_eager_limit(struct pmfi_ep *ep, int peer);
 struct pmfi_req *pmfi_req_get(struct pmfi_ep *ep);
 void pmfi_req_put(struct pmfi_ep *ep, struct pmfi_req *r);
 

@@ -10,12 +10,48 @@
  */
 #include "pmfi.h"
 
+#include <stdlib.h>
+
 static struct {
 	pthread_mutex_t lock;
 	pm_context_t *pm;
 	int refs;
 	bool ep_live;           /* one endpoint at a time (design §3) */
+	bool detached;          /* the context is a detached one */
 } proc = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* A PMIx server announces itself to its clients through these (as PM's
+ * own bootstrap looks for them, core/boot.c). */
+static bool pmix_server_present(void)
+{
+	static const char *const vars[] = {
+		"PMIX_NAMESPACE", "PMIX_SERVER_URI41", "PMIX_SERVER_URI4",
+		"PMIX_SERVER_URI3", "PMIX_SERVER_URI21", "PMIX_SERVER_URI2",
+	};
+
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+		if (getenv(vars[i]))
+			return true;
+	return false;
+}
+
+/*
+ * Without a PMIx server there is no job to join: a process started by
+ * hand (fi_pingpong), or by a launcher that speaks only PMI (MPICH's
+ * hydra), opens a detached context, whose peers come from fi_av_insert of
+ * the names the application exchanged itself (design §3, "Addresses").
+ */
+static bool want_detached(void)
+{
+	switch (pmfi_params.addressing) {
+	case PMFI_ADDR_DETACHED:
+		return true;
+	case PMFI_ADDR_JOB:
+		return false;
+	default:
+		return !pmix_server_present();
+	}
+}
 
 int pmfi_proc_get(pm_context_t **pm)
 {
@@ -23,10 +59,19 @@ int pmfi_proc_get(pm_context_t **pm)
 
 	pthread_mutex_lock(&proc.lock);
 	if (!proc.pm) {
-		err = pm_open(&proc.pm, NULL);
+		struct pm_open_attr attr = { 0 };
+
+		proc.detached = want_detached();
+		if (proc.detached)
+			attr.flags = PM_OPEN_DETACHED;
+		err = pm_open(&proc.pm, &attr);
 		if (err) {
-			PMFI_WARN("pm_open: %s", pm_strerror(err));
+			PMFI_WARN("pm_open%s: %s", proc.detached ? " (detached)" : "",
+				  pm_strerror(err));
 			proc.pm = NULL;
+		} else {
+			PMFI_INFO("PM context opened %s", proc.detached ?
+				  "detached (peers by fi_av_insert)" : "in the launcher's job");
 		}
 	}
 	if (!err) {
@@ -64,4 +109,18 @@ void pmfi_proc_ep_release(void)
 	pthread_mutex_lock(&proc.lock);
 	proc.ep_live = false;
 	pthread_mutex_unlock(&proc.lock);
+}
+
+bool pmfi_proc_detached(void)
+{
+	pthread_mutex_lock(&proc.lock);
+	bool d = proc.pm && proc.detached;
+
+	pthread_mutex_unlock(&proc.lock);
+	return d;
+}
+
+int pmfi_proc_max_peers(pm_context_t *pm)
+{
+	return pmfi_proc_detached() ? PM_DETACHED_MAX : pm_size(pm);
 }

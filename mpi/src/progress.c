@@ -461,7 +461,9 @@ static void fail_peer(struct pmfi_ep *ep, int peer)
 
 static void check_peers(struct pmfi_ep *ep)
 {
-	for (int p = 0; p < ep->npeers; p++) {
+	int n = pm_size(ep->pm);       /* a detached context's grows */
+
+	for (int p = 0; p < n && p < ep->npeers; p++) {
 		if (ep->peers[p].gone || p == ep->self || pm_peer_alive(ep->pm, p) != 0)
 			continue;
 		ep->peers[p].gone = true;

@@ -73,6 +73,7 @@ int pmfi_errno(int pm_err)
 	case -EPIPE: return -FI_EIO;
 	case -ENOENT: return -FI_ENOENT;
 	case -ERANGE: return -FI_EINVAL;
+	case -ENOTSUP: return -FI_EOPNOTSUPP;
 	default: return -FI_EIO;
 	}
 }
@@ -96,5 +97,22 @@ FI_EXT_INI
 			"within a node, 65536 over udp)");
 	if (fi_param_get_size_t(&pmfi_prov, "eager_max", &eager) == 0)
 		pmfi_params.eager_max = eager;
+
+	char *addressing = NULL;
+
+	fi_param_define(&pmfi_prov, "addressing", FI_PARAM_STRING,
+			"How the process's PM context finds its peers: 'job' (a PMIx "
+			"launcher's job, ranks by PMIx), 'detached' (no job: peers are the "
+			"names given to fi_av_insert, e.g. fi_pingpong, MPICH under hydra), "
+			"or 'auto' (default: detached when no PMIx server is present)");
+	if (fi_param_get_str(&pmfi_prov, "addressing", &addressing) == 0 && addressing) {
+		if (strcmp(addressing, "detached") == 0)
+			pmfi_params.addressing = PMFI_ADDR_DETACHED;
+		else if (strcmp(addressing, "job") == 0)
+			pmfi_params.addressing = PMFI_ADDR_JOB;
+		else if (strcmp(addressing, "auto") != 0)
+			PMFI_WARN("FI_PM_ADDRESSING=%s: not auto, job or detached; auto",
+				  addressing);
+	}
 	return &pmfi_prov;
 }

@@ -38,7 +38,7 @@ static ssize_t post_send(struct pmfi_ep *ep, const struct send_args *a)
 		return -FI_EMSGSIZE;
 
 	struct pmfi_peer_q *q = &ep->peers[e->peer];
-	bool eager = a->len <= q->eager_limit &&
+	bool eager = a->len <= pmfi_eager_limit(ep, e->peer) &&
 		     !(a->flags & (FI_DELIVERY_COMPLETE | FI_MATCH_COMPLETE));
 	struct pmfi_hdr h = {
 		.op = eager ? PMFI_OP_EAGER : PMFI_OP_RTS,
@@ -157,7 +157,7 @@ static ssize_t post_recv(struct pmfi_ep *ep, const struct recv_args *a)
 
 	int peer = -1;
 
-	if (a->src != FI_ADDR_UNSPEC) {
+	if (a->src != FI_ADDR_UNSPEC && ep->directed) {
 		const struct pmfi_av_entry *e = pmfi_av_lookup(ep->av, a->src);
 
 		if (!e)

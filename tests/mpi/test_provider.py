@@ -7,8 +7,10 @@ the traffic went through PM."""
 
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -181,3 +183,104 @@ def test_hpcc_checks_pass_over_pm_across_nodes(two_nodes):
         assert_hpcc_checks_pass(d, run, 4)
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+# --- libfabric's own tools between two processes started by hand -------------------
+#
+# No launcher: the provider opens a detached PM context (docs/pm/guide.md,
+# "Detached contexts"), fi_pingpong exchanges the endpoints' names over its
+# own TCP socket and inserts them with fi_av_insert.
+
+
+def test_fi_info_offers_untagged_messages():
+    proc = fi_info("-p", "pm", "-c", "FI_MSG", "-v")
+    assert proc.returncode == 0, proc.stderr
+    assert "FI_MSG" in proc.stdout and "type: FI_EP_RDM" in proc.stdout, proc.stdout
+
+
+def by_hand_env(stats_dir):
+    """The environment of a process started by hand: no PMIx server, the
+    provider found by FI_PROVIDER_PATH, PM's udp on loopback."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PMIX_")}
+    env.update(FI_PROVIDER_PATH=str(PROVIDER_DIR), PM_UDP_NICS="127.0.0.1",
+               PM_STATS_DIR=stats_dir, FI_LOG_LEVEL="info")
+    return env
+
+
+def free_tcp_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port):
+    """Whether some socket listens on TCP port (IPv4), from /proc."""
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            local, state = line.split()[1], line.split()[3]
+            if state == "0A" and int(local.split(":")[1], 16) == port:
+                return True
+    return False
+
+
+def run_pingpong(args, stats_dir, limit=90.0):
+    """fi_pingpong's server and client over pm on 127.0.0.1; both must end
+    by themselves within limit seconds.  Returns (server, client) as
+    (returncode, stdout, stderr)."""
+    assert shutil.which("fi_pingpong"), "fi_pingpong is missing (libfabric-bin)"
+    port = free_tcp_port()
+    env = by_hand_env(stats_dir)
+    base = ["fi_pingpong", "-p", "pm", "-e", "rdm", *args]
+    procs = []
+    try:
+        procs.append(subprocess.Popen([*base, "-B", str(port)], env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        deadline = time.monotonic() + 15
+        while not listening(port):
+            assert procs[0].poll() is None, procs[0].communicate()
+            assert time.monotonic() < deadline, "fi_pingpong's server never listened"
+            time.sleep(0.05)
+        procs.append(subprocess.Popen([*base, "-P", str(port), "127.0.0.1"], env=env,
+                                      text=True, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE))
+        deadline = time.monotonic() + limit
+        results = []
+        for p in procs:
+            try:
+                out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+                pytest.fail(f"fi_pingpong (pid {p.pid}) did not end within {limit} s:\n"
+                            f"{out}\n{err[-3000:]}")
+            results.append((p.returncode, out, err))
+        return results
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+@pytest.mark.parametrize("args", [
+    # Every size from 1 byte to 6 MiB, eager and rendezvous, data checked.
+    ["-S", "all", "-I", "5", "-c"],
+    # Many small messages each way, tagged this time (fi_tsend/fi_trecv).
+    ["-m", "tagged", "-S", "1024", "-I", "2000", "-c"],
+], ids=["msg-all-sizes", "tagged-1k"])
+def test_fi_pingpong_between_two_processes_started_by_hand(stats_dir, args):
+    """fi_pingpong -p pm -e rdm completes in both directions: each side
+    sends and receives every iteration, and with -c checks every byte it
+    receives; addresses come from fi_getname/fi_av_insert and there is no
+    PMIx launcher (detached PM contexts)."""
+    server, client = run_pingpong(args, stats_dir)
+    for role, (rc, out, err) in (("server", server), ("client", client)):
+        assert rc == 0, f"{role} failed ({rc}):\n{out}\n{err[-3000:]}"
+        assert "usec/xfer" in out, f"{role} printed no results:\n{out}\n{err[-3000:]}"
+        assert "PM context opened detached" in err, f"{role}:\n{err[-3000:]}"
+    # What the client counted is what the server counted (fi_pingpong
+    # prints "#sent" and "=#ack" when they agree).
+    rows = [l for l in client[1].splitlines() if l[:1].isdigit()]
+    assert rows and all("=" in r for r in rows), client[1]
+

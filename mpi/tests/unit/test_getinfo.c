@@ -170,6 +170,91 @@ static void test_caps_beyond(void)
 	CHECK_REFUSED(FI_VERSION(1, 17), h);
 }
 
+/* FI_MSG (untagged messages) is offered alone and beside FI_TAGGED;
+ * FI_MULTI_RECV is not yet (MPICH's active messages will want it). */
+static void test_msg_caps(void)
+{
+	struct fi_info *h = hints_rdm();
+
+	h->caps = FI_MSG;
+	struct fi_info *info = ANSWERED(FI_VERSION(1, 17), h);
+
+	CHECK(info->caps & FI_MSG);
+	CHECK(info->caps & FI_SEND && info->caps & FI_RECV);
+	CHECK(info->tx_attr->caps & FI_MSG && info->rx_attr->caps & FI_MSG);
+	fi_freeinfo(info);
+	h->caps = FI_MSG | FI_TAGGED | FI_DIRECTED_RECV;
+	info = ANSWERED(FI_VERSION(1, 17), h);
+	CHECK((info->caps & (FI_MSG | FI_TAGGED)) == (FI_MSG | FI_TAGGED));
+	fi_freeinfo(info);
+	fi_freeinfo(h);
+	h = hints_rdm();
+	h->caps = FI_MSG | FI_MULTI_RECV;
+	CHECK_REFUSED(FI_VERSION(1, 17), h);
+}
+
+/* A name as fi_getname gives it: 64 bytes, "PMFI", version 1, endpoint 0,
+ * then PM's address (here a detached context's, kind 2, made up). */
+static void *pm_name(void)
+{
+	unsigned char *n = calloc(1, 64);
+
+	CHECK(n);
+	memcpy(n, "PMFI", 4);
+	n[4] = 1;
+	n[16] = 2;
+	return n;
+}
+
+/* What fi_pingpong -p pm -e rdm asks (libfabric-bin 1.17, util/pingpong.c):
+ * FI_MSG, modes it can serve, FI_MR_LOCAL allowed; its client passes the
+ * server's name, received over its own socket, as dest_addr with the
+ * server's address format. */
+static void test_pingpong_hints(void)
+{
+	struct fi_info *h = hints_rdm();
+
+	h->caps = FI_MSG;
+	h->mode = FI_CONTEXT | FI_CONTEXT2 | FI_MSG_PREFIX;
+	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+				  FI_MR_PROV_KEY;
+	h->fabric_attr->prov_name = strdup("pm");
+
+	struct fi_info *info = ANSWERED(FI_VERSION(1, 17), h);
+	uint32_t format = info->addr_format;
+
+	CHECK_U64(info->mode & ~h->mode, ==, 0);
+	CHECK_EQ(info->domain_attr->mr_mode, 0);
+	CHECK(info->domain_attr->caps & FI_LOCAL_COMM);        /* it inserts its own name */
+	CHECK(!info->dest_addr);
+	fi_freeinfo(info);
+
+	h->addr_format = format;
+	h->dest_addr = pm_name();
+	h->dest_addrlen = 64;
+	info = ANSWERED(FI_VERSION(1, 17), h);
+	CHECK_EQ(info->dest_addrlen, 64);
+	CHECK(info->dest_addr && memcmp(info->dest_addr, h->dest_addr, 64) == 0);
+	CHECK_EQ(info->addr_format, format);
+	fi_freeinfo(info);
+
+	/* Not a name of ours: a sockaddr, a short one, a wrong magic. */
+	struct fi_info *bad = fi_dupinfo(h);
+
+	CHECK(bad);
+	bad->dest_addrlen = 16;
+	CHECK_REFUSED(FI_VERSION(1, 17), bad);
+	bad = fi_dupinfo(h);
+	CHECK(bad);
+	((unsigned char *)bad->dest_addr)[0] = 'X';
+	CHECK_REFUSED(FI_VERSION(1, 17), bad);
+	bad = fi_dupinfo(h);
+	CHECK(bad);
+	bad->addr_format = FI_SOCKADDR_IN;
+	CHECK_REFUSED(FI_VERSION(1, 17), bad);
+	fi_freeinfo(h);
+}
+
 static void test_old_api(void)
 {
 	CHECK_REFUSED(FI_VERSION(1, 4), NULL);
@@ -296,6 +381,8 @@ int main(int argc, char **argv)
 	test_ompi_hints();
 	test_rxm_probes();
 	test_caps_beyond();
+	test_msg_caps();
+	test_pingpong_hints();
 	test_old_api();
 	test_auto_progress();
 	test_msg_order();
