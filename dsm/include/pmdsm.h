@@ -138,6 +138,8 @@ struct pmdsm_stats {
 	uint64_t wp_scans;         /* PAGEMAP_SCAN calls (write detection uffd-async) */
 	uint64_t dropped;          /* messages dropped: malformed, or not for this rank */
 	uint64_t fault_ns, fetch_ns, release_ns, barrier_ns, lock_ns;
+	uint64_t read_ahead_pages; /* of pages_fetched, those fetched beside a
+	                              faulted page (PMDSM_READ_AHEAD)          */
 };
 
 int pmdsm_stats_get(struct pmdsm_stats *stats);

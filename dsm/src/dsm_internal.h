@@ -37,6 +37,14 @@
 #define DSM_HEAP_MAX (1ull << 40)
 #define DSM_MAX_ALLOCS 4096
 
+/* Read-ahead (fault.c): at most this many pages per fetch, the faulted one
+ * included, unless PMDSM_READ_AHEAD says otherwise (0 or 1: none).  PM's
+ * remote read has no size limit of its own below 4 GiB - 1 (the udp
+ * device's READ body, docs/pm/wire.md; shm copies any length); the cap
+ * keeps one fetch, and the home's answer to it, short. */
+#define DSM_READ_AHEAD_DEFAULT 16u
+#define DSM_READ_AHEAD_MAX 256u
+
 /* A page's state in this rank; the application's view is protected to
  * match, so that the first access that needs the protocol faults. */
 enum page_state {
@@ -86,6 +94,11 @@ struct dsm {
 	uint32_t nextents;
 	enum pmdsm_write_detect write_detect;
 	int uffd, pagemap;      /* write detection uffd-async (wp_uffd.c) */
+
+	/* Read-ahead, on the application thread (fault.c): the largest window
+	 * in pages (1: none), the window of the last fetch, and the page after
+	 * it (a fault there is sequential and doubles the window). */
+	uint32_t ra_max, ra_window, ra_next;
 
 	/* Pages written since the last release (their diffs or, homed here,
 	 * their notices are owed), and every page known written this epoch
@@ -218,8 +231,9 @@ static inline void dsm_make_twin(struct dsm *d, uint32_t page)
 
 /* Make sure the SIGSEGV handler is ours (it stays after finalize). */
 int dsm_fault_install(struct dsm *d);
-/* Bring page p up to date from its home (it is not homed here). */
-void dsm_fetch(struct dsm *d, uint32_t page);
+/* Bring pages [first, first+n) up to date from their home, in one remote
+ * read (they are contiguous, homed at one rank, not here). */
+void dsm_fetch(struct dsm *d, uint32_t first, uint32_t n);
 
 /* ---- wp_uffd.c: write detection uffd-async ---- */
 

@@ -9,7 +9,9 @@
  * The handler (installed when the library loads) runs on the application
  * thread, synchronously with the faulting access, never inside the library
  * (the library touches shared pages only through the alias); a fetch is
- * posted to the service thread, which alone uses PM (comm.c).
+ * posted to the service thread, which alone uses PM (comm.c).  A fault
+ * that continues a sequential sweep fetches the pages after it too
+ * (read-ahead, read_ahead() below).
  */
 #include "dsm_internal.h"
 
@@ -36,38 +38,47 @@ static bool fault_was_write(const void *uc)
 #endif
 }
 
-static int fetch_call(struct dsm *d, void *page)
+/* A fetch the application waits for: pages [first, first + n). */
+struct fetch {
+	uint32_t first, n;
+};
+
+static int fetch_call(struct dsm *d, void *arg)
 {
-	dsm_fetch(d, *(uint32_t *)page);
+	const struct fetch *f = arg;
+
+	dsm_fetch(d, f->first, f->n);
 	return 0;
 }
 
-void dsm_fetch(struct dsm *d, uint32_t page)
+void dsm_fetch(struct dsm *d, uint32_t first, uint32_t n)
 {
-	int home = d->home[page];
+	int home = d->home[first];
+	size_t len = (size_t)n << DSM_PAGE_SHIFT;
 	uint64_t t0 = dsm_now_ns();
 	struct pm_op op;
 	int err;
 
-	while ((err = pm_read(d->pm, home, dsm_page_alias(d, page), DSM_PAGE, d->rkeys[home],
-			      (uint64_t)page << DSM_PAGE_SHIFT, &op)) == -EAGAIN) {
+	while ((err = pm_read(d->pm, home, dsm_page_alias(d, first), len, d->rkeys[home],
+			      (uint64_t)first << DSM_PAGE_SHIFT, &op)) == -EAGAIN) {
 		/* Quiesced (gang scheduling) or too many operations: progress. */
 		dsm_progress(d);
 		dsm_pm_wait(d, 10);
 	}
 	if (err)
-		dsm_fatal("fetching page %u from its home, rank %d: %s", page, home,
-			  pm_strerror(err));
+		dsm_fatal("fetching pages %u..%u from their home, rank %d: %s", first,
+			  first + n - 1, home, pm_strerror(err));
 	while (!pm_test(d->pm, &op)) {
 		dsm_progress(d);
 		if (!pm_test(d->pm, &op))
 			dsm_pm_wait(d, 100);
 	}
 	if (op.status)
-		dsm_fatal("fetching page %u from its home, rank %d: %s", page, home,
-			  pm_strerror(op.status));
-	d->st->pages_fetched++;
-	d->st->fetch_bytes += DSM_PAGE;
+		dsm_fatal("fetching pages %u..%u from their home, rank %d: %s", first,
+			  first + n - 1, home, pm_strerror(op.status));
+	d->st->pages_fetched += n;
+	d->st->read_ahead_pages += n - 1;
+	d->st->fetch_bytes += len;
 	d->st->fetch_ns += dsm_now_ns() - t0;
 }
 
@@ -82,6 +93,70 @@ static void start_write(struct dsm *d, uint32_t page)
 	pageset_add(&d->dirty, page);
 	dsm_protect(d, page, 1, PROT_READ | PROT_WRITE);
 	d->st->write_faults++;
+}
+
+/* Pages [first, first + n), just fetched, become valid: READ, readable.
+ * With uffd-async no fault will announce their first write, so each gets
+ * its twin now and is opened read-write (the kernel write-protects it and
+ * records the write).  The faulted page and the pages read ahead beside
+ * it all go through here, so a page read ahead is exactly what it would
+ * have been had it faulted itself. */
+static void pages_valid(struct dsm *d, uint32_t first, uint32_t n)
+{
+	for (uint32_t p = first; p < first + n; p++) {
+		d->state[p] = PAGE_READ;
+		if (dsm_uffd(d)) {
+			dsm_make_twin(d, p);
+			d->st->twins++;
+		}
+	}
+	dsm_protect(d, first, n, dsm_uffd(d) ? PROT_READ | PROT_WRITE : PROT_READ);
+}
+
+/*
+ * Read-ahead: how many pages to fetch for a fault on page, from page on.
+ *
+ * The window adapts as Linux's readahead does: a fault on the page right
+ * after the previous fetch (a sequential sweep) doubles it, up to ra_max
+ * pages; any other fault starts again at 1, so that random access costs
+ * one page per fault as without read-ahead.  The pages fetched beside the
+ * faulted one are the next ones that are INVALID (so not UNUSED: inside
+ * allocations, where the alias may keep a diff for a page this rank has
+ * not allocated yet; not valid already, so nothing cached or written here
+ * is overwritten) and homed where page is (one remote read): the run stops
+ * at the first page that is not.
+ *
+ * Why it is coherent (HLRC, docs/dsm/design.md "Read-ahead"): a page that
+ * is INVALID here and fetched early gets the home's copy as it is at the
+ * fetch.  That copy holds every diff released before this rank's last
+ * acquire (a release completes only when its homes have acknowledged its
+ * diffs, before the acquire that follows it can), which is all the model
+ * requires of a page read after that acquire; it may hold later writes
+ * too, as a page faulted in at that moment would.  From then on the page
+ * is an ordinary valid page: the write notices of the next acquire that
+ * names it invalidate it, and a write to it makes its twin from the
+ * fetched copy (at the fetch with uffd-async, at the write fault with
+ * segv), so its diff carries this rank's bytes only.
+ */
+static uint32_t read_ahead(struct dsm *d, uint32_t page)
+{
+	uint32_t want = 1;
+
+	if (d->ra_max > 1 && page == d->ra_next && d->ra_window) {
+		want = d->ra_window * 2;
+		if (want > d->ra_max)
+			want = d->ra_max;
+	}
+
+	uint32_t n = 1;
+	uint16_t home = d->home[page];
+
+	while (n < want && page + n < d->npages && d->state[page + n] == PAGE_INVALID &&
+	       d->home[page + n] == home)
+		n++;
+	d->ra_window = want;
+	d->ra_next = page + n;
+	return n;
 }
 
 /* Not ours: what would have happened without the DSM. */
@@ -122,22 +197,21 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 	case PAGE_UNUSED:
 		dsm_fatal("access to shared memory at %p, which no allocation holds "
 			  "(freed, or never allocated)", si->si_addr);
-	case PAGE_INVALID:
-		dsm_call(d, fetch_call, &page);
+	case PAGE_INVALID: {
+		struct fetch f = { .first = page, .n = read_ahead(d, page) };
+
+		dsm_call(d, fetch_call, &f);
 		d->st->read_faults++;
-		d->state[page] = PAGE_READ;
-		if (dsm_uffd(d)) {
-			/* No fault will announce the first write: the twin
-			 * now, and the page open (it is write-protected). */
-			dsm_make_twin(d, page);
-			d->st->twins++;
-			dsm_protect(d, page, 1, PROT_READ | PROT_WRITE);
-		} else if (write) {
+		if (write && !dsm_uffd(d)) {
+			/* Opened for the write at once (one fault, not two). */
 			start_write(d, page);
+			if (f.n > 1)
+				pages_valid(d, page + 1, f.n - 1);
 		} else {
-			dsm_protect(d, page, 1, PROT_READ);
+			pages_valid(d, page, f.n);
 		}
 		break;
+	}
 	case PAGE_READ:
 		start_write(d, page);
 		break;

@@ -93,6 +93,29 @@ static int read_attr(const struct pmdsm_attr *attr, size_t *heap,
 	return 0;
 }
 
+/* PMDSM_READ_AHEAD: the largest read-ahead window in pages (0 or 1: none),
+ * in *pages; -EINVAL when malformed or above DSM_READ_AHEAD_MAX. */
+static int read_ahead_env(uint32_t *pages)
+{
+	const char *env = getenv("PMDSM_READ_AHEAD");
+	char *end;
+	unsigned long v;
+
+	*pages = DSM_READ_AHEAD_DEFAULT;
+	if (!env || !*env)
+		return 0;
+	errno = 0;
+	v = strtoul(env, &end, 10);
+	if (errno || end == env || *end || !isdigit((unsigned char)*env) ||
+	    v > DSM_READ_AHEAD_MAX) {
+		dsm_log("PMDSM_READ_AHEAD=%s: not a number of pages from 0 to %u (0 or 1: no "
+			"read-ahead)", env, DSM_READ_AHEAD_MAX);
+		return -EINVAL;
+	}
+	*pages = v ? (uint32_t)v : 1;
+	return 0;
+}
+
 /* The counters' names in PM's statistics page, in the order of struct
  * pmdsm_stats (checked at build time: the page is read by name). */
 #define STAT(f) [offsetof(struct pmdsm_stats, f) / sizeof(uint64_t)] = #f
@@ -101,7 +124,7 @@ static const char *const stat_names[] = {
 	STAT(twins), STAT(diffs_sent), STAT(diff_bytes), STAT(diffs_applied),
 	STAT(invalidations), STAT(barriers), STAT(locks), STAT(lock_remote), STAT(wp_scans),
 	STAT(dropped), STAT(fault_ns), STAT(fetch_ns), STAT(release_ns), STAT(barrier_ns),
-	STAT(lock_ns),
+	STAT(lock_ns), STAT(read_ahead_pages),
 };
 #undef STAT
 #define NSTATS (sizeof(struct pmdsm_stats) / sizeof(uint64_t))
@@ -206,8 +229,10 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 	size_t heap;
 	enum pmdsm_write_detect wd;
 	const char *device;
+	uint32_t read_ahead;
 	int err = read_attr(attr, &heap, &wd, &device);
 
+	err = err ?: read_ahead_env(&read_ahead);
 	if (err)
 		return err;
 
@@ -220,6 +245,7 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 	d->uffd = d->pagemap = -1;
 	d->pm_device = device;
 	d->write_detect = wd;
+	d->ra_max = read_ahead;
 	d->st = &d->own_stats;
 
 	err = dsm_heap_open(d, heap);

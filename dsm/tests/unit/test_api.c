@@ -69,6 +69,13 @@ int main(int argc, char **argv)
 	setenv("PMDSM_WRITE_DETECT", "psychic", 1);
 	CHECK_ERR(pmdsm_init(NULL), -EINVAL);
 	setenv("PMDSM_WRITE_DETECT", method, 1);
+	setenv("PMDSM_READ_AHEAD", "some", 1);
+	CHECK_ERR(pmdsm_init(NULL), -EINVAL);
+	setenv("PMDSM_READ_AHEAD", "100000", 1);   /* beyond the largest window */
+	CHECK_ERR(pmdsm_init(NULL), -EINVAL);
+	setenv("PMDSM_READ_AHEAD", "-1", 1);
+	CHECK_ERR(pmdsm_init(NULL), -EINVAL);
+	unsetenv("PMDSM_READ_AHEAD");
 
 	CHECK_OK(pmdsm_init(NULL));
 	CHECK_ERR(pmdsm_init(NULL), -EALREADY);
