@@ -14,6 +14,12 @@
  *   its lock, reading the value the previous holder wrote; after a barrier
  *   every counter must hold the sum of everyone's additions.
  *
+ * and, with 2 ranks or more, read-ahead phases (read_ahead_check): pages
+ * fetched beside a faulted one hold the home's values, are invalidated by
+ * the next barrier's write notices like any other, have the twin that
+ * keeps another rank's write to the same page, and read-ahead stops at a
+ * page of another home and at the end of an allocation.
+ *
  * --heap BYTES fills an allocation of that size from every rank (each its
  * own block) and has every rank read back the next rank's block.
  *
@@ -160,6 +166,168 @@ static void heap_check(const struct options *o)
 	call(pmdsm_free(h), "pmdsm_free");
 }
 
+/* ---- read-ahead ---- */
+
+/* Pages per rank of the read-ahead allocation: a sequential sweep over one
+ * block grows the DSM's window to its default largest (16 pages) and ends
+ * with a fault whose window runs past the block. */
+#define RA_PAGES 32u
+#define RA_PAGE 4096u
+#define RA_WORDS (RA_PAGE / sizeof(uint64_t))
+
+static uint64_t ra_value(const struct options *o, unsigned phase, size_t page, size_t word)
+{
+	return draw(o->seed, phase, page, word) | 1;  /* never 0, what is never fetched */
+}
+
+/* Rank r writes phase's values into every word of its own block. */
+static void ra_write_block(const struct options *o, uint64_t *ra, unsigned phase)
+{
+	for (size_t p = (size_t)rank * RA_PAGES; p < (size_t)(rank + 1) * RA_PAGES; p++)
+		for (size_t w = 0; w < RA_WORDS; w++)
+			ra[p * RA_WORDS + w] = ra_value(o, phase, p, w);
+}
+
+/* Read pages [from, to) in order, every word, against phase's values. */
+static void ra_read(const struct options *o, const uint64_t *ra, size_t from, size_t to,
+		    unsigned phase, const char *what)
+{
+	for (size_t p = from; p < to; p++)
+		for (size_t w = 0; w < RA_WORDS; w++)
+			if (ra[p * RA_WORDS + w] != ra_value(o, phase, p, w))
+				fail("seed %" PRIu64 " read-ahead, %s: word %zu of page %zu (homed at "
+				     "rank %zu) is %#" PRIx64 ", expected %#" PRIx64 " of phase %u",
+				     o->seed, what, w, p, p / RA_PAGES, ra[p * RA_WORDS + w],
+				     ra_value(o, phase, p, w), phase);
+}
+
+static bool read_ahead_on(void)
+{
+	const char *env = getenv("PMDSM_READ_AHEAD");
+
+	return !env || !*env || strtoul(env, NULL, 10) > 1;
+}
+
+static struct pmdsm_stats stats_now(void)
+{
+	struct pmdsm_stats st;
+
+	call(pmdsm_stats_get(&st), "pmdsm_stats_get");
+	return st;
+}
+
+/*
+ * An allocation of RA_PAGES pages per rank, block placement (rank r homes
+ * block r), the last of the heap.  B (rank 2, or rank 1 with 2 ranks)
+ * reads the block of A (rank 0); C (rank 1: B itself with 2 ranks) homes
+ * the block after it.
+ *
+ *   1. Every rank writes its block; barrier.  B reads the first half of
+ *      A's block in order: the DSM reads ahead into the second half.
+ *   2. Every rank writes its block again; barrier: its write notices must
+ *      invalidate the pages read ahead too.  B reads A's block and the
+ *      first page of C's in order, and must see phase 2's values: its last
+ *      fault in A's block reads ahead up to A's last page and not into C's
+ *      (fetched from A, that page would be A's copy, zeros: A never had it).
+ *   3. B's pages of A's block are valid, some read ahead; an empty barrier
+ *      leaves them so.  A, holding a lock from before that barrier, writes
+ *      word 0 of each page of its block and releases; B writes word 1 of
+ *      each, then acquires the lock, whose notices make B send its diffs
+ *      home after A's writes: a diff against a wrong twin would carry word
+ *      0 back and undo A's.  Barrier; A's block must hold both writes.
+ *   4. Rank 0 reads the last block, the allocation's end, in order: exactly
+ *      RA_PAGES pages fetched (read-ahead stops at the unallocated page).
+ */
+static void read_ahead_check(const struct options *o)
+{
+	if (size < 2)
+		return;
+
+	const unsigned A = 0, C = 1, B = size > 2 ? 2 : 1, Z = (unsigned)size - 1;
+	const unsigned L = 3;   /* a lock */
+	size_t pages = (size_t)size * RA_PAGES;
+	struct pmdsm_stats st0, st1;
+
+	/* The page after the allocation is unallocated; an allocation there
+	 * before, one page per rank larger, left it homed at Z (with up to 33
+	 * ranks), so that only its being unallocated stops read-ahead. */
+	uint64_t *ra = pmdsm_alloc((pages + (size_t)size) * RA_PAGE, PMDSM_BLOCK);
+
+	if (!ra)
+		fail("pmdsm_alloc: %s", strerror(errno));
+	call(pmdsm_free(ra), "pmdsm_free");
+	if (pmdsm_alloc(pages * RA_PAGE, PMDSM_BLOCK) != ra)
+		fail("pmdsm_alloc: not at the place of the allocation just freed");
+
+	/* 1 */
+	ra_write_block(o, ra, 1);
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	if ((unsigned)rank == B) {
+		st0 = stats_now();
+		ra_read(o, ra, A * RA_PAGES, A * RA_PAGES + RA_PAGES / 2, 1,
+			"phase 1, first half of rank 0's block");
+		st1 = stats_now();
+		if (read_ahead_on() && st1.read_ahead_pages == st0.read_ahead_pages)
+			fail("read-ahead: a sequential read of %u pages read none ahead "
+			     "(%" PRIu64 " read faults)", RA_PAGES / 2,
+			     st1.read_faults - st0.read_faults);
+	}
+	call(pmdsm_barrier(), "pmdsm_barrier");
+
+	/* 2 */
+	ra_write_block(o, ra, 2);
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	if ((unsigned)rank == B) {
+		ra_read(o, ra, A * RA_PAGES, A * RA_PAGES + RA_PAGES, 2,
+			"phase 2, rank 0's block after its rewrite");
+		ra_read(o, ra, C * RA_PAGES, C * RA_PAGES + 1, 2,
+			"phase 2, the first page of the next block (another home)");
+	}
+
+	/* 3 */
+	if ((unsigned)rank == A)
+		call(pmdsm_lock(L), "pmdsm_lock");
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	if ((unsigned)rank == A) {
+		for (size_t p = A * RA_PAGES; p < A * RA_PAGES + RA_PAGES; p++)
+			ra[p * RA_WORDS] = ra_value(o, 3, p, 0);
+		call(pmdsm_unlock(L), "pmdsm_unlock");
+	} else if ((unsigned)rank == B) {
+		for (size_t p = A * RA_PAGES; p < A * RA_PAGES + RA_PAGES; p++)
+			ra[p * RA_WORDS + 1] = ra_value(o, 3, p, 1);
+		call(pmdsm_lock(L), "pmdsm_lock");
+		call(pmdsm_unlock(L), "pmdsm_unlock");
+	}
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	if ((unsigned)rank == A || (unsigned)rank == B) {
+		for (size_t p = A * RA_PAGES; p < A * RA_PAGES + RA_PAGES; p++)
+			for (size_t w = 0; w < RA_WORDS; w++) {
+				uint64_t want = ra_value(o, w < 2 ? 3 : 2, p, w);
+
+				if (ra[p * RA_WORDS + w] != want)
+					fail("seed %" PRIu64 " read-ahead, phase 3: word %zu of page %zu "
+					     "(homed at rank 0) is %#" PRIx64 ", expected %#" PRIx64
+					     " (written by rank %u%s)", o->seed, w, p,
+					     ra[p * RA_WORDS + w], want, w == 0 ? A : w == 1 ? B : A,
+					     w < 2 ? " in phase 3" : " in phase 2");
+			}
+	}
+	call(pmdsm_barrier(), "pmdsm_barrier");
+
+	/* 4 */
+	if ((unsigned)rank == A) {
+		st0 = stats_now();
+		ra_read(o, ra, (size_t)Z * RA_PAGES, pages, 2, "phase 4, the allocation's last block");
+		st1 = stats_now();
+		if (st1.pages_fetched - st0.pages_fetched != RA_PAGES)
+			fail("read-ahead: reading the %u pages at the end of an allocation fetched %"
+			     PRIu64 " (it must stop at the unallocated page after them)", RA_PAGES,
+			     st1.pages_fetched - st0.pages_fetched);
+	}
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	call(pmdsm_free(ra), "pmdsm_free");
+}
+
 static size_t parse_size(const char *s, const char *what)
 {
 	char *end;
@@ -184,8 +352,8 @@ static void usage(FILE *f)
 		"usage: pmdsm-check [--seed N] [--rounds N] [--bytes SIZE] [--counters N]\n"
 		"                   [--adds N] [--heap SIZE] [--quiet]\n"
 		"Runs a generated race-free program on the DSM and checks every value it\n"
-		"reads against the sequential result.  Run it on every rank of a job\n"
-		"(scrun, srun --mpi=pmix, mpirun).\n"
+		"reads against the sequential result, then the DSM's read-ahead (2 ranks\n"
+		"or more).  Run it on every rank of a job (scrun, srun --mpi=pmix, mpirun).\n"
 		"  --seed N       the program (default: 1)\n"
 		"  --rounds N     barrier and lock rounds (default: 8)\n"
 		"  --bytes SIZE   bytes of the shared array written between barriers (default 64K)\n"
@@ -248,6 +416,7 @@ int main(int argc, char **argv)
 		barrier_rounds(&o, data, expect, r);
 		lock_rounds(&o, ctr, expect_ctr, r);
 	}
+	read_ahead_check(&o);
 	if (o.heap)
 		heap_check(&o);
 
