@@ -31,7 +31,10 @@ spread is on the right side of the target.
 
 Targets (the DSM issue): write fault + diff per page of the better method at
 least 3 x cheaper than segv's; a read fault at most 1.5 x PM's remote read of
-4 KiB alone (the issue's measure: over udp at 1 Gbit/s); Jacobi 2048^2,
+4 KiB alone (the issue's measure: over udp at 1 Gbit/s), judged on
+pmdsm-bench's read-random (one fault per page, read-ahead never starts); its
+read, a sequential sweep that read-ahead serves several pages per fault, is
+reported beside it per page; Jacobi 2048^2,
 efficiency of the DSM version at least 0.9 x the MPI version's (the issue's
 shape is 4 nodes x 1 rank; here 2 ranks, said so in the report).
 """
@@ -50,7 +53,11 @@ NAME = "bdsm"                  # no other suite or test uses it
 SUBNET = "10.244.0.0/16"       # outside vcluster's default 10.250-10.255 and the other suites'
 RATE = "1gbit"
 METHODS = ["segv", "uffd-async"]
-FAULT_TESTS = ["write-remote", "write-home", "read", "lock", "lock-local", "barrier"]
+FAULT_TESTS = ["write-remote", "write-home", "read", "read-random", "lock", "lock-local",
+               "barrier"]
+# The read fault judged against pm_read: pages in a random order, one fault
+# each; "read" (in order, read-ahead) is the sweep, reported beside it.
+READ_FAULT_TEST = "read-random"
 BASELINE_TEST = "pm-read"
 FAULT_PAGES = 256
 FAULT_REPS = 5
@@ -248,12 +255,15 @@ def summarise_fault(all_rounds, prefix):
         s = ratios([fault_value(r, "segv", test) for r in rounds],
                    [fault_value(r, "uffd-async", test) for r in rounds])
         part["segv_over_uffd"][test] = dict(spread(s), samples=s)
-    # A read fault against pm_read of 4 KiB alone, per method.
+    # A read fault (read-random, judged) and a sequential sweep per page
+    # (read, with read-ahead) against pm_read of 4 KiB alone, per method.
     base = [fault_value(r, "baseline", BASELINE_TEST) for r in rounds]
-    part["read_over_pm_read"] = {}
-    for side in METHODS:
-        s = ratios([fault_value(r, side, "read") for r in rounds], base)
-        part["read_over_pm_read"][side] = dict(spread(s), samples=s)
+    for key, test in (("read_random_over_pm_read", READ_FAULT_TEST),
+                      ("read_over_pm_read", "read")):
+        part[key] = {}
+        for side in METHODS:
+            s = ratios([fault_value(r, side, test) for r in rounds], base)
+            part[key][side] = dict(spread(s), samples=s)
     # What each method did per operation (the DSM's counters, first round
     # that has them): both sides must do the same work.
     part["work"] = {}
@@ -263,7 +273,8 @@ def summarise_fault(all_rounds, prefix):
         if rec:
             part["work"][side] = {t: {k: rec[t]["per_op"].get(k) for k in
                                       ("read_faults", "write_faults", "twins", "diffs_sent",
-                                       "diff_bytes", "pages_fetched", "wp_scans",
+                                       "diff_bytes", "pages_fetched", "read_ahead_pages",
+                                       "wp_scans",
                                        "fault_ns", "fetch_ns", "release_ns")}
                                   | {"ctxsw": rec[t].get("ctxsw_per_op"),
                                      "iterations": rec[t].get("iterations")}
@@ -407,10 +418,11 @@ def judge(doc):
                  issue="the chosen method ≥ 3 × cheaper than segv")
         out.append(v)
         for method in METHODS:
-            s = f["read_over_pm_read"][method]["samples"]
+            s = f["read_random_over_pm_read"][method]["samples"]
             v = verdict(s, "<=", 1.5)
             v.update(key=f"{where}_read_{method}", where=where, samples=s,
-                     what=f"read fault ({method}) ÷ pm_read of 4 KiB alone ({label})",
+                     what=f"read fault ({method}; `{READ_FAULT_TEST}`, one fault per page) ÷ "
+                          f"pm_read of 4 KiB alone ({label})",
                      issue="≤ 1.5 × PM's remote read of 4 KiB" +
                            (" (the issue's measure: udp, 1 Gbit/s)" if where == "cluster" else ""))
             out.append(v)
@@ -599,9 +611,12 @@ def print_tables(doc):
                   f"{cell(f['segv_over_uffd'][test]):>22}")
         print(f"  {'pm-read':14} {cell(f['us']['baseline'][BASELINE_TEST]):>24}  (PM alone)")
         for m in METHODS:
-            print(f"  read fault ({m}) / pm-read: {cell(f['read_over_pm_read'][m])}"
-                  + (f"; unpinned {cell(f['unpinned']['read_over_pm_read'][m])}"
-                     if f.get("unpinned") else ""))
+            print(f"  read fault ({m}, {READ_FAULT_TEST}) / pm-read: "
+                  f"{cell(f['read_random_over_pm_read'][m])}"
+                  + (f"; unpinned {cell(f['unpinned']['read_random_over_pm_read'][m])}"
+                     if f.get("unpinned") else "")
+                  + f"; sequential sweep (read) per page / pm-read: "
+                    f"{cell(f['read_over_pm_read'][m])}")
     for where, part in doc["apps"].items():
         if part.get("skipped"):
             print(f"\n  applications ({where}): skipped, {part['skipped']}")

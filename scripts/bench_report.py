@@ -763,7 +763,10 @@ def render_slurm_gang(doc, path):
 DSM_TEST_TITLES = {
     "write-remote": ("write fault + diff, page homed at the other rank", "page"),
     "write-home": ("write fault, page homed at the writer (no twin, no diff)", "page"),
-    "read": ("read fault: the page fetched from its home", "page"),
+    "read": ("reading pages in order: read faults with read-ahead (a sequential sweep)",
+             "page"),
+    "read-random": ("read fault: pages in a random order, each fetched from its home alone",
+                    "page"),
     "lock": ("lock + unlock, managed by the other rank", "pair"),
     "lock-local": ("lock + unlock, managed by the rank itself", "pair"),
     "barrier": ("barrier", "barrier"),
@@ -831,7 +834,8 @@ def render_dsm(doc, path):
         out += [f"**{DSM_WHERE[where][0].upper() + DSM_WHERE[where][1:]}.** µs per operation, median over {n} round(s) with the "
                 f"[{kind}] in brackets; the ratio is taken round by round (both methods of the "
                 f"same round). JSON: `fault.{where}.us`, `.segv_over_uffd`, "
-                f"`.read_over_pm_read`, every run in `.rounds[]`.", ""]
+                + ("`.read_random_over_pm_read`, " if "read_random_over_pm_read" in f else "")
+                + "`.read_over_pm_read`, every run in `.rounds[]`.", ""]
         rows = []
         for test in DSM_FAULT_TESTS(f):
             title, op = DSM_TEST_TITLES.get(test, (test, "op"))
@@ -846,17 +850,7 @@ def render_dsm(doc, path):
         out.append(table(["test", "per", "segv µs", "uffd-async µs", "segv ÷ uffd-async",
                           "target"], rows, ["---", "---", "---:", "---:", "---:", "---"]))
         out.append("")
-        rows = []
-        for m in methods:
-            v = marks.get(f"{where}_read_{m}")
-            un = (f.get("unpinned") or {}).get("read_over_pm_read", {}).get(m)
-            rows.append([m, spread_cell(f["us"][m]["read"]), spread_cell(base),
-                         spread_cell(f["read_over_pm_read"][m], 2),
-                         target_cell(v) if v else "", spread_cell(un, 2) if un else "-"])
-        out.append(table(["read fault with", "read fault µs", "pm_read 4 KiB µs",
-                          "read fault ÷ pm_read", "target", "the same, unpinned "
-                          "(informational)"], rows, ["---", "---:", "---:", "---:", "---",
-                                                     "---:"]))
+        out += dsm_read_table(f, methods, marks, where, base)
         work = f.get("work") or {}
         if work:
             out += ["", "What each method did per operation in the timed parts (the DSM's "
@@ -865,22 +859,26 @@ def render_dsm(doc, path):
                     "write is found and where the twin is made.", ""]
             rows = []
             for m in methods:
-                for test in ("write-remote", "write-home", "read"):
+                for test in ("write-remote", "write-home", "read", "read-random"):
                     w = (work.get(m) or {}).get(test)
                     if not w:
                         continue
                     rows.append([m, f"`{test}`", num(w.get("write_faults"), 2),
                                  num(w.get("read_faults"), 2), num(w.get("twins"), 2),
                                  num(w.get("diffs_sent"), 2), num(w.get("diff_bytes"), 1),
-                                 num(w.get("pages_fetched"), 2), num(w.get("wp_scans"), 3),
+                                 num(w.get("pages_fetched"), 2),
+                                 num(w.get("read_ahead_pages"), 2)
+                                 if "read_ahead_pages" in w else "-",
+                                 num(w.get("wp_scans"), 3),
                                  num((w.get("fault_ns") or 0) / 1e3, 2),
                                  num((w.get("fetch_ns") or 0) / 1e3, 2),
                                  num((w.get("release_ns") or 0) / 1e3, 2),
                                  num(w.get("ctxsw"), 2)])
             out.append(table(["method", "test", "write faults", "read faults", "twins", "diffs",
-                              "diff bytes", "fetches", "PAGEMAP_SCANs", "in the fault handler "
-                              "µs", "of it fetching µs", "in releases µs", "context switches"],
-                             rows, ["---", "---"] + ["---:"] * 11))
+                              "diff bytes", "pages fetched", "of them read ahead",
+                              "PAGEMAP_SCANs", "in the fault handler µs", "of it fetching µs",
+                              "in releases µs", "context switches"],
+                             rows, ["---", "---"] + ["---:"] * 12))
         un = f.get("unpinned")
         if un:
             out += ["", f"Informational: the same runs with the ranks not pinned (the scheduler "
@@ -968,6 +966,37 @@ def render_dsm(doc, path):
         out += [f"- {relative(e.splitlines()[0])}" for e in doc["errors"]]
     out += ["", commands_block(doc)]
     return "\n".join(out)
+
+
+def dsm_read_table(f, methods, marks, where, base):
+    """The read fault against pm_read, per method: `read-random` (one fault
+    per page, judged), with `read` (a sequential sweep, read-ahead serving
+    several pages per fault) beside it per page.  A summary from before
+    read-random (no such test) has `read` alone as the read fault."""
+    un = f.get("unpinned") or {}
+    has_random = "read-random" in f["us"][methods[0]]
+    rows = []
+    for m in methods:
+        v = marks.get(f"{where}_read_{m}")
+        if has_random:
+            fault, ratio = f["us"][m]["read-random"], f["read_random_over_pm_read"][m]
+            un_ratio = (un.get("read_random_over_pm_read") or {}).get(m)
+        else:
+            fault, ratio = f["us"][m]["read"], f["read_over_pm_read"][m]
+            un_ratio = (un.get("read_over_pm_read") or {}).get(m)
+        row = [m, spread_cell(fault), spread_cell(base), spread_cell(ratio, 2),
+               target_cell(v) if v else "", spread_cell(un_ratio, 2) if un_ratio else "-"]
+        if has_random:
+            row += [spread_cell(f["us"][m]["read"]), spread_cell(f["read_over_pm_read"][m], 2)]
+        rows.append(row)
+    head = ["read fault with", "read fault µs" + (" (`read-random`)" if has_random else ""),
+            "pm_read 4 KiB µs", "read fault ÷ pm_read", "target",
+            "the same, unpinned (informational)"]
+    align = ["---", "---:", "---:", "---:", "---", "---:"]
+    if has_random:
+        head += ["sequential sweep (`read`), µs per page", "sweep per page ÷ pm_read"]
+        align += ["---:", "---:"]
+    return [table(head, rows, align)]
 
 
 def DSM_FAULT_TESTS(f):

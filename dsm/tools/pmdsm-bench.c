@@ -3,8 +3,10 @@
  * pmdsm-bench - what the DSM's protocol costs, in microseconds per
  * operation, between the two ranks of one job: a write fault with its twin
  * and its diff at the release, the same for a page homed at the writer
- * (no twin, no diff), a read fault (the page fetched from its home), a lock
- * managed by the other rank, a lock managed here, and a barrier.  And,
+ * (no twin, no diff), reading pages fetched from their home in sequence
+ * (read faults with read-ahead) and in a random order (one read fault per
+ * page), a lock managed by the other rank, a lock managed here, and a
+ * barrier.  And,
  * run separately (--pm-read-baseline), the baseline of the read fault: PM's
  * remote read of 4 KiB alone, through the same PM device, page by page as
  * the DSM fetches them.
@@ -45,7 +47,7 @@
 /* The synopsis; bench_method.h's bad_usage() prints it. */
 static const char short_usage[] =
 	"Usage: " PROG " [--test LIST] [--pages N] [--reps N] [--min-time SEC]\n"
-	"                   [--warmup N] [--iters N] [--device NAME]\n"
+	"                   [--warmup N] [--iters N] [--device NAME] [--seed N]\n"
 	"                   [--write-detect segv|uffd-async] [--pm-read-baseline]\n"
 	"                   [--json] [--help]\n"
 	"Run it with two processes: mpirun -n 2 " PROG " ...\n";
@@ -59,6 +61,7 @@ static const char short_usage[] =
 #define DEFAULT_REPS    5
 #define DEFAULT_MIN_T   0.1
 #define DEFAULT_WARMUP  2
+#define DEFAULT_SEED    1
 /* Batches of one write test in one step: each uses its own lock managed by
  * rank 1 (1, 3, 5, ...), never acquired before in the epoch, so that its
  * grant brings no write notice and the pages stay valid from batch to
@@ -68,12 +71,12 @@ static const char short_usage[] =
 #define REMOTE_LOCK     0u              /* managed by rank 0 */
 #define LOCAL_LOCK      1u              /* managed by rank 1 */
 
-enum test { T_WRITE_REMOTE, T_WRITE_HOME, T_READ, T_LOCK, T_LOCK_LOCAL, T_BARRIER,
-	    T_COUNT, T_PM_READ = T_COUNT };
-static const char *const test_names[] = { "write-remote", "write-home", "read", "lock",
-					  "lock-local", "barrier", "pm-read" };
+enum test { T_WRITE_REMOTE, T_WRITE_HOME, T_READ, T_READ_RANDOM, T_LOCK, T_LOCK_LOCAL,
+	    T_BARRIER, T_COUNT, T_PM_READ = T_COUNT };
+static const char *const test_names[] = { "write-remote", "write-home", "read", "read-random",
+					  "lock", "lock-local", "barrier", "pm-read" };
 /* What one operation is, per test. */
-static const char *const op_names[] = { "page", "page", "page", "lock+unlock",
+static const char *const op_names[] = { "page", "page", "page", "page", "lock+unlock",
 					"lock+unlock", "barrier", "page" };
 
 enum cmd { CMD_QUIT = 1, CMD_RUN, CMD_CHECK };
@@ -92,6 +95,7 @@ struct options {
 	struct bench_method method;     /* --reps, --min-time, --warmup, --iters */
 	const char *device;
 	enum pmdsm_write_detect wd;
+	uint64_t seed;                  /* read-random's order */
 	bool baseline;
 	bool json;
 };
@@ -120,6 +124,9 @@ struct bench {
 	uint8_t *data;                  /* 2 x pages: [0, pages) homed at 0, then at 1 */
 	volatile struct ctl *ctl;       /* homed at rank 1 */
 	uint64_t seq;
+	uint64_t rng;                   /* read-random: the order's generator */
+	uint32_t *order;                /* read-random: the pages' order in a batch */
+	uint32_t last;                  /* read-random: the batch's last page, or NONE */
 	const char *write_detect;       /* as found: "segv", "uffd-async" */
 	const char *device;
 	/* the baseline */
@@ -159,7 +166,8 @@ static void usage_full(void)
 "\n"
 "SYNOPSIS\n"
 "    mpirun -n 2 " PROG " [--test LIST] [--pages N] [--reps N] [--min-time SEC]\n"
-"        [--warmup N] [--iters N] [--device NAME] [--write-detect METHOD] [--json]\n"
+"        [--warmup N] [--iters N] [--device NAME] [--write-detect METHOD] [--seed N]\n"
+"        [--json]\n"
 "    mpirun -n 2 " PROG " --pm-read-baseline [--pages N] [--reps N] ... [--json]\n"
 "\n"
 "DESCRIPTION\n"
@@ -181,8 +189,15 @@ static void usage_full(void)
 "                  alone, no twin, no diff.\n"
 "    read          rank 1 reads one word of each of N pages homed at rank 0\n"
 "                  that rank 0 has written since (invalid in rank 1's\n"
-"                  cache): a read fault, the page fetched from its home\n"
-"                  (pm_read of 4 KiB).  Time / N.\n"
+"                  cache), in order: a sequential sweep, what it costs per\n"
+"                  page with the DSM's read-ahead (a read fault fetches the\n"
+"                  following pages too, in one pm_read of up to\n"
+"                  PMDSM_READ_AHEAD pages).  Time / N.\n"
+"    read-random   the same N pages in a random order (--seed), never one\n"
+"                  page right after the one before, so that read-ahead never\n"
+"                  starts: one read fault per page, the page fetched from its\n"
+"                  home (pm_read of 4 KiB).  Time / N: the cost of one read\n"
+"                  fault, the figure to hold against pm-read.\n"
 "    lock          pmdsm_lock() + pmdsm_unlock() of a lock managed by rank 0\n"
 "                  (a round trip), nothing written; rank 0 waits in a\n"
 "                  barrier meanwhile.\n"
@@ -190,7 +205,7 @@ static void usage_full(void)
 "                  library's own cost (entering it, handing work to its\n"
 "                  service thread and back, leaving it).\n"
 "    barrier       pmdsm_barrier() on both ranks, nothing written.\n"
-"    all           the six (the default).\n"
+"    all           the seven (the default).\n"
 "\n"
 "    --pm-read-baseline runs no DSM: each rank opens PM (pm.h) on the same\n"
 "    device, rank 0 registers N pages and sends rank 1 their key, and rank 1\n"
@@ -212,6 +227,8 @@ static void usage_full(void)
 "    --iters N       fixed iterations per repetition: no calibration.\n"
 "    --device NAME   PM's device (pmdsm_attr.pm_device; default $PM_DEVICE,\n"
 "                    else composite).\n"
+"    --seed N        the order of read-random's pages (default %d); each batch\n"
+"                    has its own order, drawn from this seed.\n"
 "    --write-detect segv|uffd-async\n"
 "                    pmdsm_attr.write_detect (default: $PMDSM_WRITE_DETECT,\n"
 "                    else the library's choice).  The method in use is found\n"
@@ -223,17 +240,19 @@ static void usage_full(void)
 "\n"
 "VERIFICATION\n"
 "    write-remote: after its repetitions rank 0 checks that every page it\n"
-"    homes holds rank 1's last value (the diffs arrived).  read: rank 1\n"
-"    checks that every word it read is the value rank 0 wrote.  pm-read:\n"
-"    rank 1 checks the pages it read against rank 0's pattern.  The DSM's\n"
-"    counters over the timed parts (faults, twins, diffs, fetches,\n"
-"    PAGEMAP_SCANs per operation) are printed with the figures; a test\n"
-"    whose counters say it did not do its work (no diff per page of\n"
-"    write-remote, no fetch per page of read) fails the run.\n"
+"    homes holds rank 1's last value (the diffs arrived).  read and\n"
+"    read-random: rank 1 checks that every word it read is the value rank 0\n"
+"    wrote.  pm-read: rank 1 checks the pages it read against rank 0's\n"
+"    pattern.  The DSM's counters over the timed parts (faults, twins,\n"
+"    diffs, pages fetched and read ahead, PAGEMAP_SCANs per operation) are\n"
+"    printed with the figures; a test whose counters say it did not do its\n"
+"    work (no diff per page of write-remote, no page fetched per page of read\n"
+"    and read-random, not one read fault per page of read-random) fails the\n"
+"    run.\n"
 "\n"
 "ENVIRONMENT\n"
-"    PMDSM_WRITE_DETECT, PMDSM_HEAP_SIZE (docs/dsm/guide.md); PM_DEVICE,\n"
-"    PM_SPIN_US, PM_UDP_NICS, ... (docs/pm/knobs.md).\n"
+"    PMDSM_WRITE_DETECT, PMDSM_READ_AHEAD, PMDSM_HEAP_SIZE (docs/dsm/guide.md);\n"
+"    PM_DEVICE, PM_SPIN_US, PM_UDP_NICS, ... (docs/pm/knobs.md).\n"
 "\n"
 "EXIT STATUS\n"
 "    0 success, 1 a failure (the DSM or PM failed, wrong process count, a\n"
@@ -242,25 +261,28 @@ static void usage_full(void)
 "EXAMPLES\n"
 "    mpirun -n 2 --bind-to core " PROG " --write-detect segv\n"
 "    PMDSM_WRITE_DETECT=uffd-async mpirun -n 2 " PROG " --test write-remote --json\n"
+"    mpirun -n 2 --bind-to core " PROG " --test read,read-random --device shm\n"
 "    mpirun -n 2 " PROG " --pm-read-baseline --device shm\n"
 "\n"
 "SEE ALSO\n"
 "    docs/dsm/bench.md, scripts/bench (make bench, suite dsm), pmbench(1),\n"
 "    pmdsm-check(1)\n",
-	       DEFAULT_PAGES, MAX_PAGES, DEFAULT_REPS, DEFAULT_MIN_T, DEFAULT_WARMUP);
+	       DEFAULT_PAGES, MAX_PAGES, DEFAULT_REPS, DEFAULT_MIN_T, DEFAULT_WARMUP,
+	       DEFAULT_SEED);
 }
 
 /* ---- command line ---- */
 
 static void parse_options(int argc, char **argv, struct options *o)
 {
-	enum { O_TEST = 256, O_PAGES, O_DEVICE, O_WD, O_BASELINE, O_JSON };
+	enum { O_TEST = 256, O_PAGES, O_DEVICE, O_WD, O_SEED, O_BASELINE, O_JSON };
 	static const struct option longopts[] = {
 		{ "test", required_argument, NULL, O_TEST },
 		{ "pages", required_argument, NULL, O_PAGES },
 		BENCH_LONGOPTS,
 		{ "device", required_argument, NULL, O_DEVICE },
 		{ "write-detect", required_argument, NULL, O_WD },
+		{ "seed", required_argument, NULL, O_SEED },
 		{ "pm-read-baseline", no_argument, NULL, O_BASELINE },
 		{ "json", no_argument, NULL, O_JSON },
 		{ NULL, 0, NULL, 0 },
@@ -274,6 +296,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 	o->method.reps = DEFAULT_REPS;
 	o->method.min_time = DEFAULT_MIN_T;
 	o->method.warmup = DEFAULT_WARMUP;
+	o->seed = DEFAULT_SEED;
 	while ((c = bench_getopt(argc, argv, longopts, &o->method, MAX_ITERS)) != -1) {
 		switch (c) {
 		case O_TEST:
@@ -301,6 +324,10 @@ static void parse_options(int argc, char **argv, struct options *o)
 				bad_usage("--write-detect: unknown method '%s' (segv, uffd-async)",
 					  optarg);
 			break;
+		case O_SEED:
+			if (!parse_u64(optarg, UINT64_MAX, &o->seed))
+				bad_usage("--seed: '%s' is not a number", optarg);
+			break;
 		case O_BASELINE:
 			o->baseline = true;
 			break;
@@ -323,7 +350,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 	X(read_faults) X(write_faults) X(pages_fetched) X(fetch_bytes) X(twins) \
 	X(diffs_sent) X(diff_bytes) X(diffs_applied) X(invalidations) X(barriers) \
 	X(locks) X(lock_remote) X(wp_scans) X(dropped) \
-	X(fault_ns) X(fetch_ns) X(release_ns) X(barrier_ns) X(lock_ns)
+	X(fault_ns) X(fetch_ns) X(release_ns) X(barrier_ns) X(lock_ns) X(read_ahead_pages)
 
 static void stats_add_delta(struct pmdsm_stats *sum, const struct pmdsm_stats *a,
 			    const struct pmdsm_stats *z)
@@ -361,7 +388,7 @@ static void timer_stop(const struct bench *b, const struct timer *tm, struct tal
 {
 	double t1 = now_s();
 	uint64_t csw1 = ctxsw();
-	struct pmdsm_stats st1;
+	struct pmdsm_stats st1 = { 0 };
 
 	t->seconds += t1 - tm->t0;
 	t->csw += csw1 - tm->csw0;
@@ -418,22 +445,87 @@ static void write_batches(struct bench *b, unsigned first, uint64_t units, struc
 	}
 }
 
-/* Rank 1, read: one batch; rank 0 has written every page it homes with
- * b->seq, and the command's barrier told rank 1 so. */
-static void read_batch(struct bench *b, uint64_t expect, struct tally *t)
+/* splitmix64: read-random's order, reproducible from --seed. */
+static uint64_t next_random(uint64_t *state)
+{
+	uint64_t x = (*state += 0x9e3779b97f4a7c15ull);
+
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+#define NONE UINT32_MAX
+
+/* Would the DSM see page order[i] as the next of a sequential sweep? */
+static bool follows(const struct bench *b, unsigned i)
+{
+	uint32_t before = i ? b->order[i - 1] : b->last;
+
+	return before != NONE && b->order[i] == before + 1;
+}
+
+/* Rank 1, read-random: the order of the next batch (untimed).  A random
+ * permutation of the pages in which no page comes right after the page
+ * before it (the last of the previous batch for the first), so that the
+ * DSM's read-ahead, which grows only on such a fault, never starts and
+ * every page is its own read fault.  There is one for 3 pages or more. */
+static void random_order(struct bench *b)
+{
+	unsigned n = b->pages;
+
+	for (unsigned i = 0; i < n; i++)
+		b->order[i] = i;
+	for (unsigned i = n - 1; i > 0; i--) {
+		unsigned j = (unsigned)(next_random(&b->rng) % (i + 1));
+		uint32_t t = b->order[i];
+
+		b->order[i] = b->order[j];
+		b->order[j] = t;
+	}
+	for (int pass = 0; pass < 1000; pass++) {
+		bool clean = true;
+
+		for (unsigned i = 0; i < n; i++) {
+			if (!follows(b, i))
+				continue;
+			unsigned j = (unsigned)(next_random(&b->rng) % n);
+			uint32_t t = b->order[i];
+
+			b->order[i] = b->order[j];
+			b->order[j] = t;
+			clean = false;
+		}
+		if (clean)
+			break;
+	}
+	b->last = b->order[n - 1];
+}
+
+/* Rank 1, read and read-random: one batch; rank 0 has written every page
+ * it homes with b->seq, and the command's barrier told rank 1 so. */
+static void read_batch(struct bench *b, enum test test, uint64_t expect, struct tally *t)
 {
 	static uint64_t got[MAX_PAGES];
 	struct timer tm;
 
-	timer_start(b, &tm);
-	for (unsigned i = 0; i < b->pages; i++)
-		got[i] = *word_of(b, i);
-	timer_stop(b, &tm, t);
+	if (test == T_READ_RANDOM) {
+		random_order(b);
+		timer_start(b, &tm);
+		for (unsigned i = 0; i < b->pages; i++)
+			got[b->order[i]] = *word_of(b, b->order[i]);
+		timer_stop(b, &tm, t);
+	} else {
+		timer_start(b, &tm);
+		for (unsigned i = 0; i < b->pages; i++)
+			got[i] = *word_of(b, i);
+		timer_stop(b, &tm, t);
+	}
 	for (unsigned i = 0; i < b->pages; i++)
 		if (got[i] != expect)
-			die("read: word %u of page %u (homed at rank 0) is %" PRIu64 ", rank 0 "
-			    "wrote %" PRIu64 " before the barrier", (unsigned)((i * 67u) % (PAGE / 8)),
-			    i, got[i], expect);
+			die("%s: word %u of page %u (homed at rank 0) is %" PRIu64 ", rank 0 "
+			    "wrote %" PRIu64 " before the barrier", test_names[test],
+			    (unsigned)((i * 67u) % (PAGE / 8)), i, got[i], expect);
 }
 
 /* Rank 1: one command of units units of test t; the timed parts go to t. */
@@ -448,10 +540,11 @@ static void step(struct bench *b, enum test test, uint64_t units, struct tally *
 		write_batches(b, test == T_WRITE_REMOTE ? 0 : b->pages, units, t);
 		break;
 	case T_READ:
+	case T_READ_RANDOM:
 		/* Rank 0 writes its pages between the two barriers. */
 		send_cmd(b, CMD_RUN, test, units, ++b->seq);
 		call(pmdsm_barrier(), "pmdsm_barrier");
-		read_batch(b, b->seq, t);
+		read_batch(b, test, b->seq, t);
 		break;
 	case T_LOCK:
 	case T_LOCK_LOCAL: {
@@ -487,6 +580,7 @@ static uint64_t step_max(enum test t)
 	case T_WRITE_HOME:
 		return WRITE_STEP_MAX;
 	case T_READ:
+	case T_READ_RANDOM:
 		return 1;
 	default:
 		return LOOP_STEP_MAX;
@@ -495,7 +589,8 @@ static uint64_t step_max(enum test t)
 
 static bool page_test(enum test t)
 {
-	return t == T_WRITE_REMOTE || t == T_WRITE_HOME || t == T_READ || t == T_PM_READ;
+	return t == T_WRITE_REMOTE || t == T_WRITE_HOME || t == T_READ || t == T_READ_RANDOM ||
+	       t == T_PM_READ;
 }
 
 static uint64_t ops_per_unit(const struct bench *b, enum test t)
@@ -524,7 +619,7 @@ static void serve(struct bench *b)
 					    c.seq);
 		} else if (c.cmd != CMD_RUN || c.test >= T_COUNT) {
 			die("protocol error: command %u, test %u", c.cmd, c.test);
-		} else if (c.test == T_READ) {
+		} else if (c.test == T_READ || c.test == T_READ_RANDOM) {
 			for (unsigned i = 0; i < b->pages; i++)
 				*word_of(b, i) = c.seq;
 			call(pmdsm_barrier(), "pmdsm_barrier");
@@ -662,8 +757,17 @@ static void check_work(const struct bench *b, const struct result *r)
 		break;
 	case T_READ:
 		if (s->pages_fetched != n)
-			die("read: %" PRIu64 " pages fetched for %" PRIu64 " read faults expected",
+			die("read: %" PRIu64 " pages fetched for %" PRIu64 " pages read",
 			    s->pages_fetched, n);
+		break;
+	case T_READ_RANDOM:
+		if (s->pages_fetched != n)
+			die("read-random: %" PRIu64 " pages fetched for %" PRIu64 " pages read",
+			    s->pages_fetched, n);
+		if (s->read_faults != n && b->pages >= 3)
+			die("read-random: %" PRIu64 " read faults for %" PRIu64 " pages read (one "
+			    "each expected: the DSM read ahead %" PRIu64 " pages)", s->read_faults, n,
+			    s->read_ahead_pages);
 		break;
 	default:
 		break;
@@ -757,10 +861,10 @@ static void print_header(const struct bench *b)
 		       "min-time %g s, %d reps, warm-up %" PRIu64 "\n", PROG, pmdsm_version(),
 		       b->write_detect, b->device, b->pages, m->min_time, m->reps, m->warmup);
 	printf("# microseconds per operation; per op: faults (read+write), twins, diffs, "
-	       "fetches, PAGEMAP_SCANs, context switches\n"
-	       "%-13s %-12s %9s %10s %10s %10s %6s %6s %6s %6s %6s %6s\n",
+	       "pages fetched, of them read ahead, PAGEMAP_SCANs, context switches\n"
+	       "%-13s %-12s %9s %10s %10s %10s %6s %6s %6s %6s %6s %6s %6s\n",
 	       "test", "op", "iters", "median_us", "min_us", "max_us", "faults", "twins",
-	       "diffs", "fetch", "scans", "ctxsw");
+	       "diffs", "fetch", "ahead", "scans", "ctxsw");
 	fflush(stdout);
 }
 
@@ -773,12 +877,13 @@ static void print_row(const struct bench *b, const struct result *r)
 	       op_names[r->test], r->iters, r->median, r->min, r->max);
 	if (b->opt.baseline)
 		/* No DSM: its counters mean nothing here. */
-		printf("%6s %6s %6s %6s %6s %6.2f\n", "-", "-", "-", "-", "-", per(r->t.csw, n));
-	else
-		printf("%6.2f %6.2f %6.2f %6.2f %6.3f %6.2f\n",
-		       per(s->read_faults + s->write_faults, n), per(s->twins, n),
-		       per(s->diffs_sent, n), per(s->pages_fetched, n), per(s->wp_scans, n),
+		printf("%6s %6s %6s %6s %6s %6s %6.2f\n", "-", "-", "-", "-", "-", "-",
 		       per(r->t.csw, n));
+	else
+		printf("%6.2f %6.2f %6.2f %6.2f %6.2f %6.3f %6.2f\n",
+		       per(s->read_faults + s->write_faults, n), per(s->twins, n),
+		       per(s->diffs_sent, n), per(s->pages_fetched, n),
+		       per(s->read_ahead_pages, n), per(s->wp_scans, n), per(r->t.csw, n));
 	fflush(stdout);
 }
 
@@ -933,6 +1038,11 @@ static int run_dsm(struct bench *b)
 	if (!b->data || !ctl)
 		die("pmdsm_alloc: %s", strerror(errno));
 	b->ctl = (volatile struct ctl *)(ctl + PAGE);
+	b->rng = b->opt.seed;
+	b->last = NONE;
+	b->order = calloc(b->pages, sizeof(*b->order));
+	if (!b->order)
+		die("cannot allocate %u words", b->pages);
 	if (b->rank == 0) {
 		serve(b);
 	} else {
@@ -956,6 +1066,7 @@ static int run_dsm(struct bench *b)
 		send_cmd(b, CMD_QUIT, 0, 0, 0);
 	}
 	call(pmdsm_finalize(), "pmdsm_finalize");
+	free(b->order);
 	return 0;
 }
 
