@@ -671,12 +671,19 @@ static bool is_local(const struct pm_boot *b, int rank)
 }
 
 /* Pair our NICs with the peer's on the same networks. */
+/* NICs of ours that a detached context's address can name (udp_address):
+ * packets sent from any other would come from a socket the peer never
+ * inserted, and be dropped. */
+#define UDP_ADDR_NICS_MAX 3
+
 static int make_paths(struct udp_dev *u, struct udp_peer *p, const struct udp_blob *blob)
 {
 	unsigned mtu = UDP_PKT_MAX;
+	int ours = u->base.ctx->detached && u->nnics > UDP_ADDR_NICS_MAX ? UDP_ADDR_NICS_MAX
+									 : u->nnics;
 
 	p->npaths = 0;
-	for (int i = 0; i < u->nnics; i++) {
+	for (int i = 0; i < ours; i++) {
 		for (uint32_t j = 0; j < blob->nnics && j < UDP_MAX_NICS; j++) {
 			const struct udp_nic_addr *a = &blob->nic[j];
 
@@ -764,7 +771,7 @@ static void udp_ready(struct pm_device *dev)
 #define UDP_ADDR_NIC       8
 #define UDP_ADDR_NICS      ((PM_ADDRESS_MAX - UDP_ADDR_HDR) / UDP_ADDR_NIC)
 
-_Static_assert(UDP_ADDR_NICS >= 3, "room for three NICs in an address");
+_Static_assert(UDP_ADDR_NICS == UDP_ADDR_NICS_MAX, "three NICs in an address");
 
 static unsigned log2_floor(uint32_t v)
 {
