@@ -13,11 +13,14 @@
  * a device (src/udp/testing.h): what it sends back is discarded, and its
  * clock moves 1 ms per record, so that timers (POLL, delayed ACKs) fire
  * the same way on every run.  One exposed region (key 0x20005, 4 KiB)
- * makes remote writes and reads reachable.  Any crash, sanitizer report or
+ * makes remote writes and reads reachable.  Each input goes through two
+ * endpoints in turn: one of a launcher's job and a detached one (peers
+ * found by source socket and context id).  Any crash, sanitizer report or
  * leak is a bug; see docs/pm/fuzzing.md.
  */
 #include "udp/testing.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,12 +41,13 @@ static void discard(void *arg, int nic, struct udp_out *pkts, int n)
 	(void)n;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+static void run(const uint8_t *data, size_t size, bool detached)
 {
 	static struct udp_proto pr;     /* large: not on the stack */
 	struct pm_stats stats = { 0 };
 	struct udp_proto_conf conf = {
 		.jobkey = JOBKEY, .me = 0, .size = RANKS,
+		.cap = detached ? 2 * RANKS : 0,
 		.ring_bytes = 16 * 1024,        /* small: flow control is reachable */
 		.wnd = 64, .stats = &stats, .drain = discard,
 	};
@@ -86,5 +90,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 	}
 	udp_proto_fini(&pr);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	run(data, size, false);
+	run(data, size, true);
 	return 0;
 }

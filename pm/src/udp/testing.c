@@ -21,6 +21,11 @@ int udp_testing_open(struct udp_proto *u, const struct udp_proto_conf *conf)
 		struct udp_peer *p = &u->peers[r];
 
 		p->rank = (int)r;
+		/* Detached (conf->cap): every peer has the job's key and its
+		 * rank as context id, so the same packets reach it, looked up
+		 * by source socket and id instead of by rank. */
+		p->key = conf->jobkey;
+		p->id = r;
 		p->npaths = 1;
 		p->paths[0] = (struct udp_path){ .nic = 0, .to = udp_testing_addr(r), .up = true };
 		/* IPv4 and UDP headers, then ours. */

@@ -5,7 +5,9 @@
  *
  * Rank r is at 127.0.0.1+r, port 20000+r, reached over one path on NIC 0
  * with 1500-byte packets; every rank of the job, itself included, is a
- * peer.  The caller drives it as the device does: sets now_ns, hands it
+ * peer.  With conf->cap the endpoint is a detached one (docs/pm/wire.md,
+ * "Detached contexts") whose peers all carry the job key, rank r with
+ * context id r.  The caller drives it as the device does: sets now_ns, hands it
  * datagrams (udp_proto_input), runs its timers and flushes its output
  * queue into conf->drain.
  */
