@@ -265,9 +265,12 @@ def dsm():
                                    (per_node("diff_bytes"), "diffs sent {{node}}")], unit="Bps",
                    description="Whole pages fetched from their homes, and the diffs sent to them."),
         timeseries("Pages and diffs", [(per_node("pages_fetched"), "pages fetched {{node}}"),
+                                       (per_node("read_ahead_pages"), "of them read ahead {{node}}"),
                                        (per_node("diffs_sent"), "diffs sent {{node}}"),
                                        (per_node("diffs_applied"), "diffs applied {{node}}")],
-                   unit="ops", description="Diffs applied: diffs other ranks sent to pages homed "
+                   unit="ops", description="Read ahead: pages fetched beside a faulted one "
+                                           "(PMDSM_READ_AHEAD), part of the pages fetched. "
+                                           "Diffs applied: diffs other ranks sent to pages homed "
                                            "on this node."),
         timeseries("Coherence work", [(per_node("twins"), "twins {{node}}"),
                                       (per_node("invalidations"), "invalidations {{node}}"),
