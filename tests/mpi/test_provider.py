@@ -213,37 +213,45 @@ def free_tcp_port():
         return s.getsockname()[1]
 
 
-def listening(port):
-    """Whether some socket listens on TCP port (IPv4), from /proc."""
-    with open("/proc/net/tcp") as f:
-        next(f)
-        for line in f:
-            local, state = line.split()[1], line.split()[3]
-            if state == "0A" and int(local.split(":")[1], 16) == port:
-                return True
+def listening(port, tcp_table):
+    """Whether some socket listens on TCP port (IPv4), from a /proc/net/tcp."""
+    for line in tcp_table.splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        if state == "0A" and int(local.split(":")[1], 16) == port:
+            return True
     return False
 
 
-def run_pingpong(args, stats_dir, limit=90.0):
-    """fi_pingpong's server and client over pm on 127.0.0.1; both must end
-    by themselves within limit seconds.  Returns (server, client) as
-    (returncode, stdout, stderr)."""
+def run_pingpong(args, stats_dir, limit=90.0, vc=None, nodes=None):
+    """fi_pingpong's server and client over pm, on 127.0.0.1 or, with vc, the
+    server on nodes[0] and the client on nodes[1] (reaching the server by its
+    first network); both must end by themselves within limit seconds.
+    Returns (server, client) as (returncode, stdout, stderr)."""
     assert shutil.which("fi_pingpong"), "fi_pingpong is missing (libfabric-bin)"
     port = free_tcp_port()
     env = by_hand_env(stats_dir)
     base = ["fi_pingpong", "-p", "pm", "-e", "rdm", *args]
+    if vc:
+        del env["PM_UDP_NICS"]          # every NIC of the node: trunking
+        start = lambda node, argv: vc.popen(node, *argv, env=env, text=True)
+        tcp_table = lambda: vc.exec(nodes[0], "cat", "/proc/net/tcp", check=True).stdout
+        server_at = vc.address(nodes[0], 0)
+    else:
+        start = lambda node, argv: subprocess.Popen(argv, env=env, text=True,
+                                                    stdout=subprocess.PIPE,
+                                                    stderr=subprocess.PIPE)
+        tcp_table = lambda: Path("/proc/net/tcp").read_text()
+        server_at = "127.0.0.1"
+        nodes = [None, None]
     procs = []
     try:
-        procs.append(subprocess.Popen([*base, "-B", str(port)], env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        procs.append(start(nodes[0], [*base, "-B", str(port)]))
         deadline = time.monotonic() + 15
-        while not listening(port):
+        while not listening(port, tcp_table()):
             assert procs[0].poll() is None, procs[0].communicate()
             assert time.monotonic() < deadline, "fi_pingpong's server never listened"
             time.sleep(0.05)
-        procs.append(subprocess.Popen([*base, "-P", str(port), "127.0.0.1"], env=env,
-                                      text=True, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE))
+        procs.append(start(nodes[1], [*base, "-P", str(port), server_at]))
         deadline = time.monotonic() + limit
         results = []
         for p in procs:
@@ -263,6 +271,17 @@ def run_pingpong(args, stats_dir, limit=90.0):
                 p.wait()
 
 
+def assert_pingpong_passed(server, client):
+    for role, (rc, out, err) in (("server", server), ("client", client)):
+        assert rc == 0, f"{role} failed ({rc}):\n{out}\n{err[-3000:]}"
+        assert "usec/xfer" in out, f"{role} printed no results:\n{out}\n{err[-3000:]}"
+        assert "PM context opened detached" in err, f"{role}:\n{err[-3000:]}"
+    # What the client counted is what the server counted (fi_pingpong
+    # prints "#sent" and "=#ack" when they agree).
+    rows = [l for l in client[1].splitlines() if l[:1].isdigit()]
+    assert rows and all("=" in r for r in rows), client[1]
+
+
 @pytest.mark.parametrize("args", [
     # Every size from 1 byte to 6 MiB, eager and rendezvous, data checked.
     ["-S", "all", "-I", "5", "-c"],
@@ -275,12 +294,21 @@ def test_fi_pingpong_between_two_processes_started_by_hand(stats_dir, args):
     receives; addresses come from fi_getname/fi_av_insert and there is no
     PMIx launcher (detached PM contexts)."""
     server, client = run_pingpong(args, stats_dir)
-    for role, (rc, out, err) in (("server", server), ("client", client)):
-        assert rc == 0, f"{role} failed ({rc}):\n{out}\n{err[-3000:]}"
-        assert "usec/xfer" in out, f"{role} printed no results:\n{out}\n{err[-3000:]}"
-        assert "PM context opened detached" in err, f"{role}:\n{err[-3000:]}"
-    # What the client counted is what the server counted (fi_pingpong
-    # prints "#sent" and "=#ack" when they agree).
-    rows = [l for l in client[1].splitlines() if l[:1].isdigit()]
-    assert rows and all("=" in r for r in rows), client[1]
+    assert_pingpong_passed(server, client)
+
+
+def test_fi_pingpong_across_nodes_over_two_nics(two_nodes, stats_dir):
+    """The same between two virtual-cluster nodes started by hand: detached
+    contexts over udp, their large messages striped over both NICs."""
+    vc = two_nodes
+    first, second = vc.nodes[0], vc.nodes[1]
+    before = {n: nic_counters(vc, n) for n in (first, second)}
+    server, client = run_pingpong(["-S", "all", "-I", "5", "-c"], stats_dir, vc=vc,
+                                  nodes=[first, second])
+    assert_pingpong_passed(server, client)
+    after = {n: nic_counters(vc, n) for n in (first, second)}
+    # Some 20 MB went each way in large packets; eth1 carries nothing else.
+    for node in (first, second):
+        for nic in ("eth0", "eth1"):
+            assert grown(before[node], after[node], nic) > 200, (node, nic, before, after)
 
