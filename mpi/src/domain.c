@@ -27,13 +27,6 @@ static int enosys_sep(struct fid_domain *domain, struct fi_info *info, struct fi
 	return -FI_ENOSYS;
 }
 
-static int enosys_cntr(struct fid_domain *domain, struct fi_cntr_attr *attr,
-		       struct fid_cntr **cntr, void *context)
-{
-	(void)domain; (void)attr; (void)cntr; (void)context;
-	return -FI_ENOSYS;
-}
-
 static int enosys_poll(struct fid_domain *domain, struct fi_poll_attr *attr,
 		       struct fid_poll **pollset)
 {
@@ -89,7 +82,7 @@ static struct fi_ops_domain domain_ops = {
 	.cq_open = pmfi_cq_open,
 	.endpoint = pmfi_ep_open,
 	.scalable_ep = enosys_sep,
-	.cntr_open = enosys_cntr,
+	.cntr_open = pmfi_cntr_open,
 	.poll_open = enosys_poll,
 	.stx_ctx = enosys_stx,
 	.srx_ctx = enosys_srx,

@@ -66,6 +66,8 @@ static int ep_close(struct fid *fid)
 		pmfi_cq_unbind_ep(ep->rx_cq, ep);
 	if (ep->av)
 		ep->av->refs--;
+	if (ep->rma_cntr)
+		ep->rma_cntr->refs--;
 	free(ep->pool);
 	free(ep->peers);
 	ep->dom->refs--;
@@ -115,8 +117,18 @@ static int ep_bind(struct fid *fid, struct fid *bfid, uint64_t flags)
 	}
 	case FI_CLASS_EQ:
 		return 0;       /* nothing ever goes to it */
-	case FI_CLASS_CNTR:
-		return -FI_ENOSYS;
+	case FI_CLASS_CNTR: {
+		struct pmfi_cntr *c = pmfi_container_of(bfid, struct pmfi_cntr, fid.fid);
+
+		/* Sends and receives are not counted: refused, not left still. */
+		if (!flags || (flags & ~PMFI_CNTR_EVENTS))
+			return -FI_ENOSYS;
+		if (ep->rma_cntr)
+			return -FI_EINVAL;
+		ep->rma_cntr = c;
+		c->refs++;
+		return 0;
+	}
 	default:
 		return -FI_EINVAL;
 	}

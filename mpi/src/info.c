@@ -191,7 +191,7 @@ static int fill(struct fi_info *fi, const struct fi_info *h)
 	d->max_ep_rx_ctx = 1;
 	d->max_ep_stx_ctx = 0;
 	d->max_ep_srx_ctx = 0;
-	d->cntr_cnt = 0;
+	d->cntr_cnt = 64;
 	d->mr_iov_limit = 1;
 	d->caps = FI_LOCAL_COMM | FI_REMOTE_COMM;
 	d->mode = 0;

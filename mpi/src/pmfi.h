@@ -174,6 +174,21 @@ int pmfi_mr_regv(struct fid *fid, const struct iovec *iov, size_t count,
 int pmfi_mr_regattr(struct fid *fid, const struct fi_mr_attr *attr, uint64_t flags,
 		    struct fid_mr **mr);
 
+/* ---- completion counters (cntr.c) ---- */
+
+struct pmfi_cntr {
+	struct fid_cntr fid;
+	struct pmfi_domain *dom;
+	uint64_t value, err;
+	int refs;               /* endpoints bound */
+};
+
+/* The events an endpoint may count: RMA ones, which it has none of yet. */
+#define PMFI_CNTR_EVENTS (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)
+
+int pmfi_cntr_open(struct fid_domain *domain, struct fi_cntr_attr *attr,
+		   struct fid_cntr **cntr, void *context);
+
 /* A 64-byte name as fi_getname gives it (magic, version, endpoint 0). */
 bool pmfi_name_valid(const void *name, size_t len);
 
@@ -339,6 +354,7 @@ struct pmfi_ep {
 	struct pmfi_domain *dom;
 	struct pmfi_av *av;
 	struct pmfi_cq *tx_cq, *rx_cq;
+	struct pmfi_cntr *rma_cntr; /* bound for PMFI_CNTR_EVENTS (M4 counts) */
 	uint64_t tx_op_flags, rx_op_flags; /* from the fi_info, or set later */
 	bool tx_selective, rx_selective;
 	bool enabled;

@@ -348,6 +348,36 @@ static void test_objects(void)
 	fi_freeinfo(info);
 }
 
+/* A counter, as MPICH opens one for its RMA completions (nothing moves it
+ * but add/set until FI_RMA comes); a domain outlives it. */
+static void test_counter(void)
+{
+	struct fi_info *info = ANSWERED(FI_VERSION(1, 17), NULL);
+	struct fid_fabric *fabric = NULL;
+	struct fid_domain *domain = NULL;
+	struct fid_cntr *cntr = NULL, *bad = NULL;
+	struct fi_cntr_attr attr = { .events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_NONE };
+
+	CHECK_OK(fi_fabric(info->fabric_attr, &fabric, NULL));
+	CHECK_OK(fi_domain(fabric, info, &domain, NULL));
+	CHECK_OK(fi_cntr_open(domain, &attr, &cntr, NULL));
+	CHECK_U64(fi_cntr_read(cntr), ==, 0);
+	CHECK_OK(fi_cntr_add(cntr, 5));
+	CHECK_OK(fi_cntr_set(cntr, 7));
+	CHECK_U64(fi_cntr_read(cntr), ==, 7);
+	CHECK_OK(fi_cntr_wait(cntr, 7, 0));
+	CHECK_ERR(fi_cntr_wait(cntr, 8, 0), -FI_ETIMEDOUT);
+	CHECK_OK(fi_cntr_adderr(cntr, 2));
+	CHECK_U64(fi_cntr_readerr(cntr), ==, 2);
+	attr.wait_obj = FI_WAIT_FD;
+	CHECK_ERR(fi_cntr_open(domain, &attr, &bad, NULL), -FI_ENOSYS);
+	CHECK_ERR(fi_close(&domain->fid), -FI_EBUSY);
+	CHECK_OK(fi_close(&cntr->fid));
+	CHECK_OK(fi_close(&domain->fid));
+	CHECK_OK(fi_close(&fabric->fid));
+	fi_freeinfo(info);
+}
+
 /* A domain outlives what was opened from it. */
 static void test_domain_busy(void)
 {
@@ -390,6 +420,7 @@ int main(int argc, char **argv)
 	test_node_service();
 	test_objects();
 	test_domain_busy();
+	test_counter();
 	printf("getinfo tests passed\n");
 	return 0;
 }
