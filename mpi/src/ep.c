@@ -56,6 +56,11 @@ static int ep_close(struct fid *fid)
 		PMFI_INFO("endpoint closed: %llu unexpected messages (%llu bytes) over its life",
 			  (unsigned long long)ep->match.unexp_count,
 			  (unsigned long long)ep->match.unexp_bytes);
+	if (ep->multi_msgs)
+		PMFI_INFO("endpoint closed: %llu messages into multi-receive buffers, "
+			  "%llu buffers used up",
+			  (unsigned long long)ep->multi_msgs,
+			  (unsigned long long)ep->multi_used_up);
 	if (ep->dropped)
 		PMFI_WARN("endpoint closed: %llu malformed messages were dropped",
 			  (unsigned long long)ep->dropped);
@@ -236,20 +241,32 @@ static ssize_t ep_cancel(fid_t fid, void *context)
 
 static int ep_getopt(fid_t fid, int level, int optname, void *optval, size_t *optlen)
 {
-	(void)fid; (void)optval; (void)optlen;
-	if (level != FI_OPT_ENDPOINT)
+	struct pmfi_ep *ep = pmfi_container_of(fid, struct pmfi_ep, fid.fid);
+
+	if (level != FI_OPT_ENDPOINT || optname != FI_OPT_MIN_MULTI_RECV)
 		return -FI_ENOPROTOOPT;
-	(void)optname;
-	return -FI_ENOPROTOOPT;
+	if (!optval || !optlen || *optlen < sizeof(size_t))
+		return -FI_EINVAL;
+	pmfi_lock(ep->dom);
+	*(size_t *)optval = ep->min_multi_recv;
+	pmfi_unlock(ep->dom);
+	*optlen = sizeof(size_t);
+	return 0;
 }
 
 static int ep_setopt(fid_t fid, int level, int optname, const void *optval, size_t optlen)
 {
-	(void)fid; (void)optval; (void)optlen; (void)optname;
-	if (level != FI_OPT_ENDPOINT)
-		return -FI_ENOPROTOOPT;
+	struct pmfi_ep *ep = pmfi_container_of(fid, struct pmfi_ep, fid.fid);
+
 	/* FI_OPT_CUDA_API_PERMITTED and the rest: we claim no FI_HMEM. */
-	return -FI_ENOPROTOOPT;
+	if (level != FI_OPT_ENDPOINT || optname != FI_OPT_MIN_MULTI_RECV)
+		return -FI_ENOPROTOOPT;
+	if (!optval || optlen != sizeof(size_t))
+		return -FI_EINVAL;
+	pmfi_lock(ep->dom);
+	ep->min_multi_recv = *(const size_t *)optval;
+	pmfi_unlock(ep->dom);
+	return 0;
 }
 
 static int enosys_ctx(struct fid_ep *sep, int index, struct fi_tx_attr *attr,
@@ -416,6 +433,7 @@ int pmfi_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep 
 	ep->directed = (info->caps & FI_DIRECTED_RECV) &&
 		       (!info->rx_attr || !info->rx_attr->caps ||
 			(info->rx_attr->caps & FI_DIRECTED_RECV));
+	ep->min_multi_recv = PMFI_MIN_MULTI_RECV;
 	ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags & PMFI_TX_OP_FLAGS : 0;
 	ep->rx_op_flags = info->rx_attr ? info->rx_attr->op_flags & PMFI_RX_OP_FLAGS : 0;
 	pmfi_list_init(&ep->active);

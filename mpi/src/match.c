@@ -24,7 +24,8 @@ struct pmfi_req *pmfi_match_posted(struct pmfi_match *m, bool tagged, int peer, 
 
 		if ((r->peer < 0 || r->peer == peer) &&
 		    (!tagged || pmfi_tag_matches(r->tag, r->ignore, tag))) {
-			pmfi_list_del(l);
+			if (!(r->flags & FI_MULTI_RECV))
+				pmfi_list_del(l);
 			return r;
 		}
 	}

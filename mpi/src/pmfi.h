@@ -48,7 +48,9 @@
 #define PMFI_MR_KEY_SIZE 8
 
 #define PMFI_CAPS (FI_TAGGED | FI_MSG | FI_SEND | FI_RECV | FI_DIRECTED_RECV | \
-		   FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM)
+		   FI_SOURCE | FI_MULTI_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM)
+/* FI_OPT_MIN_MULTI_RECV until the application sets it. */
+#define PMFI_MIN_MULTI_RECV 64
 #define PMFI_TX_OP_FLAGS (FI_COMPLETION | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | \
 			  FI_DELIVERY_COMPLETE | FI_INJECT)
 #define PMFI_RX_OP_FLAGS (FI_COMPLETION)
@@ -297,6 +299,11 @@ struct pmfi_req {
 	uint64_t tag, ignore;
 	uint64_t data;
 	int peer;               /* PM peer; -1 for any (receives) */
+	/* FI_MULTI_RECV: a buffer (flags has FI_MULTI_RECV) stays posted while
+	 * messages fill it from off on; the receive of a message that uses it
+	 * up carries multi_last (FI_MULTI_RECV in its completion). */
+	size_t off;
+	bool multi_last;
 	/* sends */
 	size_t msg_len;
 	struct pmfi_hdr hdr;    /* ctrl messages and queued sends */
@@ -332,7 +339,9 @@ static inline bool pmfi_tag_matches(uint64_t want, uint64_t ignore, uint64_t tag
 {
 	return ((want ^ tag) & ~ignore) == 0;
 }
-/* The first posted receive that takes a message from peer with tag, unlinked. */
+/* The first posted receive that takes a message from peer with tag,
+ * unlinked, unless it is a multi-receive buffer: that one stays posted
+ * until it is used up (progress.c unlinks it). */
 struct pmfi_req *pmfi_match_posted(struct pmfi_match *m, bool tagged, int peer, uint64_t tag);
 /* The first unexpected message r takes; unlinked unless peek. */
 struct pmfi_unexp *pmfi_match_unexp(struct pmfi_match *m, const struct pmfi_req *r, bool peek);
@@ -363,6 +372,10 @@ struct pmfi_ep {
 	int npeers;             /* slots in peers: pmfi_proc_max_peers() */
 	struct pmfi_peer_q *peers;
 	bool directed;          /* FI_DIRECTED_RECV: receives honour src_addr */
+	size_t min_multi_recv;  /* FI_OPT_MIN_MULTI_RECV */
+	bool multi_retry;       /* unexpected messages wait for a multi-receive
+				   buffer that had no room for them in the CQ
+				   or the request pool: progress retries */
 	struct pmfi_list active; /* peers with pending sends */
 	struct pmfi_list rndv;  /* rendezvous sends waiting for FIN */
 	struct pmfi_list reads; /* receives reading from a sender */
@@ -374,6 +387,8 @@ struct pmfi_ep {
 	uint64_t cookie_gen;
 	uint64_t passes;        /* of progress: a peer check every so many */
 	uint64_t dropped;       /* malformed messages, logged at close */
+	uint64_t multi_msgs, multi_used_up; /* messages into multi-receive
+					       buffers, buffers used up: logged at close */
 };
 
 int pmfi_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep **ep,
@@ -396,6 +411,8 @@ ssize_t pmfi_send_post(struct pmfi_ep *ep, struct pmfi_req *r);
 /* One PM message to peer now: header and body; 0, -EAGAIN or a PM error. */
 int pmfi_send_eager(struct pmfi_ep *ep, int peer, const struct pmfi_hdr *h, const void *body,
 		    size_t len);
+/* Fill multi-receive buffer m (posted) from the unexpected messages it takes. */
+void pmfi_multi_drain(struct pmfi_ep *ep, struct pmfi_req *m);
 /* Drop an unexpected message (FI_DISCARD), answering a rendezvous. */
 void pmfi_unexp_discard(struct pmfi_ep *ep, struct pmfi_unexp *u);
 /* Start taking what the unexpected message u holds into receive r (u freed). */

@@ -63,7 +63,7 @@ void pmfi_recv_complete(struct pmfi_ep *ep, struct pmfi_req *r, size_t msg_len, 
 	struct fi_cq_tagged_entry e = {
 		.op_context = r->context,
 		.flags = (r->tagged ? FI_TAGGED : FI_MSG) | FI_RECV |
-			 (has_data ? FI_REMOTE_CQ_DATA : 0),
+			 (has_data ? FI_REMOTE_CQ_DATA : 0) | (r->multi_last ? FI_MULTI_RECV : 0),
 		.len = got,
 		.buf = r->buf,
 		.data = has_data ? data : 0,
@@ -204,6 +204,14 @@ static void send_fin(struct pmfi_ep *ep, struct pmfi_req *r, int peer, uint64_t 
 
 /* ---- receiving ---- */
 
+/* A payload into a receive buffer; a zero-length receive may have none
+ * (MPICH posts them with NULL). */
+static void copy_in(void *dst, const void *src, size_t n)
+{
+	if (n)
+		memcpy(dst, src, n);
+}
+
 static void read_done(struct pmfi_ep *ep, struct pmfi_req *r, int status)
 {
 	pmfi_recv_complete(ep, r, r->rts_len, r->tag, r->data, r->flags & FI_REMOTE_CQ_DATA,
@@ -255,7 +263,7 @@ static void take_rts(struct pmfi_ep *ep, struct pmfi_req *r, int peer, uint64_t 
 void pmfi_recv_take(struct pmfi_ep *ep, struct pmfi_req *r, struct pmfi_unexp *u)
 {
 	if (u->op == PMFI_OP_EAGER) {
-		memcpy(r->buf, u->payload, u->len < r->len ? u->len : r->len);
+		copy_in(r->buf, u->payload, u->len < r->len ? u->len : r->len);
 		r->peer = u->peer;
 		pmfi_recv_complete(ep, r, u->len, u->tag, u->data, u->has_data, 0);
 		pmfi_req_put(ep, r);
@@ -263,6 +271,123 @@ void pmfi_recv_take(struct pmfi_ep *ep, struct pmfi_req *r, struct pmfi_unexp *u
 		take_rts(ep, r, u->peer, u->tag, u->data, u->has_data, u->len, &u->rts);
 	}
 	free(u);
+}
+
+/* ---- FI_MULTI_RECV: one posted buffer, many messages ---- */
+
+/* Messages start 8-byte aligned in a multi-receive buffer. */
+#define PMFI_MULTI_ALIGN 8
+
+/* Multi-receive buffer m has taken n more bytes: when less than the
+ * endpoint's minimum is left it is released (unlinked; true), and the
+ * receive that used it up completes with FI_MULTI_RECV. */
+static bool multi_advance(struct pmfi_ep *ep, struct pmfi_req *m, size_t n)
+{
+	size_t off = (m->off + n + PMFI_MULTI_ALIGN - 1) & ~(size_t)(PMFI_MULTI_ALIGN - 1);
+
+	m->off = off < m->len ? off : m->len;
+	ep->multi_msgs++;
+	if (m->len - m->off >= ep->min_multi_recv && m->off < m->len)
+		return false;
+	pmfi_list_del(&m->link);
+	ep->multi_used_up++;
+	return true;
+}
+
+/* An eager message into m: copied at its offset and completed at once (a
+ * longer one than the room left is truncated, FI_ETRUNC).  True when it
+ * used m up (m is then back in the pool). */
+static bool multi_eager(struct pmfi_ep *ep, struct pmfi_req *m, int peer, uint64_t data,
+			bool has_data, const void *body, size_t len)
+{
+	size_t left = m->len - m->off, got = len < left ? len : left;
+	struct pmfi_req slice = {
+		.kind = REQ_RECV, .context = m->context, .flags = m->flags,
+		.buf = (char *)m->buf + m->off, .len = got, .peer = peer,
+	};
+
+	if (got)
+		memcpy(slice.buf, body, got);
+	slice.multi_last = multi_advance(ep, m, got);
+	pmfi_recv_complete(ep, &slice, len, 0, data, has_data, 0);
+	if (slice.multi_last)
+		pmfi_req_put(ep, m);
+	return slice.multi_last;
+}
+
+/* An RTS into m: a request of its own reads the payload into m's next
+ * bytes and completes when the read is done.  -1 when the pool has no
+ * request for it (nothing changed); else 1 when it used m up, 0 if not. */
+static int multi_rts(struct pmfi_ep *ep, struct pmfi_req *m, int peer, uint64_t data,
+		     bool has_data, size_t msg_len, const struct pmfi_rts *rts)
+{
+	struct pmfi_req *r = pmfi_req_get(ep);
+
+	if (!r)
+		return -1;
+
+	size_t left = m->len - m->off;
+
+	*r = (struct pmfi_req){
+		.kind = REQ_RECV, .context = m->context, .flags = m->flags & ~FI_MULTI_RECV,
+		.buf = (char *)m->buf + m->off, .len = msg_len < left ? msg_len : left,
+		.peer = peer,
+	};
+	pmfi_list_init(&r->link);
+	r->multi_last = multi_advance(ep, m, r->len);
+	if (r->multi_last)
+		pmfi_req_put(ep, m);
+	bool last = r->multi_last;
+
+	take_rts(ep, r, peer, 0, data, has_data, msg_len, rts);
+	return last;
+}
+
+void pmfi_multi_drain(struct pmfi_ep *ep, struct pmfi_req *m)
+{
+	for (;;) {
+		struct pmfi_unexp *u = pmfi_match_unexp(&ep->match, m, true);
+
+		if (!u)
+			return;
+		if (!pmfi_cq_room(ep->rx_cq, 1)) {
+			ep->multi_retry = true;
+			return;
+		}
+		int used_up;
+
+		if (u->op == PMFI_OP_EAGER) {
+			used_up = multi_eager(ep, m, u->peer, u->data, u->has_data, u->payload,
+					      u->len);
+		} else {
+			used_up = multi_rts(ep, m, u->peer, u->data, u->has_data, u->len, &u->rts);
+			if (used_up < 0) {
+				ep->multi_retry = true;
+				return;
+			}
+		}
+		pmfi_list_del(&u->link);
+		free(u);
+		if (used_up)
+			return;
+	}
+}
+
+/* Unexpected messages that found no room in a multi-receive buffer before:
+ * the first buffer posted takes them now. */
+static void multi_retry(struct pmfi_ep *ep)
+{
+	struct pmfi_list *q = &ep->match.posted[0];
+
+	ep->multi_retry = false;
+	for (struct pmfi_list *l = q->next; l != q; l = l->next) {
+		struct pmfi_req *r = pmfi_container_of(l, struct pmfi_req, link);
+
+		if (r->flags & FI_MULTI_RECV) {
+			pmfi_multi_drain(ep, r);
+			return;
+		}
+	}
 }
 
 static void unexpected(struct pmfi_ep *ep, int peer, const struct pmfi_hdr *h, bool tagged,
@@ -353,8 +478,24 @@ static void dispatch(struct pmfi_ep *ep, const struct pm_msg *m)
 
 		if (!r) {
 			unexpected(ep, m->peer, &h, tagged, body, len);
+		} else if (r->flags & FI_MULTI_RECV) {
+			bool has_data = h.flags & PMFI_HDR_CQ_DATA;
+			struct pmfi_rts rts;
+
+			if (h.op == PMFI_OP_EAGER) {
+				multi_eager(ep, r, m->peer, le64toh(h.data), has_data, body, len);
+				break;
+			}
+			memcpy(&rts, body, sizeof(rts));
+			if (multi_rts(ep, r, m->peer, le64toh(h.data), has_data, le64toh(h.arg),
+				      &rts) < 0) {
+				/* No request to read it with: it waits, and the
+				 * buffer takes it when one is free. */
+				unexpected(ep, m->peer, &h, tagged, body, len);
+				ep->multi_retry = true;
+			}
 		} else if (h.op == PMFI_OP_EAGER) {
-			memcpy(r->buf, body, len < r->len ? len : r->len);
+			copy_in(r->buf, body, len < r->len ? len : r->len);
 			r->peer = m->peer;
 			pmfi_recv_complete(ep, r, len, le64toh(h.tag), le64toh(h.data),
 					   h.flags & PMFI_HDR_CQ_DATA, 0);
@@ -498,4 +639,6 @@ void pmfi_progress(struct pmfi_ep *ep)
 	}
 	if (!pmfi_list_empty(&ep->reads) || !pmfi_list_empty(&ep->read_wait))
 		poll_reads(ep);
+	if (ep->multi_retry)
+		multi_retry(ep);
 }

@@ -150,6 +150,29 @@ static ssize_t peek(struct pmfi_ep *ep, const struct pmfi_req *want, const struc
 	return 0;
 }
 
+/* FI_MULTI_RECV (untagged only): one buffer that stays posted while
+ * messages fill it, each completing with its place in it; released when
+ * less than FI_OPT_MIN_MULTI_RECV is left (progress.c). */
+static ssize_t post_multi(struct pmfi_ep *ep, int peer, const struct recv_args *a)
+{
+	if (a->tagged || (a->flags & (FI_PEEK | FI_CLAIM | FI_DISCARD)) || !a->buf)
+		return -FI_EINVAL;
+
+	struct pmfi_req *r = pmfi_req_get(ep);
+
+	if (!r)
+		return -FI_EAGAIN;
+	*r = (struct pmfi_req){
+		.kind = REQ_RECV, .context = a->context, .flags = a->flags, .buf = a->buf,
+		.len = a->len, .peer = peer,
+	};
+	pmfi_list_init(&r->link);
+	pmfi_list_add_tail(&ep->match.posted[0], &r->link);
+	/* Messages that came before it, in their order. */
+	pmfi_multi_drain(ep, r);
+	return 0;
+}
+
 static ssize_t post_recv(struct pmfi_ep *ep, const struct recv_args *a)
 {
 	if (!ep->enabled)
@@ -168,6 +191,9 @@ static ssize_t post_recv(struct pmfi_ep *ep, const struct recv_args *a)
 			return pmfi_recv_error(ep, a->context, a->tagged, a->buf, a->tag, FI_EIO,
 					       EPIPE);
 	}
+
+	if (a->flags & FI_MULTI_RECV)
+		return post_multi(ep, peer, a);
 
 	struct pmfi_req want = {
 		.tagged = a->tagged, .peer = peer, .tag = a->tag, .ignore = a->ignore,
@@ -362,7 +388,7 @@ static ssize_t m_recvv(struct fid_ep *ep, const struct iovec *iov, void **desc, 
 
 static ssize_t m_recvmsg(struct fid_ep *ep, const struct fi_msg *msg, uint64_t flags)
 {
-	if (msg->iov_count > 1 || (flags & FI_MULTI_RECV))
+	if (msg->iov_count > 1)
 		return -FI_EINVAL;
 	return recv_locked(ep, &(struct recv_args){
 		msg->iov_count ? msg->msg_iov->iov_base : NULL,

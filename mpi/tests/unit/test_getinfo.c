@@ -159,6 +159,50 @@ static void test_rxm_probes(void)
 	CHECK_REFUSED(FI_VERSION(1, 17), h);
 }
 
+/* MPICH 5.0's ch4 ofi netmod (init_provider.c, init_settings.c at v5.0.1),
+ * run with MPIR_CVAR_CH4_OFI_{MAJOR,MINOR}_VERSION=1,18 and RMA/atomics
+ * off: NULL hints first, then its own with the caps of our first answer;
+ * it takes FI_MSG|FI_MULTI_RECV for its active messages and checks that
+ * the threading level is exactly FI_THREAD_DOMAIN.  (Asked at 1.17 here:
+ * the system's libfabric core refuses anything newer.) */
+static void test_mpich_hints(void)
+{
+	struct fi_info *first = ANSWERED(FI_VERSION(1, 17), NULL);
+	struct fi_info *h = hints_new();
+
+	CHECK((first->caps & (FI_MSG | FI_MULTI_RECV)) == (FI_MSG | FI_MULTI_RECV));
+	h->caps = first->caps;
+	h->mode = FI_CONTEXT | FI_ASYNC_IOV | FI_RX_CQ_DATA | FI_CONTEXT2;
+	h->addr_format = FI_FORMAT_UNSPEC;
+	h->domain_attr->threading = FI_THREAD_DOMAIN;
+	h->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+	h->domain_attr->control_progress = FI_PROGRESS_MANUAL;
+	h->domain_attr->resource_mgmt = FI_RM_ENABLED;
+	h->domain_attr->av_type = FI_AV_TABLE;
+	h->domain_attr->cq_data_size = 4;
+	h->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+				  FI_MR_ENDPOINT;
+	h->tx_attr->op_flags = FI_COMPLETION;
+	h->tx_attr->msg_order = FI_ORDER_SAS;
+	h->rx_attr->msg_order = FI_ORDER_SAS;
+	h->rx_attr->op_flags = FI_COMPLETION;
+	h->ep_attr->type = FI_EP_RDM;
+	h->ep_attr->mem_tag_format = 0x7fffffffffffffffULL;
+	h->fabric_attr->prov_name = strdup("pm");
+
+	struct fi_info *info = ANSWERED(FI_VERSION(1, 17), h);
+
+	CHECK_EQ(info->domain_attr->threading, FI_THREAD_DOMAIN);
+	CHECK_EQ(info->domain_attr->av_type, FI_AV_TABLE);
+	CHECK_EQ(info->domain_attr->mr_mode, 0);
+	CHECK_U64(info->mode & ~h->mode, ==, 0);
+	CHECK(info->caps & FI_MULTI_RECV && info->caps & FI_SOURCE);
+	CHECK_U64(info->domain_attr->cntr_cnt, >, 0);
+	fi_freeinfo(info);
+	fi_freeinfo(h);
+	fi_freeinfo(first);
+}
+
 static void test_caps_beyond(void)
 {
 	struct fi_info *h = hints_rdm();
@@ -170,8 +214,9 @@ static void test_caps_beyond(void)
 	CHECK_REFUSED(FI_VERSION(1, 17), h);
 }
 
-/* FI_MSG (untagged messages) is offered alone and beside FI_TAGGED;
- * FI_MULTI_RECV is not yet (MPICH's active messages will want it). */
+/* FI_MSG (untagged messages) is offered alone and beside FI_TAGGED, with
+ * FI_MULTI_RECV (MPICH's active messages); FI_MULTI_RECV as an op flag of
+ * every receive is not. */
 static void test_msg_caps(void)
 {
 	struct fi_info *h = hints_rdm();
@@ -190,6 +235,10 @@ static void test_msg_caps(void)
 	fi_freeinfo(h);
 	h = hints_rdm();
 	h->caps = FI_MSG | FI_MULTI_RECV;
+	info = ANSWERED(FI_VERSION(1, 17), h);
+	CHECK(info->caps & FI_MULTI_RECV && info->rx_attr->caps & FI_MULTI_RECV);
+	fi_freeinfo(info);
+	h->rx_attr->op_flags = FI_MULTI_RECV;
 	CHECK_REFUSED(FI_VERSION(1, 17), h);
 }
 
@@ -411,6 +460,7 @@ int main(int argc, char **argv)
 	test_ompi_hints();
 	test_rxm_probes();
 	test_caps_beyond();
+	test_mpich_hints();
 	test_msg_caps();
 	test_pingpong_hints();
 	test_old_api();
