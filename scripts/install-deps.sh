@@ -22,7 +22,7 @@ run_pkgs=(
   slurm-client slurmctld slurmd
 )
 test_pkgs=(
-  python3 python3-mpi4py python3-pip python3-pytest
+  python3 python3-mpi4py python3-pip python3-pytest python3-venv
   hpcc iperf3 libfabric-bin netpipe-openmpi netpipe-tcp sockperf linux-perf
   ansible-core ansible-lint
   nodejs prometheus python3-matplotlib

@@ -1,0 +1,115 @@
+"""MPICH over the provider pm (issue 12, M3): the `mpich` wheel from PyPI,
+version pinned and checked by its SHA-256, installed once into a venv under
+BUILD (reused by later runs), and the environment that runs its programs
+over PM (docs/mpi/guide.md, "MPICH").
+
+The wheel is MPICH's ch4 device with an ofi netmod and its own libfabric
+(2.5.1), which loads external providers from FI_PROVIDER_PATH; its launcher
+is hydra's `mpiexec`, which speaks PMI, not PMIx, so the provider opens
+detached PM contexts (udp) whose peers come from fi_av_insert.
+"""
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .mpijob import BUILD, PROVIDER_DIR
+
+MPICH_VERSION = "5.0.2"
+MPICH_WHEEL = f"mpich-{MPICH_VERSION}-py3-none-manylinux_2_28_x86_64.whl"
+MPICH_SHA256 = "8fed465ebff269ea2ebac179a25de02671ddf8df476e0f115be089015015cfd4"
+VENV = BUILD / f"mpich-{MPICH_VERSION}"
+PYTHON = "/usr/bin/python3"
+# What each step may take here at most (the wheel is 13 MB).
+FETCH_TIMEOUT = 300
+INSTALL_TIMEOUT = 300
+
+# What makes the wheel's MPICH run over pm.  Its libfabric asks API 2.5
+# unless told otherwise; the provider implements 1.18 (design.md §1).  RMA
+# and atomics are not offered (M4): MPICH would find that out itself, these
+# say it up front, and MPI one-sided goes through its active messages
+# (FI_MSG + FI_MULTI_RECV).  NOLOCAL keeps MPICH's own shared memory out,
+# so ranks on one node talk through the netmod too.
+MPICH_ENV = {
+    "FI_PROVIDER": "pm",
+    "FI_PROVIDER_PATH": str(PROVIDER_DIR),
+    "MPIR_CVAR_CH4_NETMOD": "ofi",
+    "MPIR_CVAR_NOLOCAL": "1",
+    "MPIR_CVAR_CH4_OFI_MAJOR_VERSION": "1",
+    "MPIR_CVAR_CH4_OFI_MINOR_VERSION": "18",
+    "MPIR_CVAR_CH4_OFI_ENABLE_RMA": "0",
+    "MPIR_CVAR_CH4_OFI_ENABLE_ATOMICS": "0",
+}
+
+
+def mpich_env(**extra):
+    """os.environ without any PMIx server (MPICH is launched by hydra),
+    plus MPICH_ENV and extra (PM's knobs)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMIX_", "OMPI_"))}
+    env.update(MPICH_ENV)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def _installed():
+    marker = VENV / ".installed"
+    return marker.exists() and marker.read_text().strip() == MPICH_SHA256
+
+
+def _fetch():
+    """The pinned wheel in BUILD/cache (downloaded once); skips the test
+    when it cannot be fetched (no network)."""
+    cache = BUILD / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    wheel = cache / MPICH_WHEEL
+    if not wheel.exists():
+        try:
+            proc = subprocess.run([PYTHON, "-m", "pip", "download", "--quiet", "--no-deps",
+                                   "--only-binary", ":all:", "--dest", str(cache),
+                                   f"mpich=={MPICH_VERSION}"],
+                                  capture_output=True, text=True, timeout=FETCH_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            pytest.skip(f"cannot fetch the mpich {MPICH_VERSION} wheel from PyPI "
+                        f"(pip download took over {FETCH_TIMEOUT} s)")
+        if proc.returncode != 0 or not wheel.exists():
+            pytest.skip(f"cannot fetch the mpich {MPICH_VERSION} wheel from PyPI (no network?): "
+                        f"{proc.stderr.strip()[-500:]}")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    if digest != MPICH_SHA256:
+        wheel.unlink()
+        raise AssertionError(f"{wheel}: SHA-256 {digest}, want {MPICH_SHA256}")
+    return wheel
+
+
+def install():
+    """The venv with the pinned wheel (made once, reused while it is whole):
+    returns its directory."""
+    if _installed():
+        return VENV
+    wheel = _fetch()
+    shutil.rmtree(VENV, ignore_errors=True)
+    subprocess.run([PYTHON, "-m", "venv", str(VENV)], check=True, capture_output=True,
+                   timeout=120)
+    proc = subprocess.run([str(VENV / "bin" / "pip"), "install", "--quiet", "--no-index",
+                           "--no-deps", str(wheel)],
+                          capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
+    assert proc.returncode == 0, f"pip install {wheel.name} failed: {proc.stderr}"
+    out = subprocess.run([str(VENV / "bin" / "mpichversion")], capture_output=True, text=True,
+                         timeout=30).stdout
+    assert f"MPICH Version:      {MPICH_VERSION}" in out and "ofi" in out, out
+    (VENV / ".installed").write_text(MPICH_SHA256 + "\n")
+    return VENV
+
+
+def build_program(venv, dest_dir, name):
+    """tests/programs/NAME.c compiled with the wheel's mpicc into dest_dir."""
+    src = Path(__file__).resolve().parent.parent / "programs" / f"{name}.c"
+    exe = Path(dest_dir) / name
+    proc = subprocess.run([str(venv / "bin" / "mpicc"), "-O1", "-o", str(exe), str(src)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"mpicc {src.name} failed: {proc.stderr}"
+    return exe

@@ -1,0 +1,96 @@
+"""Unmodified MPICH programs over PM: the `mpich` wheel (pinned, installed
+into a venv under build/ by mpich.py), its own mpicc and hydra mpiexec, the
+provider pm loaded by the wheel's libfabric from FI_PROVIDER_PATH
+(docs/mpi/guide.md, "MPICH").  hydra speaks PMI, not PMIx, so every rank
+opens a detached PM context over udp and finds its peers by fi_av_insert of
+the names MPICH exchanged through PMI; MPIR_CVAR_NOLOCAL=1 sends the
+traffic between ranks of one node through the provider too.  PM's counters
+(pminfo --json) show it went through PM.
+
+Skipped only when the wheel cannot be fetched (no network)."""
+
+import shutil
+import tempfile
+
+import pytest
+
+from .mpich import build_program, install, mpich_env
+from .mpijob import Run, wait_for_contexts
+
+
+@pytest.fixture(scope="module")
+def mpich():
+    return install()
+
+
+@pytest.fixture(scope="module")
+def programs(mpich):
+    d = tempfile.mkdtemp(prefix="score-mpich-")
+    try:
+        yield {name: build_program(mpich, d, name)
+               for name in ("mpi_transfer", "mpi_errors", "mpi_onesided")}
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def stats_dir():
+    d = tempfile.mkdtemp(prefix="score-pmstats-")
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def mpiexec(mpich, nranks, argv, timeout=60, **pm_env):
+    """The wheel's mpiexec on this host over pm (PM's udp on loopback), in
+    its own session: Run kills it, its proxies and ranks by its PID."""
+    env = mpich_env(PM_UDP_NICS="127.0.0.1", **pm_env)
+    return Run([mpich / "bin" / "mpiexec", "-n", nranks, *argv], env=env, timeout=timeout)
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_mpich_program_over_pm_on_one_node(mpich, programs, stats_dir, nranks):
+    """The token ring, every size from 0 to 4 MiB to both neighbours (eager
+    and the provider's rendezvous, bytes checked), any-source receives and
+    collectives; meanwhile pminfo sees one detached udp context per rank,
+    each with peers for the whole job, that has moved the large messages
+    by PM's remote reads."""
+    run = mpiexec(mpich, nranks, [programs["mpi_transfer"], "--linger-ms", "3000"],
+                  PM_STATS_DIR=stats_dir)
+    try:
+        ctxs = wait_for_contexts(stats_dir, nranks, run,
+                                 done=lambda c: c["counters"]["rma_reads"] > 0)
+    finally:
+        run.wait()
+    assert run.returncode == 0, run.describe()
+    assert f"mpi_transfer: {nranks} ranks passed" in run.stdout, run.describe()
+    assert ctxs is not None, \
+        f"pminfo never showed {nranks} PM contexts that had read remotely\n{run.describe()}"
+    for c in ctxs:
+        assert c["device"] == "udp" and c["job"].startswith("detached."), c
+        assert c["size"] == nranks, c          # itself and every peer inserted
+        assert c["counters"]["msgs_recv"] > 0 and c["counters"]["drops"] == 0, c
+    assert len({c["pid"] for c in ctxs}) == nranks, ctxs
+
+
+def test_mpich_truncation_cancel_and_probe(mpich, programs):
+    """MPI_ERR_TRUNCATE, a cancelled receive, Iprobe/Probe/Mprobe and Ssend,
+    as MPICH defines them, over pm."""
+    run = mpiexec(mpich, 2, [programs["mpi_errors"]]).wait()
+    assert run.returncode == 0, run.describe()
+    assert "mpi_errors: passed" in run.stdout, run.describe()
+
+
+def test_mpich_one_sided_through_active_messages(mpich, programs):
+    """MPI_Put/Get/Accumulate with fences: with no FI_RMA in the provider,
+    MPICH sends them as active messages (FI_MSG) into buffers it posts with
+    FI_MULTI_RECV; the run uses buffers up, and MPICH reposts them (the
+    provider says how many at close, FI_LOG_LEVEL=info)."""
+    run = mpiexec(mpich, 2, [programs["mpi_onesided"]], FI_LOG_LEVEL="info").wait()
+    assert run.returncode == 0, run.describe()
+    assert "mpi_onesided: 2 ranks passed" in run.stdout, run.describe()
+    used = [int(line.split(" buffers used up")[0].rsplit(" ", 1)[1])
+            for line in run.stderr.splitlines() if "buffers used up" in line]
+    assert len(used) == 2 and all(n >= 1 for n in used), \
+        f"multi-receive buffers used up per rank: {used}\n{run.describe()}"
