@@ -7,12 +7,21 @@ the names MPICH exchanged through PMI; MPIR_CVAR_NOLOCAL=1 sends the
 traffic between ranks of one node through the provider too.  PM's counters
 (pminfo --json) show it went through PM.
 
+Across two virtual-cluster nodes hydra starts its proxies through `vcluster
+rsh` (its ssh launcher with -launcher-exec), and PM stripes the large
+messages over both NICs.
+
 Skipped only when the wheel cannot be fetched (no network)."""
 
+import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
+
+from conftest import VCLUSTER
+from pm.pmjob import grown, nic_counters
 
 from .mpich import build_program, install, mpich_env
 from .mpijob import Run, wait_for_contexts
@@ -94,3 +103,27 @@ def test_mpich_one_sided_through_active_messages(mpich, programs):
             for line in run.stderr.splitlines() if "buffers used up" in line]
     assert len(used) == 2 and all(n >= 1 for n in used), \
         f"multi-receive buffers used up per rank: {used}\n{run.describe()}"
+
+
+def test_mpich_across_two_nodes_over_two_nics(mpich, programs, two_nodes):
+    """2 nodes x 2 ranks under hydra: detached contexts on every NIC of each
+    node (udp, trunking), so the megabytes between the nodes go over both
+    NICs; eth1 carries nothing else (hydra's own traffic stays on net 0)."""
+    vc = two_nodes
+    d = Path(tempfile.mkdtemp(prefix="score-mpich-rsh-"))
+    try:
+        rsh = d / "rsh"
+        rsh.write_text(f'#!/bin/sh\nexec {VCLUSTER} rsh --name {vc.name} "$@"\n')
+        os.chmod(rsh, 0o755)
+        before = {n: nic_counters(vc, n) for n in vc.nodes}
+        run = Run([mpich / "bin" / "mpiexec", "-launcher", "ssh", "-launcher-exec", rsh,
+                   "-iface", vc.bridge(0), "-hosts", ",".join(vc.nodes), "-n", 4, "-ppn", 2,
+                   programs["mpi_transfer"]], env=mpich_env(), timeout=90).wait()
+        assert run.returncode == 0, run.describe()
+        assert "mpi_transfer: 4 ranks passed" in run.stdout, run.describe()
+        after = {n: nic_counters(vc, n) for n in vc.nodes}
+        for node in vc.nodes:
+            for nic in ("eth0", "eth1"):
+                assert grown(before[node], after[node], nic) > 200, (node, nic, before, after)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
