@@ -2,6 +2,7 @@
 scripts/make-deb.sh into directories of their own (this version and the next
 one, for the upgrade), and a chroot of the node image to install them in."""
 
+import concurrent.futures
 import os
 import shutil
 import subprocess
@@ -49,14 +50,38 @@ def debs():
 NEXT_VERSION = VERSION + "+1"
 
 
+class PendingBuild:
+    """A make_deb() run in a thread of its own, started at once: the test
+    that needs its packages only late (the upgrade, after minutes of
+    site.yml runs) calls result() when it gets there, so the build runs
+    while the test does other work instead of before it starts."""
+
+    def __init__(self, version):
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        self._future = self._pool.submit(make_deb, version)
+
+    def result(self):
+        """(its output directory, {package: .deb path}), once built; a
+        failed build raises here."""
+        return self._future.result(timeout=BUILD_TIMEOUT)
+
+    def close(self):
+        """Wait for the build (a make-deb.sh run is not interrupted
+        half-way) and remove what it made."""
+        self._pool.shutdown(wait=True)
+        if self._future.exception() is None:
+            shutil.rmtree(self._future.result()[0], ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def next_debs():
-    """The same tree rebuilt as the next version, NEXT_VERSION."""
-    out, found = make_deb(NEXT_VERSION)
+def next_debs(debs):
+    """The same tree rebuilt as the next version, NEXT_VERSION: a
+    PendingBuild, started after `debs` (make-deb.sh builds one at a time)."""
+    pending = PendingBuild(NEXT_VERSION)
     try:
-        yield out, found
+        yield pending
     finally:
-        shutil.rmtree(out, ignore_errors=True)
+        pending.close()
 
 
 

@@ -389,11 +389,14 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     assert "Mode=connected" in out and "MTUBytes=65520" in out, out
     phase("rdma forced")
 
-    # Upgrade: the edited configuration stays, the daemons restart.
+    # Upgrade: the edited configuration stays, the daemons restart.  The
+    # next version's packages have been building since the test began.
+    upgrade = next_debs.result()[1]
+    phase("next version's packages built (waited for)")
     c.everywhere("echo '# edited by the test' >> /etc/score/scored.toml")
     before = {n: c.main_pid(n, "scored-agent") for n in NODES}
     master_before = c.main_pid("n1", "scored-master")
-    for deb in next_debs[1].values():
+    for deb in upgrade.values():
         shutil.copy(deb, c.repo)
     subprocess.run("dpkg-scanpackages --multiversion . > Packages 2>/dev/null && "
                    "gzip -9kfn Packages", shell=True, cwd=c.repo, check=True)
