@@ -142,7 +142,14 @@ struct pmdsm_stats {
 	                              faulted page (PMDSM_READ_AHEAD)          */
 };
 
-int pmdsm_stats_get(struct pmdsm_stats *stats);
+/*
+ * Copy this rank's counters into stats; size is sizeof(struct pmdsm_stats)
+ * as the caller was compiled.  Counters are only ever added at the end of
+ * the structure, so a program built against an older pmdsm.h gets the
+ * ones it knows and a newer one finds the rest zeroed.
+ * Errors: -ENXIO outside pmdsm_init()..pmdsm_finalize(), -EINVAL.
+ */
+int pmdsm_stats_get(struct pmdsm_stats *stats, size_t size);
 
 #ifdef __cplusplus
 }

@@ -403,12 +403,18 @@ int pmdsm_unlock(unsigned l)
 	return dsm_ctx ? dsm_call(dsm_ctx, unlock_call, &l) : -ENXIO;
 }
 
-int pmdsm_stats_get(struct pmdsm_stats *stats)
+int pmdsm_stats_get(struct pmdsm_stats *stats, size_t size)
 {
 	if (!dsm_ctx)
 		return -ENXIO;
 	if (!stats)
 		return -EINVAL;
-	*stats = *dsm_ctx->st;
+	const struct pmdsm_stats *st = dsm_ctx->st;
+
+	if (size > sizeof(*st)) {
+		memset((char *)stats + sizeof(*st), 0, size - sizeof(*st));
+		size = sizeof(*st);
+	}
+	memcpy(stats, st, size);
 	return 0;
 }

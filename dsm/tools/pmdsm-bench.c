@@ -379,7 +379,7 @@ struct timer {
 static void timer_start(const struct bench *b, struct timer *tm)
 {
 	if (!b->opt.baseline)
-		call(pmdsm_stats_get(&tm->st0), "pmdsm_stats_get");
+		call(pmdsm_stats_get(&tm->st0, sizeof(tm->st0)), "pmdsm_stats_get");
 	tm->csw0 = ctxsw();
 	tm->t0 = now_s();
 }
@@ -393,7 +393,7 @@ static void timer_stop(const struct bench *b, const struct timer *tm, struct tal
 	t->seconds += t1 - tm->t0;
 	t->csw += csw1 - tm->csw0;
 	if (!b->opt.baseline) {
-		call(pmdsm_stats_get(&st1), "pmdsm_stats_get");
+		call(pmdsm_stats_get(&st1, sizeof(st1)), "pmdsm_stats_get");
 		stats_add_delta(&t->st, &tm->st0, &st1);
 	}
 }
@@ -780,11 +780,11 @@ static const char *probe_write_detect(struct bench *b)
 {
 	struct pmdsm_stats a, z;
 
-	call(pmdsm_stats_get(&a), "pmdsm_stats_get");
+	call(pmdsm_stats_get(&a, sizeof(a)), "pmdsm_stats_get");
 	call(pmdsm_lock(LOCAL_LOCK), "pmdsm_lock");
 	*word_of(b, b->pages) += 1;
 	call(pmdsm_unlock(LOCAL_LOCK), "pmdsm_unlock");
-	call(pmdsm_stats_get(&z), "pmdsm_stats_get");
+	call(pmdsm_stats_get(&z, sizeof(z)), "pmdsm_stats_get");
 	if (z.wp_scans > a.wp_scans)
 		return "uffd-async";
 	if (z.write_faults > a.write_faults)

@@ -212,7 +212,7 @@ static struct pmdsm_stats stats_now(void)
 {
 	struct pmdsm_stats st;
 
-	call(pmdsm_stats_get(&st), "pmdsm_stats_get");
+	call(pmdsm_stats_get(&st, sizeof(st)), "pmdsm_stats_get");
 	return st;
 }
 
@@ -422,7 +422,7 @@ int main(int argc, char **argv)
 
 	struct pmdsm_stats st;
 
-	call(pmdsm_stats_get(&st), "pmdsm_stats_get");
+	call(pmdsm_stats_get(&st, sizeof(st)), "pmdsm_stats_get");
 	call(pmdsm_finalize(), "pmdsm_finalize");
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (rank == 0 && !o.quiet)

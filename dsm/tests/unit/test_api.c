@@ -133,7 +133,7 @@ int main(int argc, char **argv)
 
 	struct pmdsm_stats st;
 
-	CHECK_OK(pmdsm_stats_get(&st));
+	CHECK_OK(pmdsm_stats_get(&st, sizeof(st)));
 	if (strcmp(method, "segv") == 0)
 		CHECK(st.write_faults >= 256);  /* every page of p, once */
 	else
