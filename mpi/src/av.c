@@ -19,7 +19,24 @@ bool pmfi_name_valid(const void *name, size_t len)
 		return false;
 	memcpy(&n, name, sizeof(n));
 	return le32toh(n.magic) == PMFI_NAME_MAGIC && n.version == PMFI_NAME_VERSION &&
-	       le16toh(n.ep) == 0;
+	       le16toh(n.ep) < PMFI_MAX_EPS;
+}
+
+fi_addr_t pmfi_av_source(const struct pmfi_av *av, int peer, uint16_t ep)
+{
+	if (peer < 0 || peer >= av->npeers)
+		return FI_ADDR_NOTAVAIL;
+
+	fi_addr_t a = av->by_peer[peer];
+
+	if (a == FI_ADDR_NOTAVAIL || av->tab[a].ep == ep)
+		return a;
+	/* The AV holds several endpoints of that process (rare: MPI's AVs
+	 * hold one per peer): look for the one that sent. */
+	for (size_t i = 0; i < av->count; i++)
+		if (av->tab[i].peer == peer && av->tab[i].ep == ep)
+			return i;
+	return FI_ADDR_NOTAVAIL;
 }
 
 /* The PM peer a name designates, or a negative FI error.  A detached
@@ -45,7 +62,7 @@ static int name_to_peer(pm_context_t *pm, const void *addr, struct pmfi_av_entry
 	default: return -FI_EINVAL;
 	}
 	out->peer = peer;
-	out->ep = 0;
+	out->ep = le16toh(n.ep);
 	return 0;
 }
 

@@ -15,7 +15,6 @@ static int domain_close(struct fid *fid)
 
 	if (d->refs)
 		return -FI_EBUSY;
-	pthread_mutex_destroy(&d->lock);
 	free(d);
 	return 0;
 }
@@ -114,7 +113,6 @@ int pmfi_domain_open(struct fid_fabric *fabric, struct fi_info *info,
 	/* FI_THREAD_DOMAIN: the caller serialises; every other level may call
 	 * from several threads at once, and PM takes one thread at a time. */
 	d->locking = d->threading != FI_THREAD_DOMAIN;
-	pthread_mutex_init(&d->lock, NULL);
 	d->fid.fid.fclass = FI_CLASS_DOMAIN;
 	d->fid.fid.context = context;
 	d->fid.fid.ops = &domain_fi_ops;

@@ -65,6 +65,12 @@ static int ep_close(struct fid *fid)
 		PMFI_WARN("endpoint closed: %llu malformed messages were dropped",
 			  (unsigned long long)ep->dropped);
 	free_unexpected(ep);
+	while (!pmfi_list_empty(&ep->inbox)) {
+		struct pmfi_list *l = ep->inbox.next;
+
+		pmfi_list_del(l);
+		free(pmfi_container_of(l, struct pmfi_inbox, link));
+	}
 	if (ep->tx_cq)
 		pmfi_cq_unbind_ep(ep->tx_cq, ep);
 	if (ep->rx_cq && ep->rx_cq != ep->tx_cq)
@@ -76,8 +82,8 @@ static int ep_close(struct fid *fid)
 	free(ep->pool);
 	free(ep->peers);
 	ep->dom->refs--;
+	pmfi_proc_ep_release(ep->index);
 	free(ep);
-	pmfi_proc_ep_release();
 	pmfi_proc_put();
 	return 0;
 }
@@ -301,7 +307,7 @@ static int ep_getname(fid_t fid, void *addr, size_t *addrlen)
 	struct pmfi_name n = {
 		.magic = htole32(PMFI_NAME_MAGIC),
 		.version = PMFI_NAME_VERSION,
-		.ep = htole16(0),
+		.ep = htole16((uint16_t)ep->index),
 	};
 	size_t len = sizeof(n.pm);
 	int err = pm_address(ep->pm, n.pm, &len);
@@ -408,21 +414,24 @@ int pmfi_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep 
 		      info->ep_attr->type != FI_EP_UNSPEC))
 		return -FI_EINVAL;
 
-	int err = pmfi_proc_ep_claim();
-
-	if (err)
-		return err;
-
 	struct pmfi_ep *ep = calloc(1, sizeof(*ep));
 
-	if (!ep) {
-		pmfi_proc_ep_release();
+	if (!ep)
 		return -FI_ENOMEM;
-	}
-	err = pmfi_proc_get(&ep->pm);
-	if (err) {
+	pmfi_list_init(&ep->inbox);
+	ep->index = pmfi_proc_ep_claim(ep);
+	if (ep->index < 0) {
+		int err = ep->index;
+
 		free(ep);
-		pmfi_proc_ep_release();
+		return err;
+	}
+
+	int err = pmfi_proc_get(&ep->pm);
+
+	if (err) {
+		pmfi_proc_ep_release(ep->index);
+		free(ep);
 		return err;
 	}
 	ep->dom = d;

@@ -184,7 +184,7 @@ static int fill(struct fi_info *fi, const struct fi_info *h)
 	d->mr_key_size = PMFI_MR_KEY_SIZE;
 	d->cq_data_size = 8;
 	d->cq_cnt = 64;
-	d->ep_cnt = 1;
+	d->ep_cnt = PMFI_MAX_EPS;
 	d->tx_ctx_cnt = 1;
 	d->rx_ctx_cnt = 1;
 	d->max_ep_tx_ctx = 1;

@@ -46,6 +46,10 @@
 #define PMFI_CQ_SIZE     4096
 #define PMFI_MAX_MSG     ((size_t)UINT32_MAX)
 #define PMFI_MR_KEY_SIZE 8
+/* Endpoints that may be live at once in a process, sharing its PM context
+ * (Open MPI's mtl ofi and btl ofi each open one): the index in names and
+ * headers says which one a message is for. */
+#define PMFI_MAX_EPS     16
 
 #define PMFI_CAPS (FI_TAGGED | FI_MSG | FI_SEND | FI_RECV | FI_DIRECTED_RECV | \
 		   FI_SOURCE | FI_MULTI_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM)
@@ -76,7 +80,7 @@ struct pmfi_name {
 	uint32_t magic;         /* PMFI_NAME_MAGIC */
 	uint8_t version;        /* PMFI_NAME_VERSION */
 	uint8_t pad;
-	uint16_t ep;            /* endpoint index in its process: 0 */
+	uint16_t ep;            /* endpoint index in its process (< PMFI_MAX_EPS) */
 	uint64_t reserved;
 	uint8_t pm[PM_ADDRESS_MAX]; /* pm_address(), zero-padded */
 };
@@ -153,8 +157,7 @@ struct pmfi_domain {
 	struct fid_domain fid;
 	struct pmfi_fabric *fabric;
 	enum fi_threading threading;
-	bool locking;           /* anything but FI_THREAD_DOMAIN */
-	pthread_mutex_t lock;
+	bool locking;           /* anything but FI_THREAD_DOMAIN: pmfi_pm_lock */
 	int refs;               /* objects opened from it */
 };
 
@@ -191,12 +194,14 @@ struct pmfi_cntr {
 int pmfi_cntr_open(struct fid_domain *domain, struct fi_cntr_attr *attr,
 		   struct fid_cntr **cntr, void *context);
 
-/* A 64-byte name as fi_getname gives it (magic, version, endpoint 0). */
+/* A 64-byte name as fi_getname gives it (magic, version, endpoint index). */
 bool pmfi_name_valid(const void *name, size_t len);
 
 /* getinfo (info.c) */
 int pmfi_getinfo(uint32_t version, const char *node, const char *service,
 		 uint64_t flags, const struct fi_info *hints, struct fi_info **info);
+
+struct pmfi_ep;
 
 /* ---- the process's PM context (proc.c) ----
  *
@@ -210,9 +215,15 @@ void pmfi_proc_put(void);
  * a detached context, whose size grows with fi_av_insert). */
 int pmfi_proc_max_peers(pm_context_t *pm);
 bool pmfi_proc_detached(void);
-/* One live endpoint per process until endpoints share the context. */
-int pmfi_proc_ep_claim(void);
-void pmfi_proc_ep_release(void);
+/* Endpoints share the context: each live one holds an index (the lowest
+ * free one; -FI_EBUSY when PMFI_MAX_EPS are live), by which a message that
+ * another endpoint's progress takes from PM finds it. */
+int pmfi_proc_ep_claim(struct pmfi_ep *ep);
+void pmfi_proc_ep_release(int index);
+struct pmfi_ep *pmfi_proc_ep(int index);
+/* The lock of the domains that lock (threading other than FI_THREAD_DOMAIN):
+ * one for the process, as they all drive its one PM context. */
+extern pthread_mutex_t pmfi_pm_lock;
 
 /* ---- address vector (av.c) ---- */
 
@@ -242,10 +253,8 @@ static inline const struct pmfi_av_entry *pmfi_av_lookup(const struct pmfi_av *a
 	return a < av->count && av->tab[a].peer >= 0 ? &av->tab[a] : NULL;
 }
 
-static inline fi_addr_t pmfi_av_source(const struct pmfi_av *av, int peer)
-{
-	return peer >= 0 && peer < av->npeers ? av->by_peer[peer] : FI_ADDR_NOTAVAIL;
-}
+/* The fi_addr of endpoint ep of PM peer peer (FI_SOURCE). */
+fi_addr_t pmfi_av_source(const struct pmfi_av *av, int peer, uint16_t ep);
 
 /* ---- completion queue (cq.c) ---- */
 
@@ -299,6 +308,7 @@ struct pmfi_req {
 	uint64_t tag, ignore;
 	uint64_t data;
 	int peer;               /* PM peer; -1 for any (receives) */
+	uint16_t peer_ep;       /* its endpoint index (a matched receive's sender) */
 	/* FI_MULTI_RECV: a buffer (flags has FI_MULTI_RECV) stays posted while
 	 * messages fill it from off on; the receive of a message that uses it
 	 * up carries multi_last (FI_MULTI_RECV in its completion). */
@@ -319,6 +329,7 @@ struct pmfi_req {
 struct pmfi_unexp {
 	struct pmfi_list link;
 	int peer;
+	uint16_t peer_ep;       /* the sending endpoint's index */
 	uint8_t op;             /* EAGER or RTS */
 	bool tagged;
 	uint64_t tag, data;
@@ -367,6 +378,9 @@ struct pmfi_ep {
 	uint64_t tx_op_flags, rx_op_flags; /* from the fi_info, or set later */
 	bool tx_selective, rx_selective;
 	bool enabled;
+	int index;              /* in the process (names, headers): pmfi_proc_ep */
+	struct pmfi_list inbox; /* struct pmfi_inbox: messages another endpoint
+				   took from PM while our CQs were full */
 	pm_context_t *pm;
 	int self;               /* our PM rank */
 	int npeers;             /* slots in peers: pmfi_proc_max_peers() */
@@ -389,6 +403,15 @@ struct pmfi_ep {
 	uint64_t dropped;       /* malformed messages, logged at close */
 	uint64_t multi_msgs, multi_used_up; /* messages into multi-receive
 					       buffers, buffers used up: logged at close */
+};
+
+/* A message for ep taken from PM by another endpoint's progress, kept
+ * until ep's progress has room for what it completes. */
+struct pmfi_inbox {
+	struct pmfi_list link;
+	int peer;
+	size_t len;
+	unsigned char data[];
 };
 
 int pmfi_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep **ep,

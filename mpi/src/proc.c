@@ -16,7 +16,7 @@ static struct {
 	pthread_mutex_t lock;
 	pm_context_t *pm;
 	int refs;
-	bool ep_live;           /* one endpoint at a time (design §3) */
+	struct pmfi_ep *eps[PMFI_MAX_EPS]; /* live endpoints by index (design §3) */
 	bool detached;          /* the context is a detached one */
 } proc = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -92,23 +92,42 @@ void pmfi_proc_put(void)
 	pthread_mutex_unlock(&proc.lock);
 }
 
-int pmfi_proc_ep_claim(void)
+pthread_mutex_t pmfi_pm_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int pmfi_proc_ep_claim(struct pmfi_ep *ep)
 {
-	int err = 0;
+	int index = -FI_EBUSY;
 
 	pthread_mutex_lock(&proc.lock);
-	if (proc.ep_live)
-		err = -FI_EBUSY;
-	proc.ep_live = true;
+	/* The lowest free index: a process that opens one endpoint at a time
+	 * always names it 0, as before endpoints shared the context. */
+	for (int i = 0; i < PMFI_MAX_EPS; i++)
+		if (!proc.eps[i]) {
+			proc.eps[i] = ep;
+			index = i;
+			break;
+		}
 	pthread_mutex_unlock(&proc.lock);
-	return err;
+	return index;
 }
 
-void pmfi_proc_ep_release(void)
+void pmfi_proc_ep_release(int index)
 {
 	pthread_mutex_lock(&proc.lock);
-	proc.ep_live = false;
+	if (index >= 0 && index < PMFI_MAX_EPS)
+		proc.eps[index] = NULL;
 	pthread_mutex_unlock(&proc.lock);
+}
+
+struct pmfi_ep *pmfi_proc_ep(int index)
+{
+	struct pmfi_ep *ep = NULL;
+
+	pthread_mutex_lock(&proc.lock);
+	if (index >= 0 && index < PMFI_MAX_EPS)
+		ep = proc.eps[index];
+	pthread_mutex_unlock(&proc.lock);
+	return ep;
 }
 
 bool pmfi_proc_detached(void)

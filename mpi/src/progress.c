@@ -75,7 +75,7 @@ void pmfi_recv_complete(struct pmfi_ep *ep, struct pmfi_req *r, size_t msg_len, 
 	else if (msg_len > r->len)
 		pmfi_cq_write_err(ep->rx_cq, &e, FI_ETRUNC, 0, msg_len - r->len);
 	else if (rx_wants_completion(ep, r->flags))
-		pmfi_cq_write(ep->rx_cq, &e, pmfi_av_source(ep->av, r->peer));
+		pmfi_cq_write(ep->rx_cq, &e, pmfi_av_source(ep->av, r->peer, r->peer_ep));
 }
 
 /* ---- sending ---- */
@@ -180,13 +180,16 @@ ssize_t pmfi_send_post(struct pmfi_ep *ep, struct pmfi_req *r)
 	return 0;
 }
 
-/* FIN {cookie, status} to the sender of a rendezvous; r becomes the control
- * request that carries it when PM has no room now. */
-static void send_fin(struct pmfi_ep *ep, struct pmfi_req *r, int peer, uint64_t cookie,
-		     int status)
+/* FIN {cookie, status} to the sender of a rendezvous (endpoint peer_ep of
+ * peer); r becomes the control request that carries it when PM has no room
+ * now. */
+static void send_fin(struct pmfi_ep *ep, struct pmfi_req *r, int peer, uint16_t peer_ep,
+		     uint64_t cookie, int status)
 {
 	struct pmfi_hdr h = {
 		.op = PMFI_OP_FIN,
+		.dst_ep = htole16(peer_ep),
+		.src_ep = htole16((uint16_t)ep->index),
 		.data = htole64((uint64_t)(int64_t)status),
 		.arg = htole64(cookie),
 	};
@@ -216,7 +219,7 @@ static void read_done(struct pmfi_ep *ep, struct pmfi_req *r, int status)
 {
 	pmfi_recv_complete(ep, r, r->rts_len, r->tag, r->data, r->flags & FI_REMOTE_CQ_DATA,
 			   status);
-	send_fin(ep, r, r->peer, r->cookie, status);
+	send_fin(ep, r, r->peer, r->peer_ep, r->cookie, status);
 }
 
 /* Start reading an RTS's payload into receive r. */
@@ -247,10 +250,12 @@ static void start_read(struct pmfi_ep *ep, struct pmfi_req *r)
 }
 
 /* Receive r takes an RTS now: its tag and source become the message's. */
-static void take_rts(struct pmfi_ep *ep, struct pmfi_req *r, int peer, uint64_t tag,
-		     uint64_t data, bool has_data, size_t len, const struct pmfi_rts *rts)
+static void take_rts(struct pmfi_ep *ep, struct pmfi_req *r, int peer, uint16_t peer_ep,
+		     uint64_t tag, uint64_t data, bool has_data, size_t len,
+		     const struct pmfi_rts *rts)
 {
 	r->peer = peer;
+	r->peer_ep = peer_ep;
 	r->tag = tag;
 	r->data = data;
 	r->flags = (r->flags & ~FI_REMOTE_CQ_DATA) | (has_data ? FI_REMOTE_CQ_DATA : 0);
@@ -265,10 +270,12 @@ void pmfi_recv_take(struct pmfi_ep *ep, struct pmfi_req *r, struct pmfi_unexp *u
 	if (u->op == PMFI_OP_EAGER) {
 		copy_in(r->buf, u->payload, u->len < r->len ? u->len : r->len);
 		r->peer = u->peer;
+		r->peer_ep = u->peer_ep;
 		pmfi_recv_complete(ep, r, u->len, u->tag, u->data, u->has_data, 0);
 		pmfi_req_put(ep, r);
 	} else {
-		take_rts(ep, r, u->peer, u->tag, u->data, u->has_data, u->len, &u->rts);
+		take_rts(ep, r, u->peer, u->peer_ep, u->tag, u->data, u->has_data, u->len,
+			 &u->rts);
 	}
 	free(u);
 }
@@ -297,13 +304,13 @@ static bool multi_advance(struct pmfi_ep *ep, struct pmfi_req *m, size_t n)
 /* An eager message into m: copied at its offset and completed at once (a
  * longer one than the room left is truncated, FI_ETRUNC).  True when it
  * used m up (m is then back in the pool). */
-static bool multi_eager(struct pmfi_ep *ep, struct pmfi_req *m, int peer, uint64_t data,
-			bool has_data, const void *body, size_t len)
+static bool multi_eager(struct pmfi_ep *ep, struct pmfi_req *m, int peer, uint16_t peer_ep,
+			uint64_t data, bool has_data, const void *body, size_t len)
 {
 	size_t left = m->len - m->off, got = len < left ? len : left;
 	struct pmfi_req slice = {
 		.kind = REQ_RECV, .context = m->context, .flags = m->flags,
-		.buf = (char *)m->buf + m->off, .len = got, .peer = peer,
+		.buf = (char *)m->buf + m->off, .len = got, .peer = peer, .peer_ep = peer_ep,
 	};
 
 	if (got)
@@ -318,8 +325,8 @@ static bool multi_eager(struct pmfi_ep *ep, struct pmfi_req *m, int peer, uint64
 /* An RTS into m: a request of its own reads the payload into m's next
  * bytes and completes when the read is done.  -1 when the pool has no
  * request for it (nothing changed); else 1 when it used m up, 0 if not. */
-static int multi_rts(struct pmfi_ep *ep, struct pmfi_req *m, int peer, uint64_t data,
-		     bool has_data, size_t msg_len, const struct pmfi_rts *rts)
+static int multi_rts(struct pmfi_ep *ep, struct pmfi_req *m, int peer, uint16_t peer_ep,
+		     uint64_t data, bool has_data, size_t msg_len, const struct pmfi_rts *rts)
 {
 	struct pmfi_req *r = pmfi_req_get(ep);
 
@@ -339,7 +346,7 @@ static int multi_rts(struct pmfi_ep *ep, struct pmfi_req *m, int peer, uint64_t 
 		pmfi_req_put(ep, m);
 	bool last = r->multi_last;
 
-	take_rts(ep, r, peer, 0, data, has_data, msg_len, rts);
+	take_rts(ep, r, peer, peer_ep, 0, data, has_data, msg_len, rts);
 	return last;
 }
 
@@ -357,10 +364,11 @@ void pmfi_multi_drain(struct pmfi_ep *ep, struct pmfi_req *m)
 		int used_up;
 
 		if (u->op == PMFI_OP_EAGER) {
-			used_up = multi_eager(ep, m, u->peer, u->data, u->has_data, u->payload,
-					      u->len);
+			used_up = multi_eager(ep, m, u->peer, u->peer_ep, u->data, u->has_data,
+					      u->payload, u->len);
 		} else {
-			used_up = multi_rts(ep, m, u->peer, u->data, u->has_data, u->len, &u->rts);
+			used_up = multi_rts(ep, m, u->peer, u->peer_ep, u->data, u->has_data, u->len,
+					    &u->rts);
 			if (used_up < 0) {
 				ep->multi_retry = true;
 				return;
@@ -403,6 +411,7 @@ static void unexpected(struct pmfi_ep *ep, int peer, const struct pmfi_hdr *h, b
 		return;
 	}
 	u->peer = peer;
+	u->peer_ep = le16toh(h->src_ep);
 	u->op = h->op;
 	u->tagged = tagged;
 	u->tag = le64toh(h->tag);
@@ -427,7 +436,7 @@ void pmfi_unexp_discard(struct pmfi_ep *ep, struct pmfi_unexp *u)
 		struct pmfi_req *r = pmfi_req_get(ep);
 
 		if (r)
-			send_fin(ep, r, u->peer, le64toh(u->rts.cookie), 0);
+			send_fin(ep, r, u->peer, u->peer_ep, le64toh(u->rts.cookie), 0);
 		else
 			PMFI_WARN("no request for the FIN of a discarded message from %d",
 				  u->peer);
@@ -465,8 +474,9 @@ static void dispatch(struct pmfi_ep *ep, const struct pm_msg *m)
 	const char *body = (const char *)m->data + sizeof(h);
 	size_t len = m->len - sizeof(h);
 	bool tagged = !(h.flags & PMFI_HDR_UNTAGGED);
+	uint16_t src_ep = le16toh(h.src_ep);
 
-	if (le16toh(h.dst_ep) != 0 || (h.op == PMFI_OP_RTS && len < sizeof(struct pmfi_rts))) {
+	if (le16toh(h.dst_ep) != ep->index || src_ep >= PMFI_MAX_EPS || (h.op == PMFI_OP_RTS && len < sizeof(struct pmfi_rts))) {
 		ep->dropped++;
 		return;
 	}
@@ -483,12 +493,13 @@ static void dispatch(struct pmfi_ep *ep, const struct pm_msg *m)
 			struct pmfi_rts rts;
 
 			if (h.op == PMFI_OP_EAGER) {
-				multi_eager(ep, r, m->peer, le64toh(h.data), has_data, body, len);
+				multi_eager(ep, r, m->peer, src_ep, le64toh(h.data), has_data, body,
+					    len);
 				break;
 			}
 			memcpy(&rts, body, sizeof(rts));
-			if (multi_rts(ep, r, m->peer, le64toh(h.data), has_data, le64toh(h.arg),
-				      &rts) < 0) {
+			if (multi_rts(ep, r, m->peer, src_ep, le64toh(h.data), has_data,
+				      le64toh(h.arg), &rts) < 0) {
 				/* No request to read it with: it waits, and the
 				 * buffer takes it when one is free. */
 				unexpected(ep, m->peer, &h, tagged, body, len);
@@ -497,6 +508,7 @@ static void dispatch(struct pmfi_ep *ep, const struct pm_msg *m)
 		} else if (h.op == PMFI_OP_EAGER) {
 			copy_in(r->buf, body, len < r->len ? len : r->len);
 			r->peer = m->peer;
+			r->peer_ep = src_ep;
 			pmfi_recv_complete(ep, r, len, le64toh(h.tag), le64toh(h.data),
 					   h.flags & PMFI_HDR_CQ_DATA, 0);
 			pmfi_req_put(ep, r);
@@ -504,7 +516,7 @@ static void dispatch(struct pmfi_ep *ep, const struct pm_msg *m)
 			struct pmfi_rts rts;
 
 			memcpy(&rts, body, sizeof(rts));
-			take_rts(ep, r, m->peer, le64toh(h.tag), le64toh(h.data),
+			take_rts(ep, r, m->peer, src_ep, le64toh(h.tag), le64toh(h.data),
 				 h.flags & PMFI_HDR_CQ_DATA, le64toh(h.arg), &rts);
 		}
 		break;
@@ -613,10 +625,81 @@ static void check_peers(struct pmfi_ep *ep)
 	}
 }
 
+/* Room in ep's CQs for what one message can complete (a receive, and the
+ * send its FIN finishes). */
+static bool cq_room(const struct pmfi_ep *ep)
+{
+	return pmfi_cq_room(ep->rx_cq, 2) && pmfi_cq_room(ep->tx_cq, 2);
+}
+
+/*
+ * A message from PM, for whichever endpoint of the process its header
+ * names: the process's endpoints share one PM context, so any one's
+ * progress may take another's messages.  Another enabled endpoint with
+ * room gets it at once (its domain's lock is ours, or the application
+ * serialises its FI_THREAD_DOMAIN domains: design §3); without room it is
+ * kept in that endpoint's inbox until its own progress.
+ */
+static void deliver(struct pmfi_ep *ep, const struct pm_msg *m)
+{
+	struct pmfi_hdr h;
+
+	if (m->len < sizeof(h)) {
+		ep->dropped++;
+		return;
+	}
+	memcpy(&h, m->data, sizeof(h));
+
+	int dst = le16toh(h.dst_ep);
+
+	if (dst == ep->index) {
+		dispatch(ep, m);
+		return;
+	}
+
+	struct pmfi_ep *to = pmfi_proc_ep(dst);
+
+	if (!to || !to->enabled) {
+		ep->dropped++;  /* no such endpoint (any more) */
+		return;
+	}
+	if (pmfi_list_empty(&to->inbox) && cq_room(to)) {
+		dispatch(to, m);
+		return;
+	}
+
+	struct pmfi_inbox *k = malloc(sizeof(*k) + m->len);
+
+	if (!k) {
+		PMFI_WARN("no memory for a message for endpoint %d: dropped", dst);
+		to->dropped++;
+		return;
+	}
+	k->peer = m->peer;
+	k->len = m->len;
+	memcpy(k->data, m->data, m->len);
+	pmfi_list_add_tail(&to->inbox, &k->link);
+}
+
+/* Messages other endpoints kept for us, in their order, while there is room. */
+static void drain_inbox(struct pmfi_ep *ep)
+{
+	while (!pmfi_list_empty(&ep->inbox) && cq_room(ep)) {
+		struct pmfi_inbox *k = pmfi_container_of(ep->inbox.next, struct pmfi_inbox, link);
+		struct pm_msg m = { .peer = k->peer, .data = k->data, .len = k->len };
+
+		pmfi_list_del(&k->link);
+		dispatch(ep, &m);
+		free(k);
+	}
+}
+
 void pmfi_progress(struct pmfi_ep *ep)
 {
 	if (!ep->enabled)
 		return;
+	if (!pmfi_list_empty(&ep->inbox))
+		drain_inbox(ep);
 	/* Now and then (not on every pass: it looks at every peer), ask PM
 	 * whether a peer died, so that nothing waits for it for ever. */
 	if (++ep->passes % PMFI_PEER_CHECK_PASSES == 0)
@@ -626,11 +709,11 @@ void pmfi_progress(struct pmfi_ep *ep)
 
 		/* Keep room for what one message can complete (a receive, and
 		 * the send its FIN finishes). */
-		if (!pmfi_cq_room(ep->rx_cq, 2) || !pmfi_cq_room(ep->tx_cq, 2))
+		if (!cq_room(ep))
 			break;
 		if (pm_recv(ep->pm, &m) != 0)
 			break;
-		dispatch(ep, &m);
+		deliver(ep, &m);
 		pm_release(ep->pm, &m);
 	}
 	for (struct pmfi_list *l = ep->active.next, *n; l != &ep->active; l = n) {

@@ -20,16 +20,19 @@ struct fi_provider pmfi_prov = {
 	.cleanup = NULL,
 };
 
+/* Every domain's endpoints drive the process's one PM context: the
+ * domains that lock share one lock, so that two FI_THREAD_SAFE domains
+ * (Open MPI's mtl and btl under MPI_THREAD_MULTIPLE) never call PM at once. */
 void pmfi_lock(struct pmfi_domain *d)
 {
 	if (d->locking)
-		pthread_mutex_lock(&d->lock);
+		pthread_mutex_lock(&pmfi_pm_lock);
 }
 
 void pmfi_unlock(struct pmfi_domain *d)
 {
 	if (d->locking)
-		pthread_mutex_unlock(&d->lock);
+		pthread_mutex_unlock(&pmfi_pm_lock);
 }
 
 int pmfi_no_bind(struct fid *fid, struct fid *bfid, uint64_t flags)

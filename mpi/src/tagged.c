@@ -42,6 +42,8 @@ static ssize_t post_send(struct pmfi_ep *ep, const struct send_args *a)
 		     !(a->flags & (FI_DELIVERY_COMPLETE | FI_MATCH_COMPLETE));
 	struct pmfi_hdr h = {
 		.op = eager ? PMFI_OP_EAGER : PMFI_OP_RTS,
+		.dst_ep = htole16(e->ep),
+		.src_ep = htole16((uint16_t)ep->index),
 		.flags = (uint8_t)((a->has_data ? PMFI_HDR_CQ_DATA : 0) |
 				   (a->tagged ? 0 : PMFI_HDR_UNTAGGED)),
 		.tag = htole64(a->tag),
@@ -139,7 +141,7 @@ static ssize_t peek(struct pmfi_ep *ep, const struct pmfi_req *want, const struc
 		.tag = u->tagged ? u->tag : 0,
 	};
 
-	pmfi_cq_write(ep->rx_cq, &c, pmfi_av_source(ep->av, u->peer));
+	pmfi_cq_write(ep->rx_cq, &c, pmfi_av_source(ep->av, u->peer, u->peer_ep));
 	if (a->flags & (FI_CLAIM | FI_DISCARD)) {
 		pmfi_list_del(&u->link);
 		if (a->flags & FI_DISCARD)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from scored.score import build_mpi_program
+from scored.score import build_mpi_program, build_program
 from pm.pmjob import grown, nic_counters
 
 from .mpijob import PROVIDER_DIR, Run, across, over_pm_args, wait_for_contexts
@@ -32,8 +32,11 @@ def programs():
     assert (PROVIDER_DIR / "libpm-fi.so").exists(), f"{PROVIDER_DIR}/libpm-fi.so: run `make`"
     d = tempfile.mkdtemp(prefix="score-mpi-")
     try:
-        yield {name: build_mpi_program(d, name)
-               for name in ("mpi_transfer", "mpi_errors", "mpi_peerdeath")}
+        progs = {name: build_mpi_program(d, name)
+                 for name in ("mpi_transfer", "mpi_errors", "mpi_peerdeath")}
+        progs["mpi_second_ep"] = build_program(d, "mpi_second_ep", cc=("mpicc",),
+                                               flags=("-lfabric",))
+        yield progs
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -88,6 +91,21 @@ def test_mpi_program_over_pm_on_one_node(programs, stats_dir, device, nranks):
         f"pminfo never showed {nranks} PM contexts that had read remotely\n{run.describe()}"
     assert sorted(c["rank"] for c in ctxs) == list(range(nranks))
     assert all(c["device"] == device for c in ctxs), ctxs
+
+
+@pytest.mark.parametrize("device, nranks", [("shm", 2), ("shm", 4), ("udp", 2), ("udp", 4)])
+def test_a_second_endpoint_shares_the_process_pm_context(programs, device, nranks):
+    """Besides MPI's endpoint (mtl ofi, index 0) each rank opens one of its
+    own (index 1, as btl ofi would): tagged messages between the second
+    endpoints, eager and rendezvous, interleaved with MPI collectives on the
+    first, each reach the right endpoint with the right source."""
+    pm_env = {"PM_DEVICE": device}
+    if device == "udp":
+        pm_env["PM_UDP_NICS"] = "127.0.0.1"
+    run = Run([*LOCAL, "-n", nranks, *over_pm_args(**pm_env),
+               programs["mpi_second_ep"]]).wait()
+    assert run.returncode == 0, run.describe()
+    assert f"mpi_second_ep: {nranks} ranks passed" in run.stdout, run.describe()
 
 
 @pytest.mark.parametrize("device", ["shm", "udp"])

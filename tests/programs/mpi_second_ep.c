@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mpi_second_ep.c - a second libfabric endpoint of provider pm in an MPI
+ * process whose MPI traffic already goes through pm (Open MPI's mtl ofi
+ * holds endpoint 0): both share the process's PM context, as Open MPI's
+ * btl ofi and mtl ofi do.  Every rank opens its own fabric, domain, AV, CQ
+ * and endpoint, checks that its name carries endpoint index 1, exchanges
+ * names with MPI_Allgather, and then sends tagged messages (eager and
+ * rendezvous sizes) to its next neighbour while MPI collectives run
+ * through endpoint 0 between the posts and the waits: each endpoint gets
+ * only its own messages, whichever endpoint's progress took them from PM.
+ * Sources are checked with fi_cq_readfrom, payloads byte by byte.
+ * Prints "mpi_second_ep: N ranks passed" from rank 0.
+ *
+ *   cc: mpicc mpi_second_ep.c -lfabric
+ */
+#include <mpi.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NAME_LEN 64
+#define ROUNDS 20
+#define MSGS 4
+
+static const size_t sizes[MSGS] = { 0, 64, 8192, 1 << 20 };
+static int rank;
+
+#define DIE(...) do { \
+	fprintf(stderr, "mpi_second_ep: rank %d: line %d: ", rank, __LINE__); \
+	fprintf(stderr, __VA_ARGS__); \
+	fputc('\n', stderr); \
+	MPI_Abort(MPI_COMM_WORLD, 1); \
+} while (0)
+
+#define OK(call) do { \
+	long _r = (long)(call); \
+	if (_r) \
+		DIE("%s: %s", #call, fi_strerror((int)-_r)); \
+} while (0)
+
+static unsigned char fill(int from, int round, int m, size_t i)
+{
+	return (unsigned char)(from * 31 + round * 7 + m * 3 + i * 13);
+}
+
+/* Wait for n completions on cq, MPI progressing too; sources into src. */
+static void wait_cq(struct fid_cq *cq, int n, fi_addr_t *src)
+{
+	struct timespec t0, t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (n > 0) {
+		struct fi_cq_tagged_entry e;
+		fi_addr_t from = FI_ADDR_NOTAVAIL;
+		ssize_t r = fi_cq_readfrom(cq, &e, 1, &from);
+
+		if (r == 1) {
+			if (src && (e.flags & FI_RECV))
+				src[e.tag % MSGS] = from;
+			n--;
+			continue;
+		}
+		if (r != -FI_EAGAIN) {
+			struct fi_cq_err_entry err = { 0 };
+
+			fi_cq_readerr(cq, &err, 0);
+			DIE("completion error %d (%s)", err.err, fi_strerror(err.err));
+		}
+		/* Endpoint 0's progress (MPI's) may be the one that takes our
+		 * messages from PM: keep it turning too. */
+		int flag;
+
+		MPI_Iprobe(MPI_ANY_SOURCE, 12345, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec > 60)
+			DIE("no completion within 60 s (%d missing)", n);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	int size;
+
+	MPI_Init(&argc, &argv);
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+	struct fi_info *hints = fi_allocinfo(), *info = NULL;
+
+	hints->caps = FI_TAGGED | FI_SOURCE;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->mode = FI_CONTEXT | FI_CONTEXT2;
+	hints->domain_attr->threading = FI_THREAD_DOMAIN;
+	hints->fabric_attr->prov_name = strdup("pm");
+	OK(fi_getinfo(FI_VERSION(1, 5), NULL, NULL, 0, hints, &info));
+
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	struct fid_ep *ep;
+	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE };
+	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
+
+	OK(fi_fabric(info->fabric_attr, &fabric, NULL));
+	OK(fi_domain(fabric, info, &domain, NULL));
+	OK(fi_cq_open(domain, &cq_attr, &cq, NULL));
+	OK(fi_av_open(domain, &av_attr, &av, NULL));
+	OK(fi_endpoint(domain, info, &ep, NULL));
+	OK(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV));
+	OK(fi_ep_bind(ep, &av->fid, 0));
+	OK(fi_enable(ep));
+
+	unsigned char name[NAME_LEN];
+	size_t len = sizeof(name);
+
+	OK(fi_getname(&ep->fid, name, &len));
+	if (len != NAME_LEN)
+		DIE("name of %zu bytes", len);
+	/* Bytes 6-7: the endpoint's index in its process; MPI's is 0. */
+	if (name[6] != 1 || name[7] != 0)
+		DIE("second endpoint named index %u", name[6] | name[7] << 8);
+
+	unsigned char *names = malloc((size_t)size * NAME_LEN);
+	fi_addr_t *addrs = malloc((size_t)size * sizeof(*addrs));
+
+	MPI_Allgather(name, NAME_LEN, MPI_BYTE, names, NAME_LEN, MPI_BYTE, MPI_COMM_WORLD);
+	if (fi_av_insert(av, names, (size_t)size, addrs, 0, NULL) != size)
+		DIE("fi_av_insert");
+
+	int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+	unsigned char *sbuf[MSGS], *rbuf[MSGS];
+	struct fi_context2 sctx[MSGS], rctx[MSGS];
+
+	for (int m = 0; m < MSGS; m++) {
+		sbuf[m] = malloc(sizes[m] + 1);
+		rbuf[m] = malloc(sizes[m] + 1);
+	}
+	for (int round = 0; round < ROUNDS; round++) {
+		fi_addr_t src[MSGS];
+
+		for (int m = 0; m < MSGS; m++) {
+			for (size_t i = 0; i < sizes[m]; i++)
+				sbuf[m][i] = fill(rank, round, m, i);
+			memset(rbuf[m], 0xee, sizes[m]);
+			src[m] = FI_ADDR_NOTAVAIL;
+			OK(fi_trecv(ep, rbuf[m], sizes[m], NULL, addrs[prev], (uint64_t)m, 0,
+				    &rctx[m]));
+		}
+		/* Our receives are posted everywhere before anyone sends. */
+		MPI_Barrier(MPI_COMM_WORLD);
+		for (int m = 0; m < MSGS; m++) {
+			ssize_t r;
+
+			while ((r = fi_tsend(ep, sbuf[m], sizes[m], NULL, addrs[next],
+					     (uint64_t)m, &sctx[m])) == -FI_EAGAIN)
+				wait_cq(cq, 0, NULL);
+			OK(r);
+		}
+		/* MPI traffic through endpoint 0 while ours is in flight. */
+		int one = 1, sum = 0;
+
+		MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+		if (sum != size)
+			DIE("allreduce gave %d", sum);
+		wait_cq(cq, 2 * MSGS, src);
+		for (int m = 0; m < MSGS; m++) {
+			if (src[m] != addrs[prev])
+				DIE("round %d message %d: source %llu, not %llu", round, m,
+				    (unsigned long long)src[m], (unsigned long long)addrs[prev]);
+			for (size_t i = 0; i < sizes[m]; i++)
+				if (rbuf[m][i] != fill(prev, round, m, i))
+					DIE("round %d message %d: byte %zu is %u", round, m, i,
+					    rbuf[m][i]);
+		}
+	}
+	/* Nobody closes while a neighbour may still read its buffers. */
+	MPI_Barrier(MPI_COMM_WORLD);
+	OK(fi_close(&ep->fid));
+	OK(fi_close(&av->fid));
+	OK(fi_close(&cq->fid));
+	OK(fi_close(&domain->fid));
+	OK(fi_close(&fabric->fid));
+	fi_freeinfo(info);
+	fi_freeinfo(hints);
+	for (int m = 0; m < MSGS; m++) {
+		free(sbuf[m]);
+		free(rbuf[m]);
+	}
+	free(names);
+	free(addrs);
+	if (rank == 0)
+		printf("mpi_second_ep: %d ranks passed\n", size);
+	MPI_Finalize();
+	return 0;
+}
