@@ -419,19 +419,11 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     out = c.on("n4", "systemctl show -p ActiveState -p Result -p ExecMainStatus "
                      "scored-agent").stdout.split()
     assert sorted(out) == ["ActiveState=inactive", "ExecMainStatus=0", "Result=success"], out
-    # Its agent gone, n4 fires AgentLost (for: 30s) in Prometheus.
-    def lost(doc):
-        return any(a["labels"].get("alertname") == "AgentLost" and a["state"] == "firing"
-                   and a["labels"].get("instance") == "n4:7102" for a in doc["data"]["alerts"])
-    c.prometheus("/api/v1/alerts", timeout=120, until=lost, what="AgentLost firing for n4")
-    c.on("n1", "systemctl stop scored-master")
-    out = c.on("n1", "systemctl show -p ActiveState -p Result scored-master").stdout.split()
-    assert sorted(out) == ["ActiveState=inactive", "Result=success"], out
-    phase("stop and AgentLost")
+    phase("agent stopped")
 
-    # MTUs: n4's eth0 down to 1400 changes n4 alone, and every node still
-    # reaches it with unfragmented datagrams of the smaller MTU.  (Last:
-    # PM runs no job after this.)
+    # MTUs, while AgentLost's 30 s run (below): n4's eth0 down to 1400
+    # changes n4 alone, and every node still reaches it with unfragmented
+    # datagrams of the smaller MTU.  (PM runs no job after this.)
     fewer["all"]["hosts"]["n4"]["score_networks"][0]["mtu"] = 1400
     inventory.write_text(json.dumps(fewer))
     mtu = c.playbook(inventory, playbook=network_play)
@@ -442,6 +434,16 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     assert " mtu 1400 " in c.on("n4", "ip link show eth0").stdout
     assert "MTUBytes=1400" in c.on("n4", "cat /etc/systemd/network/60-score-eth0.network").stdout
     phase("MTU")
+
+    # Its agent gone, n4 fires AgentLost (for: 30s) in Prometheus.
+    def lost(doc):
+        return any(a["labels"].get("alertname") == "AgentLost" and a["state"] == "firing"
+                   and a["labels"].get("instance") == "n4:7102" for a in doc["data"]["alerts"])
+    c.prometheus("/api/v1/alerts", timeout=120, until=lost, what="AgentLost firing for n4")
+    c.on("n1", "systemctl stop scored-master")
+    out = c.on("n1", "systemctl show -p ActiveState -p Result scored-master").stdout.split()
+    assert sorted(out) == ["ActiveState=inactive", "Result=success"], out
+    phase("AgentLost and master stopped")
 
     # Purged: nothing of score stays on the node.
     c.on("n4", f"{APT} purge {PACKAGES} libpm0 >/dev/null")
