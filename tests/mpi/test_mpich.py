@@ -42,15 +42,6 @@ def programs(mpich):
         shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture
-def stats_dir():
-    d = tempfile.mkdtemp(prefix="score-pmstats-")
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
 def mpiexec(mpich, nranks, argv, timeout=60, **pm_env):
     """The wheel's mpiexec on this host over pm (PM's udp on loopback), in
     its own session: Run kills it, its proxies and ranks by its PID."""
