@@ -207,6 +207,13 @@ int pm_peer_alive(pm_context_t *ctx, int peer);
  * (the pin-down cache): registering them is implicit and reused.
  */
 int pm_mr_register(pm_context_t *ctx, void *addr, size_t len, pm_mr_t **mr);
+/* PM_MR_VIRT: peers name places in the region by virtual address (the
+ * roffset of pm_write/pm_read is addr + offset), as libfabric's
+ * FI_MR_VIRT_ADDR does; an address below addr or past its end is -ERANGE.
+ * Unknown flags: -EINVAL. */
+#define PM_MR_VIRT 0x1u
+int pm_mr_register_flags(pm_context_t *ctx, void *addr, size_t len, unsigned flags,
+			 pm_mr_t **mr);
 int pm_mr_deregister(pm_context_t *ctx, pm_mr_t *mr);
 uint64_t pm_mr_key(const pm_mr_t *mr);
 

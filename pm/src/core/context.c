@@ -511,9 +511,10 @@ int pm_peer_alive(pm_context_t *ctx, int peer)
 
 /* ---- remote memory ---- */
 
-static inline int mr_register_call(pm_context_t *ctx, void *addr, size_t len, pm_mr_t **mr)
+static inline int mr_register_call(pm_context_t *ctx, void *addr, size_t len,
+				   unsigned flags, pm_mr_t **mr)
 {
-	if (!addr || !len || !mr)
+	if (!addr || !len || !mr || (flags & ~PM_MR_VIRT))
 		return -EINVAL;
 
 	uint32_t idx;
@@ -529,7 +530,7 @@ static inline int mr_register_call(pm_context_t *ctx, void *addr, size_t len, pm
 	if (err)
 		return err;
 	/* The generation makes a stale key of a reused slot fail cleanly. */
-	uint64_t key = (++ctx->window_gen << 16) | idx;
+	uint64_t key = (++ctx->window_gen << 16) | (flags & PM_MR_VIRT ? PM_KEY_VIRT : 0) | idx;
 
 	err = ctx->dev->ops->expose(ctx->dev, idx, key, addr, len);
 	if (err) {
@@ -546,7 +547,17 @@ static inline int mr_register_call(pm_context_t *ctx, void *addr, size_t len, pm
 int pm_mr_register(pm_context_t *ctx, void *addr, size_t len, pm_mr_t **mr)
 {
 	pm_call_enter(ctx);
-	int ret = mr_register_call(ctx, addr, len, mr);
+	int ret = mr_register_call(ctx, addr, len, 0, mr);
+
+	pm_call_exit(ctx);
+	return ret;
+}
+
+int pm_mr_register_flags(pm_context_t *ctx, void *addr, size_t len, unsigned flags,
+			 pm_mr_t **mr)
+{
+	pm_call_enter(ctx);
+	int ret = mr_register_call(ctx, addr, len, flags, mr);
 
 	pm_call_exit(ctx);
 	return ret;

@@ -18,7 +18,22 @@
 
 #define PM_JOB_MAX        256
 #define PM_MAX_WINDOWS    256     /* exposed regions per context */
-#define PM_WINDOW_IDX(key) ((uint32_t)((key) & 0xffffu))
+/* A window's key: generation << 16 | PM_KEY_VIRT | slot index. */
+#define PM_KEY_VIRT       0x8000u /* registered PM_MR_VIRT: offsets are addresses */
+#define PM_WINDOW_IDX(key) ((uint32_t)((key) & 0x7fffu))
+
+/* The offset into a window that a remote operation's roffset names: itself,
+ * or for a PM_MR_VIRT key (libfabric's FI_MR_VIRT_ADDR) the distance from
+ * the window's base address; false when that address lies below the base. */
+static inline bool pm_window_offset(uint64_t key, uint64_t base, uint64_t *off)
+{
+	if (!(key & PM_KEY_VIRT))
+		return true;
+	if (*off < base)
+		return false;
+	*off -= base;
+	return true;
+}
 
 /* ---- bootstrap: rank, size, locality and the exchange of addresses ---- */
 

@@ -654,7 +654,7 @@ static int shm_rma(struct pm_device *dev, int peer, bool write, void *local,
 
 	if (atomic_load_explicit(&w->key, memory_order_acquire) != rkey)
 		return -ENOENT; /* re-registered while we read it */
-	if (roffset > wlen || len > wlen - roffset)
+	if (!pm_window_offset(rkey, waddr, &roffset) || roffset > wlen || len > wlen - roffset)
 		return -ERANGE;
 
 	void *remote = (void *)(uintptr_t)(waddr + roffset);

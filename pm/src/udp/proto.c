@@ -243,8 +243,8 @@ void udp_op_complete(struct udp_proto *u, uint64_t cookie, int status)
 	u->op_done = true;
 }
 
-struct udp_window *udp_window_check(struct udp_proto *u, uint64_t key, uint64_t off,
-				    uint64_t len, int *err)
+uint8_t *udp_window_check(struct udp_proto *u, uint64_t key, uint64_t off, uint64_t len,
+			  int *err)
 {
 	uint32_t idx = PM_WINDOW_IDX(key);
 	struct udp_window *w = idx < PM_MAX_WINDOWS ? &u->win[idx] : NULL;
@@ -253,11 +253,12 @@ struct udp_window *udp_window_check(struct udp_proto *u, uint64_t key, uint64_t 
 		*err = -ENOENT;
 		return NULL;
 	}
-	if (off > w->len || len > w->len - off) {
+	if (!pm_window_offset(key, (uintptr_t)w->addr, &off) || off > w->len ||
+	    len > w->len - off) {
 		*err = -ERANGE;
 		return NULL;
 	}
-	return w;
+	return w->addr + off;
 }
 
 void udp_proto_expose(struct udp_proto *u, uint32_t idx, uint64_t key, void *addr, size_t len)

@@ -120,13 +120,13 @@ static enum consume begin_message(struct udp_proto *u, struct udp_peer *p,
 			break;
 		}
 		if (mh->kind == WIRE_KIND_WRITE) {
-			struct udp_window *w = udp_window_check(u, mh->key, mh->offset, mh->total, &err);
+			uint8_t *at = udp_window_check(u, mh->key, mh->offset, mh->total, &err);
 
-			if (!w) {
+			if (!at) {
 				rx->discard = true;
 				rx->status = err;
 			} else {
-				rx->dst = w->addr + mh->offset;
+				rx->dst = at;
 			}
 		}
 		break;
@@ -188,12 +188,12 @@ static void answer_read(struct udp_proto *u, struct udp_peer *p, const struct wi
 	for (int i = 0; i < 8; i++)
 		len |= (uint64_t)body[i] << (8 * i);
 
-	struct udp_window *w = udp_window_check(u, mh->key, mh->offset, len, &err);
+	uint8_t *at = udp_window_check(u, mh->key, mh->offset, len, &err);
 
-	if (!w || len > UINT32_MAX)
-		reply(u, p, WIRE_KIND_RMA_DONE, mh->cookie, w ? -EMSGSIZE : err, NULL, 0);
+	if (!at || len > UINT32_MAX)
+		reply(u, p, WIRE_KIND_RMA_DONE, mh->cookie, at ? -EMSGSIZE : err, NULL, 0);
 	else
-		reply(u, p, WIRE_KIND_READ_RESP, mh->cookie, 0, w->addr + mh->offset, (uint32_t)len);
+		reply(u, p, WIRE_KIND_READ_RESP, mh->cookie, 0, at, (uint32_t)len);
 }
 
 static enum consume consume(struct udp_proto *u, struct udp_peer *p, const struct wire_hdr *h,

@@ -296,8 +296,10 @@ void udp_send_control_on(struct udp_proto *u, struct udp_peer *p, int path, uint
 			 uint32_t seq);
 void udp_op_complete(struct udp_proto *u, uint64_t cookie, int status);
 struct udp_op_slot *udp_op_lookup(struct udp_proto *u, uint64_t cookie);
-struct udp_window *udp_window_check(struct udp_proto *u, uint64_t key, uint64_t off,
-				    uint64_t len, int *err);
+/* Where [off, off + len) of window key lies here (off is a virtual address
+ * for a PM_MR_VIRT key); NULL with *err -ENOENT or -ERANGE. */
+uint8_t *udp_window_check(struct udp_proto *u, uint64_t key, uint64_t off, uint64_t len,
+			  int *err);
 
 /* outq.c */
 void udp_outq_init(struct udp_outq *q, udp_drain_fn *drain, void *arg);

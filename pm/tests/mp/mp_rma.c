@@ -8,6 +8,7 @@
  * out-of-bounds form (offset at or past the end, length past the end,
  * offset + length wrapping around), bad keys, a deregistered key, a key
  * of a reused window slot, and a region the owner cannot write to.
+ * Then a region registered PM_MR_VIRT, addressed by virtual address.
  * Completion is checked with pm_test.  The owner checks its own memory
  * after each phase, so a write that went astray is caught where it landed.
  */
@@ -227,6 +228,31 @@ int main(void)
 		CHECK_EQ(ro[i], 0x11);
 	CHECK_OK(pm_mr_deregister(m.ctx, mr));
 	munmap(ro, (size_t)page);
+
+	/* ---- phase 6: PM_MR_VIRT, places named by virtual address ---- */
+	pm_mr_t *bad;
+
+	CHECK_ERR(pm_mr_register_flags(m.ctx, region, LEN, 0x2, &bad), -EINVAL);
+	CHECK_OK(pm_mr_register_flags(m.ctx, region, LEN, PM_MR_VIRT, &mr));
+	/* The key message carries the region's address here, not its length. */
+	send_key(&m, peer, mr, (size_t)(uintptr_t)region);
+	struct key_msg kv = recv_key(&m, peer);
+	uint64_t base = kv.len;
+
+	check_fill(local, 4096, me * 4242);
+	rma_ok(&m, true, peer, local, 4096, kv.key, base + 100);
+	memset(local, 0, 4096);
+	rma_ok(&m, false, peer, local, 4096, kv.key, base + 100);
+	CHECK_PATTERN(local, 4096, me * 4242);
+	rma_ok(&m, false, peer, &b, 1, kv.key, base + LEN - 1);
+	rma_fails(&m, false, peer, local, 1, kv.key, base - 1, -ERANGE);
+	rma_fails(&m, false, peer, local, 1, kv.key, 0, -ERANGE);
+	rma_fails(&m, true, peer, local, 1, kv.key, base + LEN, -ERANGE);
+	rma_fails(&m, true, peer, local, 2, kv.key, base + LEN - 1, -ERANGE);
+	mp_barrier(&m);
+	check_fill(orig, 4096, other * 4242);
+	CHECK(memcmp(region + 100, orig, 4096) == 0);
+	CHECK_OK(pm_mr_deregister(m.ctx, mr));
 
 	if (m.rank == 0)
 		printf("remote memory: edges, bounds, keys, deregistration, read-only: ok "
