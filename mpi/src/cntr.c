@@ -4,9 +4,10 @@
  * its endpoint for FI_READ | FI_WRITE whatever the provider offers (its RMA
  * completion counter), so the object exists before the operations that
  * count on it: the endpoint accepts a counter for RMA events only (FI_READ,
- * FI_WRITE, FI_REMOTE_READ, FI_REMOTE_WRITE), and as FI_RMA is not offered
- * yet (M4) nothing ever moves it but fi_cntr_add/set.  A counter for sends
- * or receives is refused at bind (-FI_ENOSYS) rather than left still.
+ * FI_WRITE, FI_REMOTE_READ, FI_REMOTE_WRITE); FI_RMA reads and writes move
+ * it (rma.c; remote events are never counted: no FI_RMA_EVENT).  Reading
+ * it progresses the endpoint last bound.  A counter for sends or receives
+ * is refused at bind (-FI_ENOSYS) rather than left still.
  */
 #include "pmfi.h"
 
@@ -18,6 +19,9 @@ static uint64_t cntr_read(struct fid_cntr *fid)
 	struct pmfi_cntr *c = pmfi_container_of(fid, struct pmfi_cntr, fid);
 
 	pmfi_lock(c->dom);
+	/* Manual progress: reading a counter moves the endpoint it counts. */
+	if (c->ep)
+		pmfi_progress(c->ep);
 	uint64_t v = c->value;
 
 	pmfi_unlock(c->dom);
@@ -29,6 +33,8 @@ static uint64_t cntr_readerr(struct fid_cntr *fid)
 	struct pmfi_cntr *c = pmfi_container_of(fid, struct pmfi_cntr, fid);
 
 	pmfi_lock(c->dom);
+	if (c->ep)
+		pmfi_progress(c->ep);
 	uint64_t v = c->err;
 
 	pmfi_unlock(c->dom);
@@ -83,8 +89,8 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* Only fi_cntr_add/set move a counter today (no RMA yet): wait for another
- * thread to do so, checking every millisecond. */
+/* Reads progress the bound endpoint (RMA completions) and see what other
+ * threads add: check every millisecond. */
 static int cntr_wait(struct fid_cntr *fid, uint64_t threshold, int timeout)
 {
 	uint64_t deadline = timeout < 0 ? UINT64_MAX : now_ms() + (uint64_t)timeout;

@@ -113,6 +113,7 @@ int pmfi_domain_open(struct fid_fabric *fabric, struct fi_info *info,
 	/* FI_THREAD_DOMAIN: the caller serialises; every other level may call
 	 * from several threads at once, and PM takes one thread at a time. */
 	d->locking = d->threading != FI_THREAD_DOMAIN;
+	d->rma = (info->caps & FI_RMA) != 0;
 	d->fid.fid.fclass = FI_CLASS_DOMAIN;
 	d->fid.fid.context = context;
 	d->fid.fid.ops = &domain_fi_ops;
@@ -127,12 +128,20 @@ int pmfi_domain_open(struct fid_fabric *fabric, struct fi_info *info,
 struct pmfi_mr {
 	struct fid_mr fid;
 	struct pmfi_domain *dom;
+	pm_context_t *pm;       /* remote access: a reference (pmfi_proc_get) */
+	pm_mr_t *region;        /* remote access: the PM window */
 };
 
 static int mr_close(struct fid *fid)
 {
 	struct pmfi_mr *m = pmfi_container_of(fid, struct pmfi_mr, fid.fid);
 
+	if (m->region) {
+		pmfi_lock(m->dom);
+		pm_mr_deregister(m->pm, m->region);
+		pmfi_unlock(m->dom);
+		pmfi_proc_put();
+	}
 	m->dom->refs--;
 	free(m);
 	return 0;
@@ -150,18 +159,43 @@ int pmfi_mr_reg(struct fid *fid, const void *buf, size_t len, uint64_t access,
 		uint64_t offset, uint64_t requested_key, uint64_t flags,
 		struct fid_mr **mr, void *context)
 {
-	(void)buf; (void)len; (void)offset; (void)flags;
+	(void)offset; (void)flags;
 	if (fid->fclass != FI_CLASS_DOMAIN)
 		return -FI_EINVAL;
-	/* Remote access needs FI_RMA, which the provider does not offer yet. */
-	if (access & (FI_REMOTE_READ | FI_REMOTE_WRITE))
-		return -FI_ENOSYS;
 
 	struct pmfi_domain *d = pmfi_container_of(fid, struct pmfi_domain, fid.fid);
+	bool remote = access & (FI_REMOTE_READ | FI_REMOTE_WRITE);
+
+	/* Remote access: only for a domain opened with FI_RMA, whose mr_mode
+	 * (VIRT_ADDR | ALLOCATED | PROV_KEY) matches PM_MR_VIRT windows. */
+	if (remote && !d->rma)
+		return -FI_ENOSYS;
+	if (remote && (!buf || !len))
+		return -FI_EINVAL;
+
 	struct pmfi_mr *m = calloc(1, sizeof(*m));
 
 	if (!m)
 		return -FI_ENOMEM;
+	if (remote) {
+		/* The PM window's key is the MR's (FI_MR_PROV_KEY); peers name
+		 * its bytes by virtual address (FI_MR_VIRT_ADDR). */
+		int err = pmfi_proc_get(&m->pm);
+
+		if (err) {
+			free(m);
+			return err;
+		}
+		pmfi_lock(d);
+		err = pm_mr_register_flags(m->pm, (void *)buf, len, PM_MR_VIRT, &m->region);
+		pmfi_unlock(d);
+		if (err) {
+			pmfi_proc_put();
+			free(m);
+			return err == -ENOSPC ? -FI_ENOSPC : pmfi_errno(err);
+		}
+		requested_key = pm_mr_key(m->region);
+	}
 	m->dom = d;
 	m->fid.fid.fclass = FI_CLASS_MR;
 	m->fid.fid.context = context;

@@ -47,6 +47,15 @@ static int ep_close(struct fid *fid)
 	struct pmfi_ep *ep = pmfi_container_of(fid, struct pmfi_ep, fid.fid);
 
 	if (ep->pm) {
+		/* PM holds the pm_op of an RMA still in flight: wait (bounded)
+		 * for it before the pool that holds it goes. */
+		for (int i = 0; i < 5000 && !pmfi_list_empty(&ep->rma); i++) {
+			pmfi_rma_poll(ep);
+			if (!pmfi_list_empty(&ep->rma))
+				pm_wait(ep->pm, 1);
+		}
+		if (!pmfi_list_empty(&ep->rma))
+			PMFI_WARN("endpoint closed with RMA operations in flight");
 		/* Rendezvous sends still exposed: hide their buffers. */
 		for (size_t i = 0; i < ep->pool_size; i++)
 			if (ep->pool[i].mr)
@@ -77,8 +86,11 @@ static int ep_close(struct fid *fid)
 		pmfi_cq_unbind_ep(ep->rx_cq, ep);
 	if (ep->av)
 		ep->av->refs--;
-	if (ep->rma_cntr)
+	if (ep->rma_cntr) {
 		ep->rma_cntr->refs--;
+		if (ep->rma_cntr->ep == ep)
+			ep->rma_cntr->ep = NULL;
+	}
 	free(ep->pool);
 	free(ep->peers);
 	ep->dom->refs--;
@@ -137,6 +149,8 @@ static int ep_bind(struct fid *fid, struct fid *bfid, uint64_t flags)
 		if (ep->rma_cntr)
 			return -FI_EINVAL;
 		ep->rma_cntr = c;
+		ep->cntr_events = flags;
+		c->ep = ep;
 		c->refs++;
 		return 0;
 	}
@@ -449,6 +463,7 @@ int pmfi_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep 
 	pmfi_list_init(&ep->rndv);
 	pmfi_list_init(&ep->reads);
 	pmfi_list_init(&ep->read_wait);
+	pmfi_list_init(&ep->rma);
 	pmfi_list_init(&ep->free_reqs);
 	pmfi_match_init(&ep->match);
 	ep->fid.fid.fclass = FI_CLASS_EP;
@@ -458,6 +473,8 @@ int pmfi_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep 
 	ep->fid.cm = &ep_cm_ops;
 	ep->fid.msg = &pmfi_msg_ops;
 	ep->fid.tagged = &pmfi_tagged_ops;
+	if (info->caps & FI_RMA)
+		ep->fid.rma = &pmfi_rma_ops;
 	d->refs++;
 	*out = &ep->fid;
 	return 0;

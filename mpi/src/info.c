@@ -30,13 +30,32 @@ static int check_name(const char *name, const char *what)
 	return 0;
 }
 
+/* FI_RMA is for callers whose memory registration matches PM's windows:
+ * keys from the provider, remote places by virtual address (PM_MR_VIRT),
+ * registered memory allocated (FI_MR_BASIC says all three before 1.5's
+ * bits). */
+static bool rma_mr_mode_fits(const struct fi_info *h)
+{
+	int mode = h->domain_attr ? h->domain_attr->mr_mode : 0;
+
+	return mode == FI_MR_BASIC ||
+	       (mode & PMFI_RMA_MR_MODE) == PMFI_RMA_MR_MODE;
+}
+
 /* Everything of the hints we cannot honour; 0 when they fit. */
 static int check_hints(const struct fi_info *h)
 {
+	uint64_t caps = PMFI_CAPS;
+
 	if (h->ep_attr && h->ep_attr->type != FI_EP_UNSPEC && h->ep_attr->type != FI_EP_RDM)
 		return refuse("endpoint type is not RDM");
-	if (!bits_within(h->caps, PMFI_CAPS))
-		return refuse("capabilities beyond TAGGED|MSG|DIRECTED_RECV|SOURCE");
+	if (h->caps & PMFI_RMA_CAPS) {
+		if (!rma_mr_mode_fits(h))
+			return refuse("FI_RMA without mr_mode VIRT_ADDR|ALLOCATED|PROV_KEY");
+		caps |= PMFI_RMA_CAPS;
+	}
+	if (!bits_within(h->caps, caps))
+		return refuse("capabilities beyond TAGGED|MSG|DIRECTED_RECV|SOURCE|RMA");
 	if (h->addr_format != FI_FORMAT_UNSPEC && h->addr_format != PMFI_ADDR_FORMAT)
 		return refuse("foreign address format");
 	/* An address in the hints is one of our names (fi_pingpong's client
@@ -69,7 +88,7 @@ static int check_hints(const struct fi_info *h)
 	if (h->tx_attr) {
 		const struct fi_tx_attr *t = h->tx_attr;
 
-		if (!bits_within(t->caps, PMFI_CAPS) || !bits_within(t->op_flags, PMFI_TX_OP_FLAGS))
+		if (!bits_within(t->caps, caps) || !bits_within(t->op_flags, PMFI_TX_OP_FLAGS))
 			return refuse("transmit capabilities or flags");
 		if (!bits_within(t->msg_order, FI_ORDER_SAS))
 			return refuse("message order beyond SAS");
@@ -80,7 +99,7 @@ static int check_hints(const struct fi_info *h)
 	if (h->rx_attr) {
 		const struct fi_rx_attr *r = h->rx_attr;
 
-		if (!bits_within(r->caps, PMFI_CAPS) || !bits_within(r->op_flags, PMFI_RX_OP_FLAGS))
+		if (!bits_within(r->caps, caps) || !bits_within(r->op_flags, PMFI_RX_OP_FLAGS))
 			return refuse("receive capabilities or flags");
 		if (!bits_within(r->msg_order, FI_ORDER_SAS))
 			return refuse("message order beyond SAS");
@@ -127,6 +146,10 @@ static int fill(struct fi_info *fi, const struct fi_info *h)
 		       ((h->caps & (FI_MSG | FI_TAGGED)) ? 0 : (FI_MSG | FI_TAGGED));
 	if (caps & (FI_MSG | FI_TAGGED) && !(caps & (FI_SEND | FI_RECV)))
 		caps |= FI_SEND | FI_RECV;
+	/* FI_RMA alone means every direction of it. */
+	if ((caps & FI_RMA) &&
+	    !(caps & (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)))
+		caps |= FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 	fi->caps = caps;
 	fi->mode = 0;
 	fi->addr_format = PMFI_ADDR_FORMAT;
@@ -144,7 +167,7 @@ static int fill(struct fi_info *fi, const struct fi_info *h)
 	t->inject_size = PMFI_INJECT_SIZE;
 	t->size = PMFI_TX_SIZE;
 	t->iov_limit = 1;
-	t->rma_iov_limit = 0;
+	t->rma_iov_limit = caps & FI_RMA ? 1 : 0;
 
 	struct fi_rx_attr *r = fi->rx_attr;
 
@@ -180,7 +203,9 @@ static int fill(struct fi_info *fi, const struct fi_info *h)
 	d->data_progress = FI_PROGRESS_MANUAL;
 	d->resource_mgmt = FI_RM_ENABLED;
 	d->av_type = hd && hd->av_type != FI_AV_UNSPEC ? hd->av_type : FI_AV_TABLE;
-	d->mr_mode = 0;
+	/* FI_RMA: the caller's hints had these (check_hints); else none. */
+	d->mr_mode = caps & FI_RMA ? (hd && hd->mr_mode == FI_MR_BASIC ? FI_MR_BASIC :
+				      PMFI_RMA_MR_MODE) : 0;
 	d->mr_key_size = PMFI_MR_KEY_SIZE;
 	d->cq_data_size = 8;
 	d->cq_cnt = 64;

@@ -51,6 +51,10 @@
  * headers says which one a message is for. */
 #define PMFI_MAX_EPS     16
 
+/* FI_RMA: offered only to hints that ask for it with mr_mode VIRT_ADDR |
+ * ALLOCATED | PROV_KEY (design §8). */
+#define PMFI_RMA_CAPS (FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)
+#define PMFI_RMA_MR_MODE (FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY)
 #define PMFI_CAPS (FI_TAGGED | FI_MSG | FI_SEND | FI_RECV | FI_DIRECTED_RECV | \
 		   FI_SOURCE | FI_MULTI_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM)
 /* FI_OPT_MIN_MULTI_RECV until the application sets it. */
@@ -158,6 +162,7 @@ struct pmfi_domain {
 	struct pmfi_fabric *fabric;
 	enum fi_threading threading;
 	bool locking;           /* anything but FI_THREAD_DOMAIN: pmfi_pm_lock */
+	bool rma;               /* opened with FI_RMA: MRs with remote access */
 	int refs;               /* objects opened from it */
 };
 
@@ -186,6 +191,7 @@ struct pmfi_cntr {
 	struct pmfi_domain *dom;
 	uint64_t value, err;
 	int refs;               /* endpoints bound */
+	struct pmfi_ep *ep;     /* the last endpoint bound: reads progress it */
 };
 
 /* The events an endpoint may count: RMA ones, which it has none of yet. */
@@ -298,7 +304,7 @@ void pmfi_cq_unbind_ep(struct pmfi_cq *cq, struct pmfi_ep *ep);
 /* One posted receive, or one operation of any kind (a pool entry). */
 struct pmfi_req {
 	struct pmfi_list link;
-	enum { REQ_FREE, REQ_RECV, REQ_SEND, REQ_CTRL } kind;
+	enum { REQ_FREE, REQ_RECV, REQ_SEND, REQ_CTRL, REQ_RMA } kind;
 	bool tagged;
 	bool busy_read;         /* a pm_read is outstanding into buf */
 	void *context;
@@ -374,7 +380,9 @@ struct pmfi_ep {
 	struct pmfi_domain *dom;
 	struct pmfi_av *av;
 	struct pmfi_cq *tx_cq, *rx_cq;
-	struct pmfi_cntr *rma_cntr; /* bound for PMFI_CNTR_EVENTS (M4 counts) */
+	struct pmfi_cntr *rma_cntr; /* bound for PMFI_CNTR_EVENTS */
+	uint64_t cntr_events;   /* which of them it counts (FI_READ, FI_WRITE) */
+	struct pmfi_list rma;   /* RMA requests PM has not completed */
 	uint64_t tx_op_flags, rx_op_flags; /* from the fi_info, or set later */
 	bool tx_selective, rx_selective;
 	bool enabled;
@@ -425,6 +433,9 @@ void pmfi_req_put(struct pmfi_ep *ep, struct pmfi_req *r);
 /* ---- data path (tagged.c, progress.c) ---- */
 
 extern struct fi_ops_tagged pmfi_tagged_ops;
+extern struct fi_ops_rma pmfi_rma_ops;
+/* Complete the RMA requests PM has finished (progress.c calls it). */
+void pmfi_rma_poll(struct pmfi_ep *ep);
 extern struct fi_ops_msg pmfi_msg_ops;
 
 /* One pass of progress over ep (design §7). */

@@ -722,6 +722,8 @@ void pmfi_progress(struct pmfi_ep *ep)
 	}
 	if (!pmfi_list_empty(&ep->reads) || !pmfi_list_empty(&ep->read_wait))
 		poll_reads(ep);
+	if (!pmfi_list_empty(&ep->rma))
+		pmfi_rma_poll(ep);
 	if (ep->multi_retry)
 		multi_retry(ep);
 }

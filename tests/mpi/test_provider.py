@@ -64,9 +64,12 @@ def test_fi_info_lists_the_provider_and_what_it_lacks():
     assert "FI_TAGGED" in proc.stdout and "FI_DIRECTED_RECV" in proc.stdout
     assert "data_progress: FI_PROGRESS_MANUAL" in proc.stdout
     # A capability it does not have is refused in fi_info, not later.
-    for caps in ("FI_RMA", "FI_ATOMIC"):
-        proc = fi_info("-p", "pm", "-c", caps)
-        assert proc.returncode != 0, f"{caps} should not be offered: {proc.stdout}"
+    proc = fi_info("-p", "pm", "-c", "FI_ATOMIC")
+    assert proc.returncode != 0, f"FI_ATOMIC should not be offered: {proc.stdout}"
+    # FI_RMA is, to a caller that accepts its memory registration mode.
+    proc = fi_info("-p", "pm", "-c", "FI_RMA", "-v")
+    assert proc.returncode == 0, proc.stderr
+    assert "FI_MR_VIRT_ADDR" in proc.stdout and "FI_MR_PROV_KEY" in proc.stdout, proc.stdout
     proc = fi_info("-p", "pm", "-t", "FI_EP_MSG")
     assert proc.returncode != 0, proc.stdout
 
@@ -94,11 +97,14 @@ def test_mpi_program_over_pm_on_one_node(programs, stats_dir, device, nranks):
 
 
 @pytest.mark.parametrize("device, nranks", [("shm", 2), ("shm", 4), ("udp", 2), ("udp", 4)])
-def test_a_second_endpoint_shares_the_process_pm_context(programs, device, nranks):
+def test_a_second_endpoint_shares_the_process_pm_context_and_does_rma(programs, device, nranks):
     """Besides MPI's endpoint (mtl ofi, index 0) each rank opens one of its
     own (index 1, as btl ofi would): tagged messages between the second
     endpoints, eager and rendezvous, interleaved with MPI collectives on the
-    first, each reach the right endpoint with the right source."""
+    first, each reach the right endpoint with the right source; then FI_RMA
+    on it (fi_write/fi_read and their msg forms into registered windows,
+    checked by owner and reader, a counter, error completions for a bad key
+    and range)."""
     pm_env = {"PM_DEVICE": device}
     if device == "udp":
         pm_env["PM_UDP_NICS"] = "127.0.0.1"

@@ -10,6 +10,12 @@
  * through endpoint 0 between the posts and the waits: each endpoint gets
  * only its own messages, whichever endpoint's progress took them from PM.
  * Sources are checked with fi_cq_readfrom, payloads byte by byte.
+ * Then FI_RMA on that endpoint: each rank registers a window for remote
+ * access (mr_mode VIRT_ADDR | ALLOCATED | PROV_KEY), writes into its next
+ * neighbour's with fi_write/fi_writemsg and reads it back with
+ * fi_read/fi_readmsg, both checked byte by byte by reader and owner; a
+ * counter bound for FI_READ | FI_WRITE counts them; a bad key and an
+ * address past the window end give error completions.
  * Prints "mpi_second_ep: N ranks passed" from rank 0.
  *
  *   cc: mpicc mpi_second_ep.c -lfabric
@@ -20,6 +26,7 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +36,7 @@
 #define NAME_LEN 64
 #define ROUNDS 20
 #define MSGS 4
+#define WLEN (1024 * 1024 + 4093)   /* an RMA window: odd length, odd place */
 
 static const size_t sizes[MSGS] = { 0, 64, 8192, 1 << 20 };
 static int rank;
@@ -95,7 +103,8 @@ int main(int argc, char **argv)
 
 	struct fi_info *hints = fi_allocinfo(), *info = NULL;
 
-	hints->caps = FI_TAGGED | FI_SOURCE;
+	hints->caps = FI_TAGGED | FI_SOURCE | FI_RMA;
+	hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 	hints->ep_attr->type = FI_EP_RDM;
 	hints->mode = FI_CONTEXT | FI_CONTEXT2;
 	hints->domain_attr->threading = FI_THREAD_DOMAIN;
@@ -117,6 +126,12 @@ int main(int argc, char **argv)
 	OK(fi_endpoint(domain, info, &ep, NULL));
 	OK(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV));
 	OK(fi_ep_bind(ep, &av->fid, 0));
+
+	struct fid_cntr *cntr;
+	struct fi_cntr_attr cntr_attr = { .events = FI_CNTR_EVENTS_COMP };
+
+	OK(fi_cntr_open(domain, &cntr_attr, &cntr, NULL));
+	OK(fi_ep_bind(ep, &cntr->fid, FI_READ | FI_WRITE));
 	OK(fi_enable(ep));
 
 	unsigned char name[NAME_LEN];
@@ -182,9 +197,115 @@ int main(int argc, char **argv)
 					    rbuf[m][i]);
 		}
 	}
+	/* ---- FI_RMA ---- */
+	unsigned char *alloc = malloc(WLEN + 64), *win = alloc + 7;
+	unsigned char *local = malloc(WLEN);
+	struct fid_mr *mr;
+	struct { uint64_t addr, key; } mine, *wins = malloc((size_t)size * sizeof(*wins));
+
+	memset(alloc, 0xcc, WLEN + 64);
+	OK(fi_mr_reg(domain, win, WLEN, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL));
+	mine.addr = (uint64_t)(uintptr_t)win;
+	mine.key = fi_mr_key(mr);
+	MPI_Allgather(&mine, sizeof(mine), MPI_BYTE, wins, sizeof(mine), MPI_BYTE,
+		      MPI_COMM_WORLD);
+
+	uint64_t ops = 0;
+
+	for (int round = 0; round < 3; round++) {
+		size_t off = 50 + (size_t)round, len = WLEN - 100;
+		struct fi_context2 c;
+
+		for (size_t i = 0; i < len; i++)
+			local[i] = fill(rank, round + 100, 0, i);
+		if (round == 1) {
+			struct iovec iov = { local, len };
+			struct fi_rma_iov riov = { wins[next].addr + off, len, wins[next].key };
+			struct fi_msg_rma msg = { .msg_iov = &iov, .iov_count = 1, .addr = addrs[next],
+						  .rma_iov = &riov, .rma_iov_count = 1, .context = &c };
+
+			OK(fi_writemsg(ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE));
+		} else {
+			OK(fi_write(ep, local, len, NULL, addrs[next], wins[next].addr + off,
+				    wins[next].key, &c));
+		}
+		wait_cq(cq, 1, NULL);
+		/* The write completed at the target: it checks at once. */
+		MPI_Barrier(MPI_COMM_WORLD);
+		for (size_t i = 0; i < len; i++)
+			if (win[off + i] != fill(prev, round + 100, 0, i))
+				DIE("round %d: window byte %zu is %u", round, off + i, win[off + i]);
+		for (int i = 0; i < 7; i++)
+			if (alloc[i] != 0xcc)
+				DIE("a write landed before the window");
+		for (size_t i = 7 + WLEN; i < WLEN + 64; i++)
+			if (alloc[i] != 0xcc)
+				DIE("a write landed after the window");
+		MPI_Barrier(MPI_COMM_WORLD);
+		memset(local, 0, WLEN);
+		if (round == 1) {
+			struct iovec iov = { local, len };
+			struct fi_rma_iov riov = { wins[next].addr + off, len, wins[next].key };
+			struct fi_msg_rma msg = { .msg_iov = &iov, .iov_count = 1, .addr = addrs[next],
+						  .rma_iov = &riov, .rma_iov_count = 1, .context = &c };
+
+			OK(fi_readmsg(ep, &msg, FI_COMPLETION));
+		} else {
+			OK(fi_read(ep, local, len, NULL, addrs[next], wins[next].addr + off,
+				   wins[next].key, &c));
+		}
+		wait_cq(cq, 1, NULL);
+		for (size_t i = 0; i < len; i++)
+			if (local[i] != fill(rank, round + 100, 0, i))
+				DIE("round %d: byte %zu read back is %u", round, i, local[i]);
+		ops += 2;
+	}
+	if (fi_cntr_read(cntr) != ops)
+		DIE("counter %llu, expected %llu", (unsigned long long)fi_cntr_read(cntr),
+		    (unsigned long long)ops);
+
+	/* A bad key, and a range past the window: error completions. */
+	struct fi_context2 bc;
+
+	for (int bad = 0; bad < 2; bad++) {
+		uint64_t key = bad ? wins[next].key : wins[next].key ^ (1ull << 40);
+		uint64_t at = bad ? wins[next].addr + WLEN - 4 : wins[next].addr;
+		struct timespec t0, t;
+
+		OK(fi_read(ep, local, 8, NULL, addrs[next], at, key, &bc));
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		for (;;) {
+			struct fi_cq_tagged_entry e;
+			ssize_t r = fi_cq_read(cq, &e, 1);
+
+			if (r == -FI_EAVAIL) {
+				struct fi_cq_err_entry err = { 0 };
+
+				if (fi_cq_readerr(cq, &err, 0) != 1 || err.op_context != &bc ||
+				    !(err.flags & FI_READ) || err.err == 0)
+					DIE("error completion of a bad read: %d", err.err);
+				break;
+			}
+			if (r == 1)
+				DIE("a read with a bad %s completed", bad ? "range" : "key");
+			if (r != -FI_EAGAIN)
+				DIE("fi_cq_read: %zd", r);
+			clock_gettime(CLOCK_MONOTONIC, &t);
+			if (t.tv_sec - t0.tv_sec > 30)
+				DIE("no completion for a bad read");
+		}
+	}
+	if (fi_cntr_readerr(cntr) != 2)
+		DIE("error counter %llu, expected 2", (unsigned long long)fi_cntr_readerr(cntr));
+
 	/* Nobody closes while a neighbour may still read its buffers. */
 	MPI_Barrier(MPI_COMM_WORLD);
+	OK(fi_close(&mr->fid));
+	free(alloc);
+	free(local);
+	free(wins);
 	OK(fi_close(&ep->fid));
+	OK(fi_close(&cntr->fid));
 	OK(fi_close(&av->fid));
 	OK(fi_close(&cq->fid));
 	OK(fi_close(&domain->fid));

@@ -207,11 +207,47 @@ static void test_caps_beyond(void)
 {
 	struct fi_info *h = hints_rdm();
 
+	h->caps = FI_TAGGED | FI_ATOMIC;
+	CHECK_REFUSED(FI_VERSION(1, 17), h);
+	/* FI_RMA needs memory registration that matches PM's windows. */
+	h = hints_rdm();
 	h->caps = FI_TAGGED | FI_RMA;
 	CHECK_REFUSED(FI_VERSION(1, 17), h);
 	h = hints_rdm();
-	h->caps = FI_TAGGED | FI_ATOMIC;
+	h->caps = FI_RMA;
+	h->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY;
 	CHECK_REFUSED(FI_VERSION(1, 17), h);
+}
+
+/* FI_RMA as Open MPI's btl ofi asks it: mr_mode VIRT_ADDR | ALLOCATED |
+ * PROV_KEY (and FI_MR_BASIC, the same before 1.5's bits); a domain of such
+ * an info registers memory for remote access, one of an info without FI_RMA
+ * does not. */
+static void test_rma_caps(void)
+{
+	struct fi_info *h = hints_rdm();
+
+	h->caps = FI_RMA | FI_MSG;
+	h->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+				  FI_MR_LOCAL | FI_MR_ENDPOINT;
+	struct fi_info *info = ANSWERED(FI_VERSION(1, 17), h);
+
+	CHECK(info->caps & FI_RMA);
+	CHECK((info->caps & (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)) ==
+	      (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE));
+	CHECK_EQ(info->domain_attr->mr_mode, FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY);
+	CHECK_U64(info->tx_attr->rma_iov_limit, ==, 1);
+	CHECK(!(info->caps & FI_ATOMIC));
+	fi_freeinfo(info);
+	h->domain_attr->mr_mode = FI_MR_BASIC;
+	info = ANSWERED(FI_VERSION(1, 17), h);
+	CHECK_EQ(info->domain_attr->mr_mode, FI_MR_BASIC);
+	fi_freeinfo(info);
+	fi_freeinfo(h);
+	/* Without hints: no FI_RMA (MPICH takes what the first answer offers). */
+	info = ANSWERED(FI_VERSION(1, 17), NULL);
+	CHECK(!(info->caps & FI_RMA));
+	fi_freeinfo(info);
 }
 
 /* FI_MSG (untagged messages) is offered alone and beside FI_TAGGED, with
@@ -460,6 +496,7 @@ int main(int argc, char **argv)
 	test_ompi_hints();
 	test_rxm_probes();
 	test_caps_beyond();
+	test_rma_caps();
 	test_mpich_hints();
 	test_msg_caps();
 	test_pingpong_hints();
