@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define BARRIER_MAGIC 0x5049524142504d54ull    /* "TMPBARIP" */
@@ -52,21 +54,42 @@ static void on_term(int sig)
 	raise(sig);
 }
 
-static void find_own_page(void)
+/*
+ * Our page is the one with our pid in its name made by our pm_open(): PIDs
+ * wrap (pid_max is often 32768), so a process that had our pid before and
+ * was killed may have left a page named like ours (a stale page, which
+ * pminfo and the agent skip); it was made before we opened.
+ */
+static bool made_since(const char *path, const struct timespec *t)
 {
-	char prefix[64];
+	struct stat st;
+
+	return stat(path, &st) == 0 &&
+	       (st.st_ctim.tv_sec > t->tv_sec ||
+		(st.st_ctim.tv_sec == t->tv_sec && st.st_ctim.tv_nsec >= t->tv_nsec));
+}
+
+static void find_own_page(const struct timespec *opened)
+{
+	char prefix[64], path[4096];
 	DIR *d = opendir(mp_stats_dir());
 	struct dirent *e;
+	int found = 0;
 
 	snprintf(prefix, sizeof(prefix), "pm-stats.%d.", (int)getpid());
 	CHECK(d);
-	while ((e = readdir(d)))
-		if (strncmp(e->d_name, prefix, strlen(prefix)) == 0)
-			snprintf(own_page, sizeof(own_page), "%s/%s", mp_stats_dir(),
-				 e->d_name);
+	while ((e = readdir(d))) {
+		if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", mp_stats_dir(), e->d_name);
+		if (made_since(path, opened)) {
+			snprintf(own_page, sizeof(own_page), "%s", path);
+			found++;
+		}
+	}
 	closedir(d);
-	CHECK_MSG(own_page[0], "no statistics page %s/%s* after pm_open", mp_stats_dir(),
-		  prefix);
+	CHECK_MSG(found == 1, "%d statistics pages %s/%s* made by pm_open (1 expected)", found,
+		  mp_stats_dir(), prefix);
 }
 
 void mp_open(struct mp *m, const struct pm_open_attr *attr, int expect_size,
@@ -79,8 +102,13 @@ void mp_open(struct mp *m, const struct pm_open_attr *attr, int expect_size,
 	alarm((unsigned)budget_s + 5);
 	m->deadline_ns = check_now_ns() + (uint64_t)budget_s * 1000000000u;
 
+	/* File times come from the kernel's coarse clock (or a finer one):
+	 * read before pm_open(), it is never later than the new page's. */
+	struct timespec opened;
+
+	clock_gettime(CLOCK_REALTIME_COARSE, &opened);
 	CHECK_OK(pm_open(&m->ctx, attr));
-	find_own_page();
+	find_own_page(&opened);
 	atexit(remove_own_page);
 	signal(SIGTERM, on_term);
 	signal(SIGINT, on_term);
@@ -254,6 +282,8 @@ void mp_barrier(struct mp *m)
 
 void mp_closed(struct mp *m)
 {
+	CHECK_MSG(!own_page[0] || access(own_page, F_OK) != 0,
+		  "statistics page %s left after pm_close", own_page);
 	m->ctx = NULL;
 	own_page[0] = 0;
 	alarm(0);
@@ -338,7 +368,7 @@ void mp_hashed_segment_prefix(char *buf, size_t len)
 
 void mp_close(struct mp *m)
 {
-	char seg[64], mine[64];
+	char seg[64];
 
 	mp_barrier(m);
 	CHECK_MSG(m->nstash == 0, "%zu messages left unreceived at the end", m->nstash);
@@ -356,14 +386,10 @@ void mp_close(struct mp *m)
 		CHECK_MSG(mp_count_files("/dev/shm", seg) == 0,
 			  "/dev/shm/%s* left after every rank opened", seg);
 
-	snprintf(mine, sizeof(mine), "pm-stats.%d.", (int)getpid());
-	CHECK_MSG(mp_count_files(mp_stats_dir(), mine) == 1,
-		  "no statistics page %s/%s* while open", mp_stats_dir(), mine);
+	CHECK_MSG(access(own_page, F_OK) == 0, "our statistics page %s is gone while open",
+		  own_page);
 	CHECK_OK(pm_close(m->ctx));
-	m->ctx = NULL;
-	own_page[0] = 0;
-	CHECK_MSG(mp_count_files(mp_stats_dir(), mine) == 0,
-		  "statistics page %s/%s* left after pm_close", mp_stats_dir(), mine);
+	mp_closed(m);               /* which checks that the page went with it */
 	CHECK_MSG(m->nbstash == 0, "%zu barrier messages left at the end", m->nbstash);
 	free(m->stash);
 	free(m->bstash);

@@ -73,7 +73,8 @@ void mp_barrier(struct mp *m);
  */
 void mp_close(struct mp *m);
 
-/* Tell the helpers that the test closed the context itself. */
+/* Tell the helpers that the test closed the context itself (and check
+ * that the context's statistics page went with it). */
 void mp_closed(struct mp *m);
 
 /* Files in dir whose names start with prefix (for leftover checks). */
