@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -142,17 +143,23 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(require_root, debs):
     """4 root-file-system nodes whose apt sees a copy of the packages'
-    repository (the upgrade adds the next version to it)."""
-    repo = debs[0] / "cluster-repo"
-    shutil.copytree(debs[0] / "repo", repo)
+    repository (the upgrade adds the next version to it).  The nodes come
+    up (the node image, cold, is built first) while the packages build;
+    the repository, empty until then, gets them before any test runs."""
+    repo = Path(tempfile.mkdtemp(prefix="score-cluster-repo-", dir=REPO_ROOT / "build"))
+    (repo / "Packages").write_text("")
     name = unique_cluster_name()
     try:
         up = run_vcluster("up", "--name", name, "--nodes", len(NODES), "--nics", 2, "--rootfs",
                           "--repo", repo, timeout=UP_TIMEOUT)
         assert up.returncode == 0, up.stderr
+        built = debs.result()[0] / "repo"
+        for f in built.iterdir():
+            shutil.copy(f, repo)
         yield Cluster(name, repo)
     finally:
         down = run_vcluster("down", "--name", name, timeout=180)
+        shutil.rmtree(repo, ignore_errors=True)
         assert down.returncode == 0, down.stderr
 
 
@@ -389,14 +396,11 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     assert "Mode=connected" in out and "MTUBytes=65520" in out, out
     phase("rdma forced")
 
-    # Upgrade: the edited configuration stays, the daemons restart.  The
-    # next version's packages have been building since the test began.
-    upgrade = next_debs.result()[1]
-    phase("next version's packages built (waited for)")
+    # Upgrade: the edited configuration stays, the daemons restart.
     c.everywhere("echo '# edited by the test' >> /etc/score/scored.toml")
     before = {n: c.main_pid(n, "scored-agent") for n in NODES}
     master_before = c.main_pid("n1", "scored-master")
-    for deb in upgrade.values():
+    for deb in next_debs[1].values():
         shutil.copy(deb, c.repo)
     subprocess.run("dpkg-scanpackages --multiversion . > Packages 2>/dev/null && "
                    "gzip -9kfn Packages", shell=True, cwd=c.repo, check=True)

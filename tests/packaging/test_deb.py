@@ -27,7 +27,7 @@ def control_file(deb, name):
 
 
 def test_every_package_is_built_at_the_changelogs_version(debs):
-    _, found = debs
+    _, found = debs.result()
     assert sorted(found) == sorted(PACKAGES)
     for name, deb in found.items():
         assert field(deb, "Version") == VERSION, name
@@ -35,14 +35,14 @@ def test_every_package_is_built_at_the_changelogs_version(debs):
 
 
 def test_lintian_is_clean(debs):
-    out, _ = debs
+    out, _ = debs.result()
     report = (out / "lintian.txt").read_text()
     bad = [line for line in report.splitlines() if re.match(r"[EW]: ", line)]
     assert not bad, report
 
 
 def test_each_package_holds_its_files(debs):
-    _, found = debs
+    _, found = debs.result()
     want = {
         "libpm0": ["/usr/lib/x86_64-linux-gnu/libpm.so.0"],
         "libpm-dev": ["/usr/include/pm.h", "/usr/lib/x86_64-linux-gnu/libpm.so",
@@ -80,7 +80,7 @@ def test_each_package_holds_its_files(debs):
 
 
 def test_the_configuration_is_a_conffile_and_the_units_are_not_enabled(debs):
-    _, found = debs
+    _, found = debs.result()
     assert control_file(found["scored"], "conffiles").split() == ["/etc/score/scored.toml"]
     postinst = control_file(found["scored"], "postinst")
     # Not enabled on install (only re-enabled if the administrator had them
@@ -98,7 +98,7 @@ def test_the_configuration_is_a_conffile_and_the_units_are_not_enabled(debs):
 
 
 def test_library_dependencies_come_from_the_programs(debs):
-    _, found = debs
+    _, found = debs.result()
     deps = {name: field(deb, "Depends") for name, deb in found.items()}
     assert "libmunge2" in deps["scored"] and "libpmix2" in deps["scored"], deps["scored"]
     assert "libpm0 (" in deps["pm-tools"] and "libpmdsm0 (" in deps["pm-tools"], deps["pm-tools"]
@@ -108,7 +108,7 @@ def test_library_dependencies_come_from_the_programs(debs):
 
 
 def test_installed_binaries_carry_no_search_path(debs, tmp_path):
-    _, found = debs
+    _, found = debs.result()
     for name in ("pm-tools", "libfabric-pm", "scored", "libpmdsm0"):
         root = tmp_path / name
         subprocess.run(["dpkg-deb", "-x", str(found[name]), str(root)], check=True)
@@ -120,7 +120,7 @@ def test_installed_binaries_carry_no_search_path(debs, tmp_path):
 
 
 def test_man_pages_are_the_programs_help(debs, tmp_path):
-    _, found = debs
+    _, found = debs.result()
     root = tmp_path / "client"
     subprocess.run(["dpkg-deb", "-x", str(found["score-client"]), str(root)], check=True)
     page = subprocess.run(["zcat", str(root / "usr/share/man/man1/scorectl.1.gz")],
@@ -135,7 +135,7 @@ def test_man_pages_are_the_programs_help(debs, tmp_path):
 
 
 def test_the_local_repository_lists_every_package(debs):
-    out, _ = debs
+    out, _ = debs.result()
     packages = (out / "repo" / "Packages").read_text()
     listed = re.findall(r"^Package: (\S+)", packages, re.M)
     assert sorted(p for p in listed if not p.endswith("-dbgsym")) == sorted(PACKAGES)

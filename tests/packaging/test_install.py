@@ -14,7 +14,7 @@ RECORDS = ("var/lib/apt/lists/", "var/cache/apt/", "var/log/", "var/lib/dpkg/",
 
 
 def test_install_verify_upgrade_and_purge(chroot, debs, next_debs):
-    chroot.repo = debs[0] / "repo"
+    chroot.repo = debs.result()[0] / "repo"
     chroot.run(f"{SOURCES} && apt-get update -q")
     # man-db, so that systemd-analyze can check the units' man: links.
     chroot.run("apt-get install -y -q --no-install-recommends scored score-client pm-tools "
@@ -46,7 +46,7 @@ def test_install_verify_upgrade_and_purge(chroot, debs, next_debs):
     # The administrator edits the configuration; the upgrade keeps it.
     chroot.run("sed -i 's/^quantum_ms = 500$/quantum_ms = 250/' /etc/score/scored.toml && "
                "grep -qx 'quantum_ms = 250' /etc/score/scored.toml")
-    chroot.repo = next_debs.result()[0] / "repo"
+    chroot.repo = next_debs[0] / "repo"
     chroot.run("apt-get update -q && apt-get install -y -q --only-upgrade scored score-client "
                "pm-tools libpm0")
     out = chroot.run("dpkg-query -W -f '${Version}\\n' scored score-client pm-tools libpm0; "
