@@ -8,7 +8,7 @@ import sys
 JOBKEY = 0x0123456789ABCDEF
 DATA, ACK, STOP, GO, LOSE, PROBE, PROBE_ACK, POLL = range(1, 9)
 FIRST, LAST, F_ACK = 1, 2, 4
-MSG, WRITE, READ_REQ, READ_RESP, RMA_DONE = range(5)
+MSG, WRITE, READ_REQ, READ_RESP, RMA_DONE, ATOMIC = range(6)
 REGION_KEY = (2 << 16) | 5
 
 
@@ -58,6 +58,8 @@ def main():
     seeds["write"] = recs
     recs, _ = message(struct.pack("<Q", 128), 1, kind=READ_REQ, key=REGION_KEY, offset=0)
     seeds["read"] = recs
+    recs, _ = message(struct.pack("<IIQQ", 3, 0, 5, 0), 1, kind=ATOMIC, key=REGION_KEY, offset=8)
+    seeds["atomic"] = recs
     recs, _ = message(b"a" * 50, 1)
     seeds["reordered"] = list(reversed(recs)) + recs
     seeds["control"] = [record(header(t, F_ACK, b"", seq=3, ack=0)) for t in (ACK, STOP, GO, LOSE)] + \

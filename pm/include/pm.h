@@ -242,6 +242,42 @@ int pm_read(pm_context_t *ctx, int peer, void *dst, size_t len,
 /* 1 when op completed (op->status holds its result), 0 while pending. */
 int pm_test(pm_context_t *ctx, struct pm_op *op);
 
+/*
+ * Atomics: one read-modify-write of a 64-bit word in peer's region rkey at
+ * roffset (8-byte aligned in memory), atomic with respect to every other
+ * PM atomic on that word, whoever issues it (the owner itself included),
+ * but not with plain stores or pm_write().  The word holds the new value:
+ *
+ *   PM_ATOMIC_ADD    old + operand (two's complement: signed or not)
+ *   PM_ATOMIC_SWAP   operand
+ *   PM_ATOMIC_CSWAP  operand if old == compare, else old
+ *   PM_ATOMIC_READ   old (unchanged)
+ *   PM_ATOMIC_AND, PM_ATOMIC_OR, PM_ATOMIC_XOR   old & | ^ operand
+ *
+ * and *result, when result is not NULL, the old value once the operation
+ * completes (pm_test()); result must stay valid until then.  compare is
+ * read by PM_ATOMIC_CSWAP only.  Where it runs: on shm the caller does it
+ * at once, under a lock in the owner's segment, so it is complete when
+ * pm_atomic() returns; on udp the owner's progress (any PM call that
+ * progresses: pm_recv, pm_wait, pm_test) does it and answers, like a
+ * pm_read(), and the answer completes op.  Errors as pm_read(), and
+ * -EINVAL for an unknown op; a word that is not 8-byte aligned is -EINVAL,
+ * at start on shm, in op->status on udp.
+ */
+enum pm_atomic_op {
+	PM_ATOMIC_ADD = 1,
+	PM_ATOMIC_SWAP = 2,
+	PM_ATOMIC_CSWAP = 3,
+	PM_ATOMIC_READ = 4,
+	PM_ATOMIC_AND = 5,
+	PM_ATOMIC_OR = 6,
+	PM_ATOMIC_XOR = 7,
+};
+
+int pm_atomic(pm_context_t *ctx, int peer, enum pm_atomic_op aop, uint64_t operand,
+	      uint64_t compare, uint64_t *result, uint64_t rkey, uint64_t roffset,
+	      struct pm_op *op);
+
 /* ------------------------------------------------------------------------
  * Network preemption (used by scored).
  *

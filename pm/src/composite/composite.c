@@ -271,6 +271,16 @@ static int comp_rma(struct pm_device *dev, int peer, bool write, void *local,
 	return d ? d->ops->rma(d, peer, write, local, len, rkey, roffset, op) : -EINVAL;
 }
 
+static int comp_atomic(struct pm_device *dev, int peer, uint32_t aop, uint64_t operand,
+		       uint64_t compare, uint64_t *result, uint64_t rkey, uint64_t roffset,
+		       struct pm_op *op)
+{
+	struct pm_device *d = route_of(dev, peer);
+
+	return d ? d->ops->atomic(d, peer, aop, operand, compare, result, rkey, roffset, op)
+		 : -EINVAL;
+}
+
 static int comp_test(struct pm_device *dev, struct pm_op *op)
 {
 	struct pm_device *d = route_of(dev, op->peer);
@@ -350,6 +360,7 @@ const struct pm_device_ops pm_composite_ops = {
 	.peer_alive = comp_peer_alive,
 	.expose = comp_expose,
 	.rma = comp_rma,
+	.atomic = comp_atomic,
 	.test = comp_test,
 	.drain = comp_drain,
 	.drain_poll = comp_drain_poll,

@@ -4,6 +4,7 @@
  * checks and counting every device shares.  Devices do the transport.
  */
 #include "pm_internal.h"
+#include "atomic.h"
 #include "stats.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -135,6 +136,7 @@ int pm_open(pm_context_t **out, const struct pm_open_attr *attr)
 	}
 	ctx->rank = ctx->boot.rank;
 	ctx->size = ctx->boot.size;
+	ctx->atomic_lock = &ctx->atomic_lock_own;
 
 	err = pm_stats_publish(ctx, device);
 	if (err) {
@@ -637,6 +639,37 @@ int pm_read(pm_context_t *ctx, int peer, void *dst, size_t len,
 {
 	pm_call_enter(ctx);
 	int ret = rma_call(ctx, peer, false, dst, len, rkey, roffset, op);
+
+	pm_call_exit(ctx);
+	return ret;
+}
+
+static inline int atomic_call(pm_context_t *ctx, int peer, uint32_t aop, uint64_t operand,
+			      uint64_t compare, uint64_t *result, uint64_t rkey,
+			      uint64_t roffset, struct pm_op *op)
+{
+	if (bad_peer(ctx, peer) || !op || !pm_atomic_op_valid(aop))
+		return -EINVAL;
+	if (ctx->quiesced)
+		return -EAGAIN;
+	op->status = 1;
+	op->peer = peer;
+
+	int err = ctx->dev->ops->atomic(ctx->dev, peer, aop, operand, compare, result, rkey,
+					roffset, op);
+
+	if (err)
+		op->status = err;
+	return err;
+}
+
+int pm_atomic(pm_context_t *ctx, int peer, enum pm_atomic_op aop, uint64_t operand,
+	      uint64_t compare, uint64_t *result, uint64_t rkey, uint64_t roffset,
+	      struct pm_op *op)
+{
+	pm_call_enter(ctx);
+	int ret = atomic_call(ctx, peer, (uint32_t)aop, operand, compare, result, rkey, roffset,
+			      op);
 
 	pm_call_exit(ctx);
 	return ret;

@@ -135,6 +135,10 @@ struct pm_device_ops {
 	int (*rma)(struct pm_device *dev, int peer, bool write, void *local,
 		   size_t len, uint64_t rkey, uint64_t roffset, struct pm_op *op);
 	int (*test)(struct pm_device *dev, struct pm_op *op);
+	/* pm_atomic() to a peer (op already checked); completes like rma. */
+	int (*atomic)(struct pm_device *dev, int peer, uint32_t aop, uint64_t operand,
+		      uint64_t compare, uint64_t *result, uint64_t rkey, uint64_t roffset,
+		      struct pm_op *op);
 
 	/* Block until nothing sent is in flight. */
 	int (*drain)(struct pm_device *dev);
@@ -220,6 +224,11 @@ struct pm_context {
 					   at once (control.c) */
 	int control_slot;               /* in the registry of control.c, or -1 */
 	struct regcache regcache;
+	/* The lock of this context's atomics (core/atomic.h): a word in the
+	 * shm segment when the shm device serves it (set by its setup), else
+	 * atomic_lock_own. */
+	_Atomic uint32_t *atomic_lock;
+	_Atomic uint32_t atomic_lock_own;
 	uint64_t window_gen;
 	struct pm_mr windows[PM_MAX_WINDOWS];
 };

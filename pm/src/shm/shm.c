@@ -13,6 +13,7 @@
  * Layout and protocol: docs/pm/shm.md.
  */
 #include "shm.h"
+#include "core/atomic.h"
 #include "core/ring.h"
 #include "util/clock.h"
 #include "util/futex.h"
@@ -38,6 +39,7 @@
 
 #define SHM_MAGIC        "PMSHM001"
 #define SHM_KEY          "pm.shm"
+#define SHM_VERSION      2      /* 2: the atomics lock */
 #define SHM_BLOCK_SLICE_MS 100  /* how often a sleeper checks peers' health */
 
 struct shm_window {
@@ -61,6 +63,9 @@ struct shm_seg {
 						   (network order) */
 	_Atomic uint32_t closed;                /* the owner closed its context:
 						   its exit is no crash */
+	_Atomic uint32_t atomic_lock;           /* pid of whoever runs an atomic
+						   on the owner's regions, or 0
+						   (core/atomic.h) */
 	_Alignas(64) struct shm_window win[PM_MAX_WINDOWS];
 };
 
@@ -214,7 +219,7 @@ static int shm_setup(struct pm_device *dev, struct pm_boot *b)
 		s->me = NULL;
 		return -errno;
 	}
-	s->me->version = 1;
+	s->me->version = SHM_VERSION;
 	s->me->nrings = (uint32_t)s->nlocal;
 	s->me->ring_bytes = s->ring_bytes;
 	s->me->pid = getpid();
@@ -223,6 +228,10 @@ static int shm_setup(struct pm_device *dev, struct pm_boot *b)
 		ring_init(seg_ring(s->me, i), s->ring_bytes);
 	atomic_thread_fence(memory_order_release);
 	memcpy(s->me->magic, SHM_MAGIC, sizeof(s->me->magic));
+
+	/* Every executor of this context's atomics, its udp progress
+	 * included, takes the lock that its shm peers can reach. */
+	ctx->atomic_lock = &s->me->atomic_lock;
 
 	struct shm_addr addr = { .pid = getpid(), .ring_bytes = (uint32_t)s->ring_bytes };
 
@@ -263,7 +272,7 @@ static int map_peer(struct shm_dev *s, struct pm_boot *b, struct shm_peer *p)
 	/* The segment is the peer's word about itself: check it fits. */
 	if (p->seg_len < sizeof(struct shm_seg) ||
 	    memcmp(p->seg->magic, SHM_MAGIC, sizeof(p->seg->magic)) != 0 ||
-	    p->seg->nrings != (uint32_t)s->nlocal || p->seg->pid != addr.pid ||
+	    p->seg->version != SHM_VERSION || p->seg->nrings != (uint32_t)s->nlocal || p->seg->pid != addr.pid ||
 	    !ring_size_valid(p->seg->ring_bytes) ||
 	    p->seg_len < seg_bytes(p->seg->nrings, p->seg->ring_bytes))
 		return -EPROTO;
@@ -312,8 +321,10 @@ static void shm_destroy(struct pm_device *dev)
 	struct shm_dev *s = to_shm(dev);
 
 	shm_ready(dev);
-	if (s->me)
+	if (s->me) {
 		atomic_store_explicit(&s->me->closed, 1, memory_order_release);
+		dev->ctx->atomic_lock = &dev->ctx->atomic_lock_own;
+	}
 	for (int i = 0; s->peers && i < s->nlocal; i++) {
 		struct shm_peer *p = &s->peers[i];
 
@@ -631,16 +642,10 @@ static int shm_expose(struct pm_device *dev, uint32_t idx, uint64_t key, void *a
 	return 0;
 }
 
-static int shm_rma(struct pm_device *dev, int peer, bool write, void *local,
-		   size_t len, uint64_t rkey, uint64_t roffset, struct pm_op *op)
+/* Where [roffset, roffset + len) of p's window rkey lies in p's memory. */
+static int window_at(const struct shm_peer *p, uint64_t rkey, uint64_t roffset, size_t len,
+		     void **remote)
 {
-	struct shm_dev *s = to_shm(dev);
-	int l = shm_local(s, peer);
-
-	if (l < 0)
-		return -EINVAL;
-
-	struct shm_peer *p = &s->peers[l];
 	uint32_t idx = PM_WINDOW_IDX(rkey);
 
 	if (idx >= PM_MAX_WINDOWS || rkey == 0)
@@ -656,30 +661,95 @@ static int shm_rma(struct pm_device *dev, int peer, bool write, void *local,
 		return -ENOENT; /* re-registered while we read it */
 	if (!pm_window_offset(rkey, waddr, &roffset) || roffset > wlen || len > wlen - roffset)
 		return -ERANGE;
+	*remote = (void *)(uintptr_t)(waddr + roffset);
+	return 0;
+}
 
-	void *remote = (void *)(uintptr_t)(waddr + roffset);
+/* len bytes between here and there in p, one way, with process_vm_*. */
+static int vm_copy(const struct shm_peer *p, bool write, void *local, void *remote, size_t len)
+{
+	size_t done = 0;
 
+	while (done < len) {
+		struct iovec liov = { (uint8_t *)local + done, len - done };
+		struct iovec riov = { (uint8_t *)remote + done, len - done };
+		ssize_t n = write ? process_vm_writev(p->pid, &liov, 1, &riov, 1, 0)
+				  : process_vm_readv(p->pid, &liov, 1, &riov, 1, 0);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return errno == ESRCH ? -EPIPE : -errno;
+		}
+		if (n == 0)
+			return -EIO;
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+static int shm_rma(struct pm_device *dev, int peer, bool write, void *local,
+		   size_t len, uint64_t rkey, uint64_t roffset, struct pm_op *op)
+{
+	struct shm_dev *s = to_shm(dev);
+	int l = shm_local(s, peer);
+
+	if (l < 0)
+		return -EINVAL;
+
+	struct shm_peer *p = &s->peers[l];
+	void *remote;
+	int err = window_at(p, rkey, roffset, len, &remote);
+
+	if (err)
+		return err;
 	if (p->pid == getpid()) {
 		memmove(write ? remote : local, write ? local : remote, len);
 	} else {
-		size_t done = 0;
-
-		while (done < len) {
-			struct iovec liov = { (uint8_t *)local + done, len - done };
-			struct iovec riov = { (uint8_t *)remote + done, len - done };
-			ssize_t n = write ? process_vm_writev(p->pid, &liov, 1, &riov, 1, 0)
-					  : process_vm_readv(p->pid, &liov, 1, &riov, 1, 0);
-
-			if (n < 0) {
-				if (errno == EINTR)
-					continue;
-				return errno == ESRCH ? -EPIPE : -errno;
-			}
-			if (n == 0)
-				return -EIO;
-			done += (size_t)n;
-		}
+		err = vm_copy(p, write, local, remote, len);
+		if (err)
+			return err;
 	}
+	op->status = 0;
+	op->peer = peer;
+	return 0;
+}
+
+/* Under the owner's lock, in its memory: the owner's atomics and every
+ * other executor's take turns there (core/atomic.h). */
+static int shm_atomic(struct pm_device *dev, int peer, uint32_t aop, uint64_t operand,
+		      uint64_t compare, uint64_t *result, uint64_t rkey, uint64_t roffset,
+		      struct pm_op *op)
+{
+	struct shm_dev *s = to_shm(dev);
+	int l = shm_local(s, peer);
+
+	if (l < 0)
+		return -EINVAL;
+
+	struct shm_peer *p = &s->peers[l];
+	void *remote;
+	uint64_t old, v;
+	int err = window_at(p, rkey, roffset, sizeof(old), &remote);
+
+	if (err)
+		return err;
+	if ((uintptr_t)remote & 7u)
+		return -EINVAL;
+	if (p->pid == getpid()) {
+		err = pm_atomic_here(&p->seg->atomic_lock, remote, aop, operand, compare, &old);
+	} else {
+		pm_atomic_lock(&p->seg->atomic_lock);
+		err = vm_copy(p, false, &old, remote, sizeof(old));
+		v = pm_atomic_compute(aop, old, operand, compare);
+		if (!err && v != old)
+			err = vm_copy(p, true, &v, remote, sizeof(v));
+		pm_atomic_unlock(&p->seg->atomic_lock);
+	}
+	if (err)
+		return err;
+	if (result)
+		*result = old;
 	op->status = 0;
 	op->peer = peer;
 	return 0;
@@ -762,6 +832,7 @@ const struct pm_device_ops pm_shm_ops = {
 	.peer_alive = shm_peer_alive,
 	.expose = shm_expose,
 	.rma = shm_rma,
+	.atomic = shm_atomic,
 	.test = shm_test,
 	.drain = shm_drain,
 	.drain_poll = shm_drain_poll,

@@ -604,6 +604,7 @@ static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 		.jobkey = b->jobkey, .me = (uint32_t)b->rank, .size = (uint32_t)b->size,
 		.ring_bytes = ctx->udp_ring_kib * 1024u, .wnd = ctx->udp_window,
 		.stats = ctx->stats, .drain = send_batch, .drain_arg = u,
+		.atomic_lock = &ctx->atomic_lock,
 	};
 
 	if (ctx->detached) {
@@ -1177,6 +1178,18 @@ static int udp_expose(struct pm_device *dev, uint32_t idx, uint64_t key, void *a
 	return 0;
 }
 
+/* After a remote operation was asked for (err: what the protocol said):
+ * send it now, or, when it could not be queued, progress, since
+ * completions may be waiting to free a slot. */
+static int requested(struct udp_dev *u, int err)
+{
+	if (err == -EAGAIN)
+		progress(u);
+	else
+		udp_flush(u);
+	return err;
+}
+
 static int udp_rma(struct pm_device *dev, int peer, bool write, void *local,
 		   size_t len, uint64_t rkey, uint64_t roffset, struct pm_op *op)
 {
@@ -1186,13 +1199,21 @@ static int udp_rma(struct pm_device *dev, int peer, bool write, void *local,
 	if (!p)
 		return -EINVAL;
 	u->pr.now_ns = pm_now_ns();
-	int err = udp_proto_rma(&u->pr, p, write, local, len, rkey, roffset, op);
+	return requested(u, udp_proto_rma(&u->pr, p, write, local, len, rkey, roffset, op));
+}
 
-	if (err == -EAGAIN)
-		progress(u);    /* completions may be waiting to free a slot */
-	else
-		udp_flush(u);
-	return err;
+static int udp_atomic(struct pm_device *dev, int peer, uint32_t aop, uint64_t operand,
+		      uint64_t compare, uint64_t *result, uint64_t rkey, uint64_t roffset,
+		      struct pm_op *op)
+{
+	struct udp_dev *u = to_udp(dev);
+	struct udp_peer *p = udp_peer_of(&u->pr, peer);
+
+	if (!p)
+		return -EINVAL;
+	u->pr.now_ns = pm_now_ns();
+	return requested(u, udp_proto_atomic(&u->pr, p, aop, operand, compare, result, rkey,
+					     roffset, op));
 }
 
 static int udp_test(struct pm_device *dev, struct pm_op *op)
@@ -1282,6 +1303,7 @@ const struct pm_device_ops pm_udp_ops = {
 	.insert = udp_insert,
 	.expose = udp_expose,
 	.rma = udp_rma,
+	.atomic = udp_atomic,
 	.test = udp_test,
 	.drain = udp_drain,
 	.drain_poll = udp_drain_poll,

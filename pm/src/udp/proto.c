@@ -9,6 +9,7 @@
  * receiver's rules are in tx.c and rx.c.
  */
 #include "udp.h"
+#include "core/atomic.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@ int udp_proto_init(struct udp_proto *u, const struct udp_proto_conf *c)
 	u->wnd = c->wnd;
 	u->stats = c->stats;
 	u->cap = c->cap;
+	u->atomic_lock = c->atomic_lock;
 	udp_outq_init(&u->out, c->drain, c->drain_arg);
 	/* Detached: every slot now, so that inserting never moves a peer
 	 * (queued packets point at their peer's path address, outq.c) and
@@ -230,7 +232,7 @@ struct udp_op_slot *udp_op_lookup(struct udp_proto *u, uint64_t cookie)
 	return &u->ops[i];
 }
 
-void udp_op_complete(struct udp_proto *u, uint64_t cookie, int status)
+void udp_op_done(struct udp_proto *u, uint64_t cookie, int status, uint64_t value)
 {
 	struct udp_op_slot *s = udp_op_lookup(u, cookie);
 
@@ -238,9 +240,16 @@ void udp_op_complete(struct udp_proto *u, uint64_t cookie, int status)
 		u->stats->drops++;
 		return;
 	}
+	if (s->atomic && status == 0 && s->dst)
+		memcpy(s->dst, &value, sizeof(value));
 	s->op->status = status;
 	s->busy = false;
 	u->op_done = true;
+}
+
+void udp_op_complete(struct udp_proto *u, uint64_t cookie, int status)
+{
+	udp_op_done(u, cookie, status, 0);
 }
 
 uint8_t *udp_window_check(struct udp_proto *u, uint64_t key, uint64_t off, uint64_t len,
@@ -270,38 +279,86 @@ void udp_proto_expose(struct udp_proto *u, uint32_t idx, uint64_t key, void *add
 	w->len = key ? len : 0;
 }
 
-int udp_proto_rma(struct udp_proto *u, struct udp_peer *p, bool write, void *local,
-		  size_t len, uint64_t rkey, uint64_t roffset, struct pm_op *op)
+/* A free operation slot for a request to p, or NULL (-EAGAIN): none, or
+ * no room in p's queue. */
+static struct udp_op_slot *op_slot(struct udp_proto *u, struct udp_peer *p, struct pm_op *op,
+				   uint8_t *dst, uint32_t len)
 {
-	struct udp_op_slot *s = NULL;
 	uint32_t i;
 
-	if (len > UINT32_MAX)
-		return -EMSGSIZE;
 	for (i = 0; i < UDP_OPS && u->ops[i].busy; i++)
 		;
 	if (i == UDP_OPS || udp_txq_free(p) == 0)
-		return -EAGAIN;
-	s = &u->ops[i];
-	*s = (struct udp_op_slot){ .op = op, .dst = write ? NULL : local, .len = (uint32_t)len,
-				   .gen = ++u->op_gen, .busy = true };
-	for (int b = 0; b < 8; b++)
-		s->body[b] = (uint8_t)((uint64_t)len >> (8 * b));
+		return NULL;
+	u->ops[i] = (struct udp_op_slot){ .op = op, .dst = dst, .len = len,
+					  .gen = ++u->op_gen, .busy = true };
+	return &u->ops[i];
+}
 
-	uint64_t cookie = (uint64_t)s->gen << 16 | i;
-	struct udp_txmsg m = {
-		.data = write ? local : s->body, .len = write ? (uint32_t)len : 8,
-		.kind = write ? WIRE_KIND_WRITE : WIRE_KIND_READ_REQ,
-		.key = rkey, .offset = roffset, .cookie = cookie,
-	};
-
-	op->status = 1;
-	op->_device[0] = cookie;
-	int err = udp_tx_enqueue(u, p, &m);
+/* Queue the request m for slot s; its cookie names the slot. */
+static int op_send(struct udp_proto *u, struct udp_peer *p, struct udp_op_slot *s,
+		   struct udp_txmsg *m)
+{
+	m->cookie = (uint64_t)s->gen << 16 | (uint64_t)(s - u->ops);
+	s->op->status = 1;
+	s->op->_device[0] = m->cookie;
+	int err = udp_tx_enqueue(u, p, m);
 
 	if (err)
 		s->busy = false;
 	return err;
+}
+
+int udp_proto_rma(struct udp_proto *u, struct udp_peer *p, bool write, void *local,
+		  size_t len, uint64_t rkey, uint64_t roffset, struct pm_op *op)
+{
+	if (len > UINT32_MAX)
+		return -EMSGSIZE;
+
+	struct udp_op_slot *s = op_slot(u, p, op, write ? NULL : local, (uint32_t)len);
+
+	if (!s)
+		return -EAGAIN;
+	for (int b = 0; b < 8; b++)
+		s->body[b] = (uint8_t)((uint64_t)len >> (8 * b));
+
+	struct udp_txmsg m = {
+		.data = write ? local : s->body, .len = write ? (uint32_t)len : 8,
+		.kind = write ? WIRE_KIND_WRITE : WIRE_KIND_READ_REQ,
+		.key = rkey, .offset = roffset,
+	};
+
+	return op_send(u, p, s, &m);
+}
+
+int udp_proto_atomic(struct udp_proto *u, struct udp_peer *p, uint32_t aop, uint64_t operand,
+		     uint64_t compare, uint64_t *result, uint64_t rkey, uint64_t roffset,
+		     struct pm_op *op)
+{
+	struct udp_op_slot *s = op_slot(u, p, op, (uint8_t *)result, 0);
+
+	if (!s)
+		return -EAGAIN;
+	s->atomic = true;
+
+	struct wire_atomic a = { .op = aop, .operand = operand, .compare = compare };
+
+	wire_encode_atomic(&a, s->body);
+
+	struct udp_txmsg m = {
+		.data = s->body, .len = WIRE_ATOMIC_BYTES, .kind = WIRE_KIND_ATOMIC,
+		.key = rkey, .offset = roffset,
+	};
+
+	return op_send(u, p, s, &m);
+}
+
+int udp_atomic_here(struct udp_proto *u, uint8_t *at, const struct wire_atomic *a,
+		    uint64_t *old)
+{
+	_Atomic uint32_t *lock = u->atomic_lock ? *u->atomic_lock : &u->atomic_lock_own;
+
+	return pm_atomic_here(lock, at, a->op, a->operand, a->compare, old);
 }
 
 /* ---- what comes in ---- */

@@ -62,16 +62,22 @@ static void malformed(struct udp_proto *u, struct udp_peer *p, const char *why)
 }
 
 /* A reply the receiver owes (RMA_DONE, READ_RESP): it needs queue room,
- * which the first fragment reserved. */
-static void reply(struct udp_proto *u, struct udp_peer *p, uint8_t kind, uint64_t cookie,
-		  int status, const uint8_t *data, uint32_t len)
+ * which the first fragment reserved.  value: an atomic's old value. */
+static void reply_value(struct udp_proto *u, struct udp_peer *p, uint8_t kind, uint64_t cookie,
+			int status, uint64_t value, const uint8_t *data, uint32_t len)
 {
 	struct udp_txmsg m = {
 		.data = data, .len = len, .kind = kind, .cookie = cookie,
-		.offset = (uint64_t)(int64_t)status,
+		.key = value, .offset = (uint64_t)(int64_t)status,
 	};
 
 	udp_tx_enqueue(u, p, &m);
+}
+
+static void reply(struct udp_proto *u, struct udp_peer *p, uint8_t kind, uint64_t cookie,
+		  int status, const uint8_t *data, uint32_t len)
+{
+	reply_value(u, p, kind, cookie, status, 0, data, len);
 }
 
 /* The first fragment: decide where the message goes, or refuse it. */
@@ -107,14 +113,16 @@ static enum consume begin_message(struct udp_proto *u, struct udp_peer *p,
 	}
 	case WIRE_KIND_WRITE:
 	case WIRE_KIND_READ_REQ:
-		/* Both owe a reply; refuse until the queue has room for it. */
+	case WIRE_KIND_ATOMIC:
+		/* All owe a reply; refuse until the queue has room for it. */
 		if (udp_txq_free(p) == 0) {
 			rx->active = false;
 			p->stop_need = 0;
 			return REFUSED;
 		}
-		if (mh->kind == WIRE_KIND_READ_REQ && mh->total != 8) {
-			malformed(u, p, "read request of the wrong size");
+		if ((mh->kind == WIRE_KIND_READ_REQ && mh->total != 8) ||
+		    (mh->kind == WIRE_KIND_ATOMIC && mh->total != WIRE_ATOMIC_BYTES)) {
+			malformed(u, p, "request of the wrong size");
 			rx->discard = true;
 			reply(u, p, WIRE_KIND_RMA_DONE, mh->cookie, -EPROTO, NULL, 0);
 			break;
@@ -133,7 +141,7 @@ static enum consume begin_message(struct udp_proto *u, struct udp_peer *p,
 	case WIRE_KIND_READ_RESP: {
 		struct udp_op_slot *s = udp_op_lookup(u, mh->cookie);
 
-		if (!s || s->len != mh->total) {
+		if (!s || s->atomic || s->len != mh->total) {
 			malformed(u, p, "read response for no such read");
 			rx->discard = true;
 		} else {
@@ -147,6 +155,7 @@ static enum consume begin_message(struct udp_proto *u, struct udp_peer *p,
 			rx->discard = true;
 		}
 		rx->status = (int)(int64_t)mh->offset;
+		rx->value = mh->key;
 		break;
 	}
 	return CONSUMED;
@@ -173,7 +182,7 @@ static void end_message(struct udp_proto *u, struct udp_peer *p)
 		break;
 	case WIRE_KIND_RMA_DONE:
 		if (!rx->discard)
-			udp_op_complete(u, rx->cookie, rx->status);
+			udp_op_done(u, rx->cookie, rx->status, rx->value);
 		break;
 	}
 }
@@ -194,6 +203,25 @@ static void answer_read(struct udp_proto *u, struct udp_peer *p, const struct wi
 		reply(u, p, WIRE_KIND_RMA_DONE, mh->cookie, at ? -EMSGSIZE : err, NULL, 0);
 	else
 		reply(u, p, WIRE_KIND_READ_RESP, mh->cookie, 0, at, (uint32_t)len);
+}
+
+/* An atomic's body is its operation; run it on the word and answer with
+ * the old value. */
+static void answer_atomic(struct udp_proto *u, struct udp_peer *p,
+			  const struct wire_msg_hdr *mh, const uint8_t *body)
+{
+	struct wire_atomic a;
+	uint64_t old = 0;
+	int err = 0;
+	uint8_t *at = udp_window_check(u, mh->key, mh->offset, sizeof(old), &err);
+
+	if (wire_decode_atomic(body, &a) < 0) {
+		malformed(u, p, "atomic with a reserved word set");
+		err = -EPROTO;
+	} else if (at) {
+		err = udp_atomic_here(u, at, &a, &old);
+	}
+	reply_value(u, p, WIRE_KIND_RMA_DONE, mh->cookie, err, old, NULL, 0);
 }
 
 static enum consume consume(struct udp_proto *u, struct udp_peer *p, const struct wire_hdr *h,
@@ -223,12 +251,16 @@ static enum consume consume(struct udp_proto *u, struct udp_peer *p, const struc
 			return REFUSED;
 		data += WIRE_MSG_HDR_BYTES;
 		n -= WIRE_MSG_HDR_BYTES;
-		if (mh.kind == WIRE_KIND_READ_REQ && !rx->discard) {
-			if (n != 8 || !(h->flags & WIRE_F_LAST)) {
-				malformed(u, p, "read request split");
+		if ((mh.kind == WIRE_KIND_READ_REQ || mh.kind == WIRE_KIND_ATOMIC) &&
+		    !rx->discard) {
+			if (n != mh.total || !(h->flags & WIRE_F_LAST)) {
+				malformed(u, p, "request split");
 				rx->discard = true;
 			} else {
-				answer_read(u, p, &mh, data);
+				if (mh.kind == WIRE_KIND_READ_REQ)
+					answer_read(u, p, &mh, data);
+				else
+					answer_atomic(u, p, &mh, data);
 				rx->active = false;
 				return CONSUMED;
 			}

@@ -91,6 +91,7 @@ struct udp_rxmsg {
 	uint32_t total, got;
 	uint8_t *dst;
 	uint64_t cookie;                /* WRITE: writer's op; READ_RESP: our op */
+	uint64_t value;                 /* RMA_DONE: an atomic's old value */
 	int status;
 };
 
@@ -160,11 +161,14 @@ struct udp_peer {
 
 struct udp_op_slot {
 	struct pm_op *op;
-	uint8_t *dst;                   /* reads: where the data goes */
+	uint8_t *dst;                   /* reads: where the data goes; atomics:
+					   where the old value goes, or NULL */
 	uint32_t len;
 	uint16_t gen;
 	bool busy;
-	uint8_t body[8];                /* reads: the request's body (length) */
+	bool atomic;                    /* answered by RMA_DONE with a value */
+	uint8_t body[WIRE_ATOMIC_BYTES];/* the request's body: a read's length,
+					   an atomic's operands */
 };
 
 struct udp_window {
@@ -213,6 +217,9 @@ struct udp_proto_conf {
 	struct pm_stats *stats;         /* where the counters go */
 	udp_drain_fn *drain;            /* where the packets go */
 	void *drain_arg;
+	/* Where the lock of the context's atomics is (core/atomic.h: its shm
+	 * device may move it after this opens); NULL: the proto's own. */
+	_Atomic uint32_t *const *atomic_lock;
 };
 
 /* A socket a detached peer sends from, by which its packets are told
@@ -247,6 +254,8 @@ struct udp_proto {
 	uint64_t drops_by[WIRE_VERDICTS];
 	uint64_t now_ns;                /* the driver's clock, set before each call */
 	bool op_done;                   /* a remote op completed since the last event */
+	_Atomic uint32_t *const *atomic_lock;   /* see udp_proto_conf */
+	_Atomic uint32_t atomic_lock_own;
 	struct pm_stats *stats;
 	struct udp_outq out;
 };
@@ -289,12 +298,22 @@ void udp_proto_expose(struct udp_proto *u, uint32_t idx, uint64_t key, void *add
 /* -EAGAIN: no free operation or queue slot (progress may free one). */
 int udp_proto_rma(struct udp_proto *u, struct udp_peer *p, bool write, void *local,
 		  size_t len, uint64_t rkey, uint64_t roffset, struct pm_op *op);
+/* pm_atomic() to p: the target runs it and answers RMA_DONE with the old
+ * value.  -EAGAIN as udp_proto_rma. */
+int udp_proto_atomic(struct udp_proto *u, struct udp_peer *p, uint32_t aop, uint64_t operand,
+		     uint64_t compare, uint64_t *result, uint64_t rkey, uint64_t roffset,
+		     struct pm_op *op);
+/* Run an ATOMIC from a peer on this context's word at `at`. */
+int udp_atomic_here(struct udp_proto *u, uint8_t *at, const struct wire_atomic *a,
+		    uint64_t *old);
 
 /* proto.c: for tx.c and rx.c */
 void udp_send_control(struct udp_proto *u, struct udp_peer *p, uint8_t type, uint32_t seq);
 void udp_send_control_on(struct udp_proto *u, struct udp_peer *p, int path, uint8_t type,
 			 uint32_t seq);
 void udp_op_complete(struct udp_proto *u, uint64_t cookie, int status);
+/* The RMA_DONE of op cookie: its status, and an atomic's old value. */
+void udp_op_done(struct udp_proto *u, uint64_t cookie, int status, uint64_t value);
 struct udp_op_slot *udp_op_lookup(struct udp_proto *u, uint64_t cookie);
 /* Where [off, off + len) of window key lies here (off is a virtual address
  * for a PM_MR_VIRT key); NULL with *err -ENOENT or -ERANGE. */

@@ -116,6 +116,22 @@ int wire_decode_msg(const uint8_t *buf, size_t n, struct wire_msg_hdr *m)
 	return m->kind > WIRE_KIND_MAX ? -1 : 0;
 }
 
+void wire_encode_atomic(const struct wire_atomic *a, uint8_t *buf)
+{
+	put32(buf + 0, a->op);
+	put32(buf + 4, 0);
+	put64(buf + 8, a->operand);
+	put64(buf + 16, a->compare);
+}
+
+int wire_decode_atomic(const uint8_t *buf, struct wire_atomic *a)
+{
+	a->op = get32(buf + 0);
+	a->operand = get64(buf + 8);
+	a->compare = get64(buf + 16);
+	return get32(buf + 4) ? -1 : 0;
+}
+
 size_t wire_gro_segment(const uint8_t *buf, size_t n, uint64_t jobkey)
 {
 	if (n < WIRE_HDR_BYTES || get16(buf + 0) != WIRE_MAGIC || buf[2] != WIRE_VERSION ||

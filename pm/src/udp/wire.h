@@ -44,8 +44,10 @@ enum wire_kind {
 	WIRE_KIND_WRITE = 1,    /* remote write: payload goes to (rkey, offset) */
 	WIRE_KIND_READ_REQ = 2, /* remote read request: len bytes at (rkey, offset) */
 	WIRE_KIND_READ_RESP = 3,/* the data of a read: goes to the reader's op */
-	WIRE_KIND_RMA_DONE = 4, /* end of a remote op: status in offset */
-	WIRE_KIND_MAX = 4,
+	WIRE_KIND_RMA_DONE = 4, /* end of a remote op: status in offset; of an
+				   atomic: the word's old value in key */
+	WIRE_KIND_ATOMIC = 5,   /* an atomic on the word at (rkey, offset) */
+	WIRE_KIND_MAX = 5,
 };
 
 struct wire_hdr {
@@ -69,6 +71,14 @@ struct wire_msg_hdr {
 	uint64_t key;           /* WRITE/READ_REQ: rkey */
 	uint64_t offset;        /* WRITE/READ_REQ: offset; RMA_DONE: status */
 	uint64_t cookie;        /* WRITE/READ_REQ/READ_RESP/RMA_DONE: the op */
+};
+
+/* The body of an ATOMIC message. */
+#define WIRE_ATOMIC_BYTES 24u
+struct wire_atomic {
+	uint32_t op;            /* enum pm_atomic_op */
+	uint64_t operand;
+	uint64_t compare;       /* CSWAP */
 };
 
 /* Why a packet was dropped. */
@@ -100,6 +110,11 @@ enum wire_verdict wire_decode(const uint8_t *buf, size_t n, uint64_t jobkey,
 void wire_encode_msg(const struct wire_msg_hdr *m, uint8_t *buf);
 /* -1 when the message header is malformed (unknown kind). */
 int wire_decode_msg(const uint8_t *buf, size_t n, struct wire_msg_hdr *m);
+
+/* An ATOMIC body (WIRE_ATOMIC_BYTES); decode: -1 when the reserved word is
+ * not zero (the op itself is the receiver's to judge). */
+void wire_encode_atomic(const struct wire_atomic *a, uint8_t *buf);
+int wire_decode_atomic(const uint8_t *buf, struct wire_atomic *a);
 
 const char *wire_verdict_name(enum wire_verdict v);
 

@@ -19,6 +19,9 @@
  *              until GO, after the application released; and when what it
  *              sends again after GO is lost, the POLL's answer (GO again)
  *              makes it send it once more
+ *   atomics    fetch-adds through loss, delay and reordering, several in
+ *              flight: each applied exactly once, in order; an unknown op,
+ *              a misaligned word and one out of range answered with errors
  *
  * Protocol: docs/pm/wire.md.
  */
@@ -565,8 +568,87 @@ static void test_stop_go(bool lose_resend)
 	sim_close(s);
 }
 
+#define ATOMIC_N 600
+#define ATOMIC_INFLIGHT 8
+
+/* Endpoint 0 runs atomics on endpoint 1's words over a lossy network. */
+static void test_atomics(void)
+{
+	struct sim *s = &sim;
+	static uint64_t words[4] __attribute__((aligned(8)));
+	const uint64_t key = (3ull << 16) | 2;
+	struct pm_op ops[ATOMIC_INFLIGHT];
+	uint64_t olds[ATOMIC_INFLIGHT];
+	bool busy[ATOMIC_INFLIGHT] = { false }, seen[ATOMIC_N] = { false };
+	uint32_t started = 0, done = 0;
+
+	sim_open(s, 64 * 1024, 64, random_policy);
+	s->drop_pct = 10;
+	s->delay_pct = 20;
+	s->reorder_pct = 20;
+	memset(words, 0, sizeof(words));
+	udp_proto_expose(&s->e[1].pr, 2, key, words, sizeof(words));
+
+	struct udp_peer *p = udp_peer_of(&s->e[0].pr, 1);
+
+	for (int round = 0; done < ATOMIC_N; round++) {
+		CHECK_MSG(round < 200000, "atomics stuck at %u of %u", done, ATOMIC_N);
+		s->e[0].pr.now_ns = s->now;
+		for (int i = 0; i < ATOMIC_INFLIGHT; i++) {
+			if (busy[i] && ops[i].status != 1) {
+				CHECK_OK(ops[i].status);
+				CHECK_U64(olds[i], <, ATOMIC_N);
+				CHECK_MSG(!seen[olds[i]], "old value %" PRIu64 " twice", olds[i]);
+				seen[olds[i]] = true;
+				busy[i] = false;
+				done++;
+			}
+			if (!busy[i] && started < ATOMIC_N &&
+			    udp_proto_atomic(&s->e[0].pr, p, PM_ATOMIC_ADD, 1, 0, &olds[i], key, 8,
+					     &ops[i]) == 0) {
+				busy[i] = true;
+				started++;
+			}
+		}
+		udp_outq_flush(&s->e[0].pr.out);
+		tick(s);
+	}
+	CHECK_U64(words[1], ==, ATOMIC_N);
+	CHECK_U64(words[0], ==, 0);
+	CHECK_U64(words[2], ==, 0);
+	for (uint32_t i = 0; i < ATOMIC_N; i++)
+		CHECK_MSG(seen[i], "old value %u never seen", i);
+
+	/* Errors, each answered by the target. */
+	static const struct { uint32_t op; uint64_t off; int status; } bad[] = {
+		{ 9, 0, -EINVAL }, { 0, 0, -EINVAL }, { PM_ATOMIC_ADD, 4, -EINVAL },
+		{ PM_ATOMIC_ADD, 28, -ERANGE }, { PM_ATOMIC_ADD, 32, -ERANGE },
+	};
+
+	for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
+		uint64_t res = 7;
+		struct pm_op op;
+
+		s->e[0].pr.now_ns = s->now;
+		CHECK_OK(udp_proto_atomic(&s->e[0].pr, p, bad[b].op, 1, 0, &res, key, bad[b].off,
+					  &op));
+		udp_outq_flush(&s->e[0].pr.out);
+		for (int round = 0; op.status == 1; round++) {
+			CHECK_MSG(round < 100000, "error case %zu never answered", b);
+			tick(s);
+		}
+		CHECK_EQ(op.status, bad[b].status);
+		CHECK_U64(res, ==, 7);
+	}
+	CHECK_U64(words[1], ==, ATOMIC_N);
+	printf("atomics: %u fetch-adds, %d in flight, 10%% loss: each once; errors answered; "
+	       "retransmits %" PRIu64 "\n", ATOMIC_N, ATOMIC_INFLIGHT, s->e[0].st.retransmits);
+	sim_close(s);
+}
+
 int main(void)
 {
+	test_atomics();
 	test_poll_ack();
 	test_poll_lose();
 	test_stop_go(false);

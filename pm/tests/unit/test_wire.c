@@ -5,6 +5,7 @@
  * same lines), decoding round trips, and every reason a packet is dropped.
  */
 #include "check.h"
+#include "pm.h"
 #include "udp/wire.h"
 
 #include <stdbool.h>
@@ -111,6 +112,49 @@ static void vectors(void)
 }
 
 /* Every reason to drop, one packet each. */
+/* An atomic's request carries its body in the first packet: the vector
+ * shows all of it; and the body decodes back (a reserved word set: -1). */
+static void atomic_vectors(void)
+{
+	struct wire_hdr h = { WIRE_MAGIC, WIRE_VERSION, WIRE_DATA,
+			      WIRE_F_FIRST | WIRE_F_LAST | WIRE_F_ACK,
+			      WIRE_MSG_HDR_BYTES + WIRE_ATOMIC_BYTES, JOBKEY, 1, 0, 12, 4 };
+	struct wire_msg_hdr m = { .total = WIRE_ATOMIC_BYTES, .kind = WIRE_KIND_ATOMIC,
+				  .key = 0x28005, .offset = 0x5d5000000040ull, .cookie = 0x30002 };
+	struct wire_atomic a = { .op = PM_ATOMIC_CSWAP, .operand = 2, .compare = 0 }, d;
+	uint8_t b[WIRE_HDR_BYTES + WIRE_MSG_HDR_BYTES + WIRE_ATOMIC_BYTES];
+	char line[512];
+
+	wire_encode(&h, b);
+	wire_encode_msg(&m, b + WIRE_HDR_BYTES);
+	wire_encode_atomic(&a, b + WIRE_HDR_BYTES + WIRE_MSG_HDR_BYTES);
+	hex_line(line, sizeof(line), "atomic", b, sizeof(b));
+	const char *expect = "atomic: 504d0101 07003800 efcdab89 67452301 01000000 00000000 "
+			     "0c000000 04000000 18000000 05000000 05800200 00000000 40000000 "
+			     "505d0000 02000300 00000000 03000000 00000000 02000000 00000000 "
+			     "00000000 00000000";
+
+	CHECK_MSG(strcmp(line, expect) == 0, "vector atomic:\n  got  %s\n  want %s", line,
+		  expect);
+	CHECK_MSG(strstr(doc, expect) != NULL, "docs/pm/wire.md lacks the line '%s'", expect);
+	CHECK_EQ(wire_decode_atomic(b + WIRE_HDR_BYTES + WIRE_MSG_HDR_BYTES, &d), 0);
+	CHECK_EQ(d.op, a.op);
+	CHECK_EQ(d.operand, a.operand);
+	CHECK_EQ(d.compare, a.compare);
+	b[WIRE_HDR_BYTES + WIRE_MSG_HDR_BYTES + 5] = 1;        /* the reserved word */
+	CHECK_EQ(wire_decode_atomic(b + WIRE_HDR_BYTES + WIRE_MSG_HDR_BYTES, &d), -1);
+
+	/* Its answer: RMA_DONE, status 0, the old value 1 in key. */
+	struct wire_hdr rh = { WIRE_MAGIC, WIRE_VERSION, WIRE_DATA,
+			       WIRE_F_FIRST | WIRE_F_LAST | WIRE_F_ACK, WIRE_MSG_HDR_BYTES, JOBKEY,
+			       0, 1, 5, 12 };
+	struct wire_msg_hdr rm = { .kind = WIRE_KIND_RMA_DONE, .key = 1, .cookie = 0x30002 };
+
+	vector("atomic-done", &rh, &rm, "atomic-done: 504d0101 07002000 efcdab89 67452301 "
+	       "00000000 01000000 05000000 0c000000 00000000 04000000 01000000 00000000 "
+	       "00000000 00000000 02000300 00000000");
+}
+
 static void verdicts(void)
 {
 	struct wire_hdr ok = { WIRE_MAGIC, WIRE_VERSION, WIRE_DATA, WIRE_F_ACK, 4, JOBKEY, 1, 0, 1, 0 };
@@ -186,6 +230,7 @@ int main(int argc, char **argv)
 	CHECK_MSG(argc == 2, "usage: test_wire docs/pm/wire.md");
 	load_doc(argv[1]);
 	vectors();
+	atomic_vectors();
 	verdicts();
 	gro_segments();
 	serial_arithmetic();
