@@ -47,13 +47,6 @@ static int enosys_srx(struct fid_domain *domain, struct fi_rx_attr *attr, struct
 	return -FI_ENOSYS;
 }
 
-static int enosys_query_atomic(struct fid_domain *domain, enum fi_datatype datatype,
-			       enum fi_op op, struct fi_atomic_attr *attr, uint64_t flags)
-{
-	(void)domain; (void)datatype; (void)op; (void)attr; (void)flags;
-	return -FI_ENOSYS;
-}
-
 static int enosys_query_collective(struct fid_domain *domain, enum fi_collective_op coll,
 				   struct fi_collective_attr *attr, uint64_t flags)
 {
@@ -85,7 +78,7 @@ static struct fi_ops_domain domain_ops = {
 	.poll_open = enosys_poll,
 	.stx_ctx = enosys_stx,
 	.srx_ctx = enosys_srx,
-	.query_atomic = enosys_query_atomic,
+	.query_atomic = pmfi_query_atomic,
 	.query_collective = enosys_query_collective,
 	.endpoint2 = endpoint2,
 };
@@ -113,7 +106,7 @@ int pmfi_domain_open(struct fid_fabric *fabric, struct fi_info *info,
 	/* FI_THREAD_DOMAIN: the caller serialises; every other level may call
 	 * from several threads at once, and PM takes one thread at a time. */
 	d->locking = d->threading != FI_THREAD_DOMAIN;
-	d->rma = (info->caps & FI_RMA) != 0;
+	d->rma = (info->caps & (FI_RMA | FI_ATOMIC)) != 0;
 	d->fid.fid.fclass = FI_CLASS_DOMAIN;
 	d->fid.fid.context = context;
 	d->fid.fid.ops = &domain_fi_ops;

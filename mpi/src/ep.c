@@ -475,6 +475,8 @@ int pmfi_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep 
 	ep->fid.tagged = &pmfi_tagged_ops;
 	if (info->caps & FI_RMA)
 		ep->fid.rma = &pmfi_rma_ops;
+	if (info->caps & FI_ATOMIC)
+		ep->fid.atomic = &pmfi_atomic_ops;
 	d->refs++;
 	*out = &ep->fid;
 	return 0;

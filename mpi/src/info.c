@@ -30,7 +30,8 @@ static int check_name(const char *name, const char *what)
 	return 0;
 }
 
-/* FI_RMA is for callers whose memory registration matches PM's windows:
+/* FI_RMA and FI_ATOMIC are for callers whose memory registration matches
+ * PM's windows:
  * keys from the provider, remote places by virtual address (PM_MR_VIRT),
  * registered memory allocated (FI_MR_BASIC says all three before 1.5's
  * bits). */
@@ -51,11 +52,11 @@ static int check_hints(const struct fi_info *h)
 		return refuse("endpoint type is not RDM");
 	if (h->caps & PMFI_RMA_CAPS) {
 		if (!rma_mr_mode_fits(h))
-			return refuse("FI_RMA without mr_mode VIRT_ADDR|ALLOCATED|PROV_KEY");
+			return refuse("FI_RMA or FI_ATOMIC without mr_mode VIRT_ADDR|ALLOCATED|PROV_KEY");
 		caps |= PMFI_RMA_CAPS;
 	}
 	if (!bits_within(h->caps, caps))
-		return refuse("capabilities beyond TAGGED|MSG|DIRECTED_RECV|SOURCE|RMA");
+		return refuse("capabilities beyond TAGGED|MSG|DIRECTED_RECV|SOURCE|RMA|ATOMIC");
 	if (h->addr_format != FI_FORMAT_UNSPEC && h->addr_format != PMFI_ADDR_FORMAT)
 		return refuse("foreign address format");
 	/* An address in the hints is one of our names (fi_pingpong's client
@@ -146,8 +147,8 @@ static int fill(struct fi_info *fi, const struct fi_info *h)
 		       ((h->caps & (FI_MSG | FI_TAGGED)) ? 0 : (FI_MSG | FI_TAGGED));
 	if (caps & (FI_MSG | FI_TAGGED) && !(caps & (FI_SEND | FI_RECV)))
 		caps |= FI_SEND | FI_RECV;
-	/* FI_RMA alone means every direction of it. */
-	if ((caps & FI_RMA) &&
+	/* FI_RMA or FI_ATOMIC alone means every direction of it. */
+	if ((caps & (FI_RMA | FI_ATOMIC)) &&
 	    !(caps & (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)))
 		caps |= FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 	fi->caps = caps;
@@ -167,7 +168,7 @@ static int fill(struct fi_info *fi, const struct fi_info *h)
 	t->inject_size = PMFI_INJECT_SIZE;
 	t->size = PMFI_TX_SIZE;
 	t->iov_limit = 1;
-	t->rma_iov_limit = caps & FI_RMA ? 1 : 0;
+	t->rma_iov_limit = caps & (FI_RMA | FI_ATOMIC) ? 1 : 0;
 
 	struct fi_rx_attr *r = fi->rx_attr;
 
@@ -203,8 +204,8 @@ static int fill(struct fi_info *fi, const struct fi_info *h)
 	d->data_progress = FI_PROGRESS_MANUAL;
 	d->resource_mgmt = FI_RM_ENABLED;
 	d->av_type = hd && hd->av_type != FI_AV_UNSPEC ? hd->av_type : FI_AV_TABLE;
-	/* FI_RMA: the caller's hints had these (check_hints); else none. */
-	d->mr_mode = caps & FI_RMA ? (hd && hd->mr_mode == FI_MR_BASIC ? FI_MR_BASIC :
+	/* FI_RMA, FI_ATOMIC: the caller's hints had these (check_hints); else none. */
+	d->mr_mode = caps & (FI_RMA | FI_ATOMIC) ? (hd && hd->mr_mode == FI_MR_BASIC ? FI_MR_BASIC :
 				      PMFI_RMA_MR_MODE) : 0;
 	d->mr_key_size = PMFI_MR_KEY_SIZE;
 	d->cq_data_size = 8;

@@ -19,6 +19,7 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_atomic.h>
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 #include <rdma/providers/fi_log.h>
@@ -51,9 +52,10 @@
  * headers says which one a message is for. */
 #define PMFI_MAX_EPS     16
 
-/* FI_RMA: offered only to hints that ask for it with mr_mode VIRT_ADDR |
- * ALLOCATED | PROV_KEY (design §8). */
-#define PMFI_RMA_CAPS (FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)
+/* FI_RMA and FI_ATOMIC: offered only to hints that ask for them with
+ * mr_mode VIRT_ADDR | ALLOCATED | PROV_KEY (design §8). */
+#define PMFI_RMA_CAPS (FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_REMOTE_READ | \
+		       FI_REMOTE_WRITE)
 #define PMFI_RMA_MR_MODE (FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY)
 #define PMFI_CAPS (FI_TAGGED | FI_MSG | FI_SEND | FI_RECV | FI_DIRECTED_RECV | \
 		   FI_SOURCE | FI_MULTI_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM)
@@ -434,8 +436,32 @@ void pmfi_req_put(struct pmfi_ep *ep, struct pmfi_req *r);
 
 extern struct fi_ops_tagged pmfi_tagged_ops;
 extern struct fi_ops_rma pmfi_rma_ops;
+extern struct fi_ops_atomic pmfi_atomic_ops;
 /* Complete the RMA requests PM has finished (progress.c calls it). */
 void pmfi_rma_poll(struct pmfi_ep *ep);
+
+/* One remote operation (rma.c): a read or write of len bytes at addr of
+ * key, or with FI_ATOMIC in what an atomic (op, its operands, the old
+ * value into result or nowhere) on the 64- or 32-bit word there. */
+struct pmfi_remote {
+	uint64_t what;          /* FI_READ or FI_WRITE, | FI_ATOMIC */
+	void *buf;
+	size_t len;
+	fi_addr_t dest;
+	uint64_t addr, key;
+	void *context;
+	uint64_t flags;         /* op flags: FI_COMPLETION, FI_INJECT */
+	unsigned aop;           /* enum pm_atomic_op, | PM_ATOMIC_32 */
+	uint64_t operand, compare;
+	void *result;           /* the old value (the datatype's width), or NULL */
+};
+
+/* Post o on ep, locking the domain; 0 (its completion, an error one
+ * included, comes later) or -FI_E*. */
+ssize_t pmfi_remote_post(struct pmfi_ep *ep, const struct pmfi_remote *o);
+/* The atomic answers of the domain (fi_query_atomic), atomic.c. */
+int pmfi_query_atomic(struct fid_domain *domain, enum fi_datatype datatype, enum fi_op op,
+		      struct fi_atomic_attr *attr, uint64_t flags);
 extern struct fi_ops_msg pmfi_msg_ops;
 
 /* One pass of progress over ep (design §7). */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * rma.c - fi_read and fi_write as PM's pm_read and pm_write (design §8).
+ * rma.c - fi_read and fi_write as PM's pm_read and pm_write, and the path
+ * every remote operation shares, atomics included (design §8).
  *
  * The remote address is a virtual address (FI_MR_VIRT_ADDR) and the key
  * PM's (FI_MR_PROV_KEY): the target's window was registered PM_MR_VIRT, so
@@ -15,7 +16,7 @@
 
 static bool wants_completion(const struct pmfi_ep *ep, uint64_t flags)
 {
-	return !ep->tx_selective || (flags & FI_COMPLETION);
+	return !(flags & FI_INJECT) && (!ep->tx_selective || (flags & FI_COMPLETION));
 }
 
 static void rma_complete(struct pmfi_ep *ep, struct pmfi_req *r, int status)
@@ -23,7 +24,7 @@ static void rma_complete(struct pmfi_ep *ep, struct pmfi_req *r, int status)
 	uint64_t what = r->flags & (FI_READ | FI_WRITE);
 	struct fi_cq_tagged_entry e = {
 		.op_context = r->context,
-		.flags = FI_RMA | what,
+		.flags = (r->flags & FI_ATOMIC ? FI_ATOMIC : FI_RMA) | what,
 	};
 
 	if (status) {
@@ -56,19 +57,28 @@ void pmfi_rma_poll(struct pmfi_ep *ep)
 	}
 }
 
-/* One read or write (what: FI_READ or FI_WRITE); the caller holds the lock. */
-static ssize_t rma_post(struct pmfi_ep *ep, uint64_t what, void *buf, size_t len,
-			fi_addr_t dest, uint64_t addr, uint64_t key, void *context,
-			uint64_t flags)
+/* PM's start of o into r's op. */
+static int remote_start(struct pmfi_ep *ep, int peer, const struct pmfi_remote *o,
+			struct pmfi_req *r)
+{
+	if (o->what & FI_ATOMIC)
+		return pm_atomic(ep->pm, peer, o->aop, o->operand, o->compare, o->result, o->key,
+				 o->addr, &r->op);
+	return o->what & FI_READ ? pm_read(ep->pm, peer, o->buf, o->len, o->key, o->addr, &r->op)
+				 : pm_write(ep->pm, peer, o->buf, o->len, o->key, o->addr, &r->op);
+}
+
+/* The caller holds the lock. */
+static ssize_t remote_post(struct pmfi_ep *ep, const struct pmfi_remote *o)
 {
 	if (!ep->enabled)
 		return -FI_EOPBADSTATE;
 
-	const struct pmfi_av_entry *e = pmfi_av_lookup(ep->av, dest);
+	const struct pmfi_av_entry *e = pmfi_av_lookup(ep->av, o->dest);
 
 	if (!e)
 		return -FI_EINVAL;
-	if (len > PMFI_MAX_MSG)
+	if (o->len > PMFI_MAX_MSG)
 		return -FI_EMSGSIZE;
 	/* Room for the completion, an error one included, before PM starts. */
 	if (!pmfi_cq_room(ep->tx_cq, 1)) {
@@ -83,15 +93,14 @@ static ssize_t rma_post(struct pmfi_ep *ep, uint64_t what, void *buf, size_t len
 		return -FI_EAGAIN;
 	}
 	r->kind = REQ_RMA;
-	r->context = context;
-	r->flags = (flags & ~(uint64_t)(FI_READ | FI_WRITE)) | what;
-	r->buf = buf;
-	r->len = len;
+	r->context = o->context;
+	r->flags = (o->flags & ~(uint64_t)(FI_READ | FI_WRITE | FI_ATOMIC)) | o->what;
+	r->buf = o->buf;
+	r->len = o->len;
 	r->peer = e->peer;
 	pmfi_list_init(&r->link);
 
-	int err = what == FI_READ ? pm_read(ep->pm, e->peer, buf, len, key, addr, &r->op)
-				  : pm_write(ep->pm, e->peer, buf, len, key, addr, &r->op);
+	int err = remote_start(ep, e->peer, o, r);
 
 	if (err == -EAGAIN) {
 		/* Quiesced, or PM's operation slots are taken: try again. */
@@ -112,17 +121,25 @@ static ssize_t rma_post(struct pmfi_ep *ep, uint64_t what, void *buf, size_t len
 	return 0;
 }
 
+ssize_t pmfi_remote_post(struct pmfi_ep *ep, const struct pmfi_remote *o)
+{
+	pmfi_lock(ep->dom);
+	ssize_t ret = remote_post(ep, o);
+
+	pmfi_unlock(ep->dom);
+	return ret;
+}
+
 static ssize_t rma_locked(struct fid_ep *fid, uint64_t what, void *buf, size_t len,
 			  fi_addr_t dest, uint64_t addr, uint64_t key, void *context,
 			  uint64_t flags)
 {
-	struct pmfi_ep *ep = pmfi_container_of(fid, struct pmfi_ep, fid);
+	struct pmfi_remote o = {
+		.what = what, .buf = buf, .len = len, .dest = dest, .addr = addr, .key = key,
+		.context = context, .flags = flags,
+	};
 
-	pmfi_lock(ep->dom);
-	ssize_t ret = rma_post(ep, what, buf, len, dest, addr, key, context, flags);
-
-	pmfi_unlock(ep->dom);
-	return ret;
+	return pmfi_remote_post(pmfi_container_of(fid, struct pmfi_ep, fid), &o);
 }
 
 static ssize_t rma_read(struct fid_ep *fid, void *buf, size_t len, void *desc,

@@ -244,9 +244,10 @@ int pm_test(pm_context_t *ctx, struct pm_op *op);
 
 /*
  * Atomics: one read-modify-write of a 64-bit word in peer's region rkey at
- * roffset (8-byte aligned in memory), atomic with respect to every other
- * PM atomic on that word, whoever issues it (the owner itself included),
- * but not with plain stores or pm_write().  The word holds the new value:
+ * roffset (8-byte aligned in memory), or of a 32-bit word (4-byte aligned)
+ * with PM_ATOMIC_32 or'ed into aop, atomic with respect to every other PM
+ * atomic on that word, whoever issues it (the owner itself included), but
+ * not with plain stores or pm_write().  The word holds the new value:
  *
  *   PM_ATOMIC_ADD    old + operand (two's complement: signed or not)
  *   PM_ATOMIC_SWAP   operand
@@ -254,15 +255,16 @@ int pm_test(pm_context_t *ctx, struct pm_op *op);
  *   PM_ATOMIC_READ   old (unchanged)
  *   PM_ATOMIC_AND, PM_ATOMIC_OR, PM_ATOMIC_XOR   old & | ^ operand
  *
- * and *result, when result is not NULL, the old value once the operation
- * completes (pm_test()); result must stay valid until then.  compare is
- * read by PM_ATOMIC_CSWAP only.  Where it runs: on shm the caller does it
- * at once, under a lock in the owner's segment, so it is complete when
- * pm_atomic() returns; on udp the owner's progress (any PM call that
- * progresses: pm_recv, pm_wait, pm_test) does it and answers, like a
- * pm_read(), and the answer completes op.  Errors as pm_read(), and
- * -EINVAL for an unknown op; a word that is not 8-byte aligned is -EINVAL,
- * at start on shm, in op->status on udp.
+ * (a 32-bit word takes the low 32 bits of operand and compare), and
+ * result, when not NULL, the old value once the operation completes
+ * (pm_test()): 8 bytes, or 4 for a 32-bit word; it must stay valid until
+ * then.  compare is read by PM_ATOMIC_CSWAP only.  Where it runs: on shm
+ * the caller does it at once, under a lock in the owner's segment, so it
+ * is complete when pm_atomic() returns; on udp the owner's progress (any PM
+ * call that progresses: pm_recv, pm_wait, pm_test) does it and answers,
+ * like a pm_read(), and the answer completes op.  Errors as pm_read(), and
+ * -EINVAL for an unknown op; a word that is not aligned is -EINVAL, at
+ * start on shm, in op->status on udp.
  */
 enum pm_atomic_op {
 	PM_ATOMIC_ADD = 1,
@@ -273,10 +275,10 @@ enum pm_atomic_op {
 	PM_ATOMIC_OR = 6,
 	PM_ATOMIC_XOR = 7,
 };
+#define PM_ATOMIC_32 0x100u     /* or'ed into aop: a 32-bit word */
 
-int pm_atomic(pm_context_t *ctx, int peer, enum pm_atomic_op aop, uint64_t operand,
-	      uint64_t compare, uint64_t *result, uint64_t rkey, uint64_t roffset,
-	      struct pm_op *op);
+int pm_atomic(pm_context_t *ctx, int peer, unsigned aop, uint64_t operand, uint64_t compare,
+	      void *result, uint64_t rkey, uint64_t roffset, struct pm_op *op);
 
 /* ------------------------------------------------------------------------
  * Network preemption (used by scored).

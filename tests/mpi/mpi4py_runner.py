@@ -12,6 +12,7 @@ test that hung).  REGEX keeps only the test ids it matches (to look at one
 test).  The exclusions apply to every provider alike; each says why.
 """
 import json
+import os
 import re
 import sys
 import unittest
@@ -49,6 +50,18 @@ EXCLUDED_TESTS = {
     r"|testMessageProbeIProbe|testProbe|testSSendAndMProbe|testSSendAndRecv|testTestAll"
     r"|testWaitAll|testIMProbe)$": SSEND_MPROBE,
 }
+
+# Left out too when one-sided MPI goes through btl ofi + osc rdma
+# (OMPI_MCA_osc=rdma), again for every provider alike.
+EXCLUDED_OSC_RDMA = {
+    r"\.testCompareAndSwap$":
+        "MPI_Compare_and_swap through osc rdma segfaults inside Open MPI 4.1.4's "
+        "mca_btl_ofi_acswap (a NULL local registration handle for the result), "
+        "with libfabric's sockets provider as with pm, before any call reaches "
+        "the provider",
+}
+if os.environ.get("OMPI_MCA_osc") == "rdma":
+    EXCLUDED_TESTS.update(EXCLUDED_OSC_RDMA)
 
 
 def cases(suite):

@@ -108,13 +108,14 @@ class Outcome:
         return [d for r in self.reports.values() for d in r["details"]][:10]
 
 
-def run_suite(testdir, argv_prefix, what, nranks, env=None, start=None):
+def run_suite(testdir, argv_prefix, what, nranks, env=None, start=None, only=None):
     """The suite under `argv_prefix` (mpirun ...); `start(argv)` -> an object
-    with wait() and describe() runs it another way (scrun)."""
+    with wait() and describe() runs it another way (scrun); `only`: a
+    regular expression that keeps the test ids it matches."""
     outdir = tempfile.mkdtemp(prefix="score-mpi4py-out-")
     os.chmod(outdir, 0o777)
     try:
-        argv = [*argv_prefix, PYTHON, RUNNER, testdir, outdir]
+        argv = [*argv_prefix, PYTHON, RUNNER, testdir, outdir, *([only] if only else [])]
         run = start(argv) if start else Run(argv, env=env, timeout=RUN_TIMEOUT).wait()
         return Outcome(what, run, outdir, nranks)
     finally:

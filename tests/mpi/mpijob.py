@@ -34,6 +34,21 @@ def over_pm_args(**pm_env):
     return args
 
 
+# One-sided MPI over PM too: Open MPI's osc rdma over its btl ofi on the
+# provider pm (FI_RMA, FI_ATOMIC).  osc rdma's accumulate by atomic memory
+# operations aborts inside Open MPI 4.1.4's btl ofi (to_fi_op: an op it
+# announces and cannot map) with libfabric's sockets provider as with pm,
+# so accumulates take its lock + get + put path, whose lock is pm atomics.
+ONE_SIDED_OVER_PM = {"OMPI_MCA_btl": "self,ofi", "OMPI_MCA_btl_ofi_provider_include": "pm",
+                     "OMPI_MCA_osc": "rdma", "OMPI_MCA_osc_rdma_btls": "ofi",
+                     "OMPI_MCA_osc_rdma_acc_use_amo": "0"}
+
+
+def one_sided_over_pm_args():
+    """ONE_SIDED_OVER_PM as mpirun arguments (for the ranks)."""
+    return [a for k, v in ONE_SIDED_OVER_PM.items() for a in ("-x", f"{k}={v}")]
+
+
 class Run:
     """One mpirun in the background, in its own session."""
 

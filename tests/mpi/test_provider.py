@@ -18,7 +18,8 @@ import pytest
 from scored.score import build_mpi_program, build_program
 from pm.pmjob import grown, nic_counters
 
-from .mpijob import PROVIDER_DIR, Run, across, over_pm_args, wait_for_contexts
+from .mpijob import (PROVIDER_DIR, Run, across, one_sided_over_pm_args, over_pm_args,
+                     wait_for_contexts)
 
 pytestmark = pytest.mark.skipif(shutil.which("mpicc") is None,
                                 reason="Open MPI is not installed (libopenmpi-dev, "
@@ -33,19 +34,10 @@ def programs():
     d = tempfile.mkdtemp(prefix="score-mpi-")
     try:
         progs = {name: build_mpi_program(d, name)
-                 for name in ("mpi_transfer", "mpi_errors", "mpi_peerdeath")}
+                 for name in ("mpi_transfer", "mpi_errors", "mpi_peerdeath", "mpi_onesided")}
         progs["mpi_second_ep"] = build_program(d, "mpi_second_ep", cc=("mpicc",),
                                                flags=("-lfabric",))
         yield progs
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
-def stats_dir():
-    d = tempfile.mkdtemp(prefix="score-pmstats-")
-    try:
-        yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -64,12 +56,15 @@ def test_fi_info_lists_the_provider_and_what_it_lacks():
     assert "FI_TAGGED" in proc.stdout and "FI_DIRECTED_RECV" in proc.stdout
     assert "data_progress: FI_PROGRESS_MANUAL" in proc.stdout
     # A capability it does not have is refused in fi_info, not later.
-    proc = fi_info("-p", "pm", "-c", "FI_ATOMIC")
-    assert proc.returncode != 0, f"FI_ATOMIC should not be offered: {proc.stdout}"
-    # FI_RMA is, to a caller that accepts its memory registration mode.
-    proc = fi_info("-p", "pm", "-c", "FI_RMA", "-v")
-    assert proc.returncode == 0, proc.stderr
-    assert "FI_MR_VIRT_ADDR" in proc.stdout and "FI_MR_PROV_KEY" in proc.stdout, proc.stdout
+    proc = fi_info("-p", "pm", "-c", "FI_RMA_EVENT")
+    assert proc.returncode != 0, f"FI_RMA_EVENT should not be offered: {proc.stdout}"
+    # FI_RMA and FI_ATOMIC are, to a caller that accepts its memory
+    # registration mode.
+    for cap in ("FI_RMA", "FI_ATOMIC"):
+        proc = fi_info("-p", "pm", "-c", cap, "-v")
+        assert proc.returncode == 0, proc.stderr
+        assert cap in proc.stdout, proc.stdout
+        assert "FI_MR_VIRT_ADDR" in proc.stdout and "FI_MR_PROV_KEY" in proc.stdout, proc.stdout
     proc = fi_info("-p", "pm", "-t", "FI_EP_MSG")
     assert proc.returncode != 0, proc.stdout
 
@@ -112,6 +107,29 @@ def test_a_second_endpoint_shares_the_process_pm_context_and_does_rma(programs, 
                programs["mpi_second_ep"]]).wait()
     assert run.returncode == 0, run.describe()
     assert f"mpi_second_ep: {nranks} ranks passed" in run.stdout, run.describe()
+
+
+@pytest.mark.parametrize("device, nranks", [("shm", 4), ("udp", 3)])
+def test_one_sided_mpi_over_pm_through_btl_ofi_and_osc_rdma(programs, stats_dir, device, nranks):
+    """MPI_Put/Get/Accumulate with fences and MPI_Fetch_and_op under
+    MPI_Win_lock_all, through Open MPI's osc rdma over its btl ofi on the
+    provider pm: fi_write, fi_read and fi_atomic/fi_fetch_atomic/
+    fi_compare_atomic as PM's remote memory and atomics; every rank's PM
+    context has written remotely."""
+    pm_env = {"PM_DEVICE": device, "PM_STATS_DIR": stats_dir}
+    if device == "udp":
+        pm_env["PM_UDP_NICS"] = "127.0.0.1"
+    run = Run([*LOCAL, "-n", nranks, *over_pm_args(**pm_env), *one_sided_over_pm_args(),
+               programs["mpi_onesided"], "--linger-ms", "4000"])
+    try:
+        ctxs = wait_for_contexts(stats_dir, nranks, run,
+                                 done=lambda c: c["counters"]["rma_writes"] > 0)
+    finally:
+        run.wait()
+    assert run.returncode == 0, run.describe()
+    assert f"mpi_onesided: {nranks} ranks passed" in run.stdout, run.describe()
+    assert ctxs is not None, \
+        f"pminfo never showed {nranks} PM contexts that had written remotely\n{run.describe()}"
 
 
 @pytest.mark.parametrize("device", ["shm", "udp"])

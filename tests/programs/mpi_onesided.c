@@ -10,15 +10,20 @@
  * puts stay below MPICH's 16 KiB active-message eager size: its path for
  * longer ones without FI_RMA crashes inside MPICH 5.0.2, with libfabric's
  * tcp provider as with pm (MPIR_CVAR_CH4_OFI_ENABLE_RMA=0).
- * Prints "mpi_onesided: N ranks passed" from rank 0; exits non-zero on any
- * mismatch.
+ * Then passive target: every rank fetch-and-adds into rank 0 under
+ * MPI_Win_lock_all, its fetched values rising, the total exact (under
+ * Open MPI's osc rdma over btl ofi these are the provider's atomics).
+ * --linger-ms keeps the ranks alive that long before MPI_Finalize, for a
+ * look at their PM counters.  Prints "mpi_onesided: N ranks passed" from
+ * rank 0; exits non-zero on any mismatch.
  *
- *   mpi_onesided [--rounds N]
+ *   mpi_onesided [--rounds N] [--linger-ms MS]
  */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define BLOCK 2048              /* ints a put: 8 KiB */
 #define BLOCKS 16               /* in a window */
@@ -41,13 +46,15 @@ static int value(int from, int round, int i)
 
 int main(int argc, char **argv)
 {
-	int size, rounds = 40;
+	int size, rounds = 40, linger_ms = 0;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
 			rounds = atoi(argv[++i]);
+		} else if (!strcmp(argv[i], "--linger-ms") && i + 1 < argc) {
+			linger_ms = atoi(argv[++i]);
 		} else {
-			fprintf(stderr, "usage: mpi_onesided [--rounds N]\n");
+			fprintf(stderr, "usage: mpi_onesided [--rounds N] [--linger-ms MS]\n");
 			return 2;
 		}
 	}
@@ -98,6 +105,29 @@ int main(int argc, char **argv)
 	}
 	if (rank == 0)
 		CHECK(acc == (long)rounds * size * (size + 1) / 2, "accumulated %ld", acc);
+
+	/* 4. Passive target: fetch-and-add into rank 0, no fence. */
+	long one = 1, got, last = -1;
+
+	MPI_Win_fence(0, acc_win);
+	if (rank == 0)
+		acc = 0;
+	MPI_Win_fence(0, acc_win);
+	MPI_Win_lock_all(0, acc_win);
+	for (int i = 0; i < rounds; i++) {
+		MPI_Fetch_and_op(&one, &got, MPI_LONG, 0, 0, MPI_SUM, acc_win);
+		MPI_Win_flush(0, acc_win);
+		CHECK(got > last && got < (long)rounds * size, "fetch-and-add %d gave %ld after %ld",
+		      i, got, last);
+		last = got;
+	}
+	MPI_Win_unlock_all(acc_win);
+	MPI_Barrier(MPI_COMM_WORLD);
+	MPI_Win_fence(0, acc_win);
+	if (rank == 0)
+		CHECK(acc == (long)rounds * size, "fetched and added %ld", acc);
+	if (linger_ms > 0)
+		nanosleep(&(struct timespec){ linger_ms / 1000, (linger_ms % 1000) * 1000000L }, NULL);
 
 	MPI_Win_free(&acc_win);
 	MPI_Win_free(&win);

@@ -14,6 +14,7 @@
 #include "check.h"
 
 #include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
@@ -209,6 +210,9 @@ static void test_caps_beyond(void)
 
 	h->caps = FI_TAGGED | FI_ATOMIC;
 	CHECK_REFUSED(FI_VERSION(1, 17), h);
+	h = hints_rdm();
+	h->caps = FI_TAGGED | FI_RMA_EVENT;
+	CHECK_REFUSED(FI_VERSION(1, 17), h);
 	/* FI_RMA needs memory registration that matches PM's windows. */
 	h = hints_rdm();
 	h->caps = FI_TAGGED | FI_RMA;
@@ -237,7 +241,7 @@ static void test_rma_caps(void)
 	      (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE));
 	CHECK_EQ(info->domain_attr->mr_mode, FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY);
 	CHECK_U64(info->tx_attr->rma_iov_limit, ==, 1);
-	CHECK(!(info->caps & FI_ATOMIC));
+	CHECK(!(info->caps & FI_ATOMIC));       /* not asked for */
 	fi_freeinfo(info);
 	h->domain_attr->mr_mode = FI_MR_BASIC;
 	info = ANSWERED(FI_VERSION(1, 17), h);
@@ -463,6 +467,59 @@ static void test_counter(void)
 	fi_freeinfo(info);
 }
 
+/* FI_ATOMIC as Open MPI's btl ofi asks it (with FI_RMA, its mr_mode);
+ * fi_query_atomic answers one element for the operations PM does on 64-
+ * and 32-bit integers, and nothing else. */
+static void test_atomic_caps(void)
+{
+	struct fi_info *h = hints_rdm();
+
+	h->caps = FI_RMA | FI_ATOMIC;
+	h->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	struct fi_info *info = ANSWERED(FI_VERSION(1, 17), h);
+	struct fid_fabric *fabric = NULL;
+	struct fid_domain *domain = NULL;
+	struct fi_atomic_attr attr;
+
+	CHECK(info->caps & FI_ATOMIC && info->caps & FI_RMA);
+	CHECK_EQ(info->domain_attr->mr_mode, FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY);
+	CHECK_OK(fi_fabric(info->fabric_attr, &fabric, NULL));
+	CHECK_OK(fi_domain(fabric, info, &domain, NULL));
+	static const struct { enum fi_op op; uint64_t flags; } ok[] = {
+		{ FI_SUM, 0 }, { FI_SUM, FI_FETCH_ATOMIC }, { FI_ATOMIC_WRITE, 0 },
+		{ FI_ATOMIC_WRITE, FI_FETCH_ATOMIC }, { FI_ATOMIC_READ, FI_FETCH_ATOMIC },
+		{ FI_BOR, 0 }, { FI_BAND, FI_FETCH_ATOMIC }, { FI_BXOR, 0 },
+		{ FI_CSWAP, FI_COMPARE_ATOMIC },
+	};
+	static const struct { enum fi_datatype type; size_t size; } types[] = {
+		{ FI_UINT64, 8 }, { FI_INT64, 8 }, { FI_UINT32, 4 }, { FI_INT32, 4 },
+	};
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+			memset(&attr, 0, sizeof(attr));
+			CHECK_OK(fi_query_atomic(domain, types[t].type, ok[i].op, &attr,
+						 ok[i].flags));
+			CHECK_U64(attr.count, ==, 1);
+			CHECK_U64(attr.size, ==, types[t].size);
+		}
+	}
+	static const struct { enum fi_datatype type; enum fi_op op; uint64_t flags; } no[] = {
+		{ FI_UINT16, FI_SUM, 0 }, { FI_DOUBLE, FI_SUM, 0 }, { FI_UINT64, FI_MIN, 0 },
+		{ FI_UINT64, FI_PROD, 0 }, { FI_UINT64, FI_LOR, 0 },
+		{ FI_UINT64, FI_ATOMIC_READ, 0 }, { FI_UINT64, FI_CSWAP, 0 },
+		{ FI_UINT64, FI_SUM, FI_COMPARE_ATOMIC }, { FI_UINT64, FI_MSWAP, FI_COMPARE_ATOMIC },
+	};
+	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+		CHECK_ERR(fi_query_atomic(domain, no[i].type, no[i].op, &attr, no[i].flags),
+			  -FI_EOPNOTSUPP);
+	CHECK_ERR(fi_query_atomic(domain, FI_UINT64, FI_SUM, &attr,
+				  FI_FETCH_ATOMIC | FI_COMPARE_ATOMIC), -FI_EINVAL);
+	CHECK_OK(fi_close(&domain->fid));
+	CHECK_OK(fi_close(&fabric->fid));
+	fi_freeinfo(info);
+	fi_freeinfo(h);
+}
+
 /* A domain outlives what was opened from it. */
 static void test_domain_busy(void)
 {
@@ -497,6 +554,7 @@ int main(int argc, char **argv)
 	test_rxm_probes();
 	test_caps_beyond();
 	test_rma_caps();
+	test_atomic_caps();
 	test_mpich_hints();
 	test_msg_caps();
 	test_pingpong_hints();

@@ -4,12 +4,10 @@
  * (atomic.h).
  */
 #include "atomic.h"
-#include "pm.h"
 
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
-#include <string.h>
 #include <unistd.h>
 
 /* Failed tries between looks at whether the holder still lives. */
@@ -17,27 +15,41 @@
 
 bool pm_atomic_op_valid(uint32_t op)
 {
-	return op >= PM_ATOMIC_ADD && op <= PM_ATOMIC_XOR;
+	uint32_t base = op & ~PM_ATOMIC_32;
+
+	return base >= PM_ATOMIC_ADD && base <= PM_ATOMIC_XOR;
 }
 
 uint64_t pm_atomic_compute(uint32_t op, uint64_t old, uint64_t operand, uint64_t compare)
 {
-	switch (op) {
+	uint64_t mask = op & PM_ATOMIC_32 ? UINT32_MAX : UINT64_MAX;
+	uint64_t v;
+
+	old &= mask;
+	switch (op & ~PM_ATOMIC_32) {
 	case PM_ATOMIC_ADD:
-		return old + operand;
+		v = old + operand;
+		break;
 	case PM_ATOMIC_SWAP:
-		return operand;
+		v = operand;
+		break;
 	case PM_ATOMIC_CSWAP:
-		return old == compare ? operand : old;
+		v = old == (compare & mask) ? operand : old;
+		break;
 	case PM_ATOMIC_AND:
-		return old & operand;
+		v = old & operand;
+		break;
 	case PM_ATOMIC_OR:
-		return old | operand;
+		v = old | operand;
+		break;
 	case PM_ATOMIC_XOR:
-		return old ^ operand;
+		v = old ^ operand;
+		break;
 	default:                /* PM_ATOMIC_READ */
-		return old;
+		v = old;
+		break;
 	}
+	return v & mask;
 }
 
 static bool holder_gone(uint32_t holder)
@@ -76,18 +88,17 @@ void pm_atomic_unlock(_Atomic uint32_t *lock)
 int pm_atomic_here(_Atomic uint32_t *lock, void *at, uint32_t op, uint64_t operand,
 		   uint64_t compare, uint64_t *old)
 {
-	uint64_t v;
-
-	if (!pm_atomic_op_valid(op) || ((uintptr_t)at & 7u))
+	if (!pm_atomic_op_valid(op) || ((uintptr_t)at & (pm_atomic_width(op) - 1)))
 		return -EINVAL;
 	pm_atomic_lock(lock);
-	/* The word may be read and written by peers with process_vm_*:
-	 * memcpy, not a typed access the compiler could keep in a register. */
-	memcpy(&v, at, sizeof(v));
-	*old = v;
-	v = pm_atomic_compute(op, v, operand, compare);
+	/* Peers read and write the word with process_vm_*: a plain copy, not
+	 * a typed access the compiler could keep in a register. */
+	*old = pm_atomic_load(op, at);
+
+	uint64_t v = pm_atomic_compute(op, *old, operand, compare);
+
 	if (v != *old)
-		memcpy(at, &v, sizeof(v));
+		pm_atomic_store(op, at, v);
 	pm_atomic_unlock(lock);
 	return 0;
 }

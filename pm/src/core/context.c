@@ -645,7 +645,7 @@ int pm_read(pm_context_t *ctx, int peer, void *dst, size_t len,
 }
 
 static inline int atomic_call(pm_context_t *ctx, int peer, uint32_t aop, uint64_t operand,
-			      uint64_t compare, uint64_t *result, uint64_t rkey,
+			      uint64_t compare, void *result, uint64_t rkey,
 			      uint64_t roffset, struct pm_op *op)
 {
 	if (bad_peer(ctx, peer) || !op || !pm_atomic_op_valid(aop))
@@ -663,9 +663,8 @@ static inline int atomic_call(pm_context_t *ctx, int peer, uint32_t aop, uint64_
 	return err;
 }
 
-int pm_atomic(pm_context_t *ctx, int peer, enum pm_atomic_op aop, uint64_t operand,
-	      uint64_t compare, uint64_t *result, uint64_t rkey, uint64_t roffset,
-	      struct pm_op *op)
+int pm_atomic(pm_context_t *ctx, int peer, unsigned aop, uint64_t operand, uint64_t compare,
+	      void *result, uint64_t rkey, uint64_t roffset, struct pm_op *op)
 {
 	pm_call_enter(ctx);
 	int ret = atomic_call(ctx, peer, (uint32_t)aop, operand, compare, result, rkey, roffset,

@@ -137,7 +137,7 @@ struct pm_device_ops {
 	int (*test)(struct pm_device *dev, struct pm_op *op);
 	/* pm_atomic() to a peer (op already checked); completes like rma. */
 	int (*atomic)(struct pm_device *dev, int peer, uint32_t aop, uint64_t operand,
-		      uint64_t compare, uint64_t *result, uint64_t rkey, uint64_t roffset,
+		      uint64_t compare, void *result, uint64_t rkey, uint64_t roffset,
 		      struct pm_op *op);
 
 	/* Block until nothing sent is in flight. */

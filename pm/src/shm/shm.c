@@ -718,7 +718,7 @@ static int shm_rma(struct pm_device *dev, int peer, bool write, void *local,
 /* Under the owner's lock, in its memory: the owner's atomics and every
  * other executor's take turns there (core/atomic.h). */
 static int shm_atomic(struct pm_device *dev, int peer, uint32_t aop, uint64_t operand,
-		      uint64_t compare, uint64_t *result, uint64_t rkey, uint64_t roffset,
+		      uint64_t compare, void *result, uint64_t rkey, uint64_t roffset,
 		      struct pm_op *op)
 {
 	struct shm_dev *s = to_shm(dev);
@@ -728,28 +728,33 @@ static int shm_atomic(struct pm_device *dev, int peer, uint32_t aop, uint64_t op
 		return -EINVAL;
 
 	struct shm_peer *p = &s->peers[l];
+	size_t width = pm_atomic_width(aop);
+	uint8_t word[8];
 	void *remote;
 	uint64_t old, v;
-	int err = window_at(p, rkey, roffset, sizeof(old), &remote);
+	int err = window_at(p, rkey, roffset, width, &remote);
 
 	if (err)
 		return err;
-	if ((uintptr_t)remote & 7u)
+	if ((uintptr_t)remote & (width - 1))
 		return -EINVAL;
 	if (p->pid == getpid()) {
 		err = pm_atomic_here(&p->seg->atomic_lock, remote, aop, operand, compare, &old);
 	} else {
 		pm_atomic_lock(&p->seg->atomic_lock);
-		err = vm_copy(p, false, &old, remote, sizeof(old));
+		err = vm_copy(p, false, word, remote, width);
+		old = pm_atomic_load(aop, word);
 		v = pm_atomic_compute(aop, old, operand, compare);
-		if (!err && v != old)
-			err = vm_copy(p, true, &v, remote, sizeof(v));
+		if (!err && v != old) {
+			pm_atomic_store(aop, word, v);
+			err = vm_copy(p, true, word, remote, width);
+		}
 		pm_atomic_unlock(&p->seg->atomic_lock);
 	}
 	if (err)
 		return err;
 	if (result)
-		*result = old;
+		pm_atomic_store(aop, result, old);
 	op->status = 0;
 	op->peer = peer;
 	return 0;

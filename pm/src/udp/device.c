@@ -1203,7 +1203,7 @@ static int udp_rma(struct pm_device *dev, int peer, bool write, void *local,
 }
 
 static int udp_atomic(struct pm_device *dev, int peer, uint32_t aop, uint64_t operand,
-		      uint64_t compare, uint64_t *result, uint64_t rkey, uint64_t roffset,
+		      uint64_t compare, void *result, uint64_t rkey, uint64_t roffset,
 		      struct pm_op *op)
 {
 	struct udp_dev *u = to_udp(dev);

@@ -241,7 +241,7 @@ void udp_op_done(struct udp_proto *u, uint64_t cookie, int status, uint64_t valu
 		return;
 	}
 	if (s->atomic && status == 0 && s->dst)
-		memcpy(s->dst, &value, sizeof(value));
+		pm_atomic_store(s->aop, s->dst, value);
 	s->op->status = status;
 	s->busy = false;
 	u->op_done = true;
@@ -332,14 +332,15 @@ int udp_proto_rma(struct udp_proto *u, struct udp_peer *p, bool write, void *loc
 }
 
 int udp_proto_atomic(struct udp_proto *u, struct udp_peer *p, uint32_t aop, uint64_t operand,
-		     uint64_t compare, uint64_t *result, uint64_t rkey, uint64_t roffset,
+		     uint64_t compare, void *result, uint64_t rkey, uint64_t roffset,
 		     struct pm_op *op)
 {
-	struct udp_op_slot *s = op_slot(u, p, op, (uint8_t *)result, 0);
+	struct udp_op_slot *s = op_slot(u, p, op, result, 0);
 
 	if (!s)
 		return -EAGAIN;
 	s->atomic = true;
+	s->aop = aop;
 
 	struct wire_atomic a = { .op = aop, .operand = operand, .compare = compare };
 

@@ -11,6 +11,7 @@
  * ring: STOP, then GO when pm_release() frees enough.
  */
 #include "udp.h"
+#include "core/atomic.h"
 #include "util/log.h"
 
 #include <errno.h>
@@ -213,13 +214,16 @@ static void answer_atomic(struct udp_proto *u, struct udp_peer *p,
 	struct wire_atomic a;
 	uint64_t old = 0;
 	int err = 0;
-	uint8_t *at = udp_window_check(u, mh->key, mh->offset, sizeof(old), &err);
 
 	if (wire_decode_atomic(body, &a) < 0) {
 		malformed(u, p, "atomic with a reserved word set");
 		err = -EPROTO;
-	} else if (at) {
-		err = udp_atomic_here(u, at, &a, &old);
+	} else {
+		uint8_t *at = udp_window_check(u, mh->key, mh->offset, pm_atomic_width(a.op),
+					       &err);
+
+		if (at)
+			err = udp_atomic_here(u, at, &a, &old);
 	}
 	reply_value(u, p, WIRE_KIND_RMA_DONE, mh->cookie, err, old, NULL, 0);
 }

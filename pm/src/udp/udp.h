@@ -167,6 +167,7 @@ struct udp_op_slot {
 	uint16_t gen;
 	bool busy;
 	bool atomic;                    /* answered by RMA_DONE with a value */
+	uint32_t aop;                   /* an atomic's op: the result's width */
 	uint8_t body[WIRE_ATOMIC_BYTES];/* the request's body: a read's length,
 					   an atomic's operands */
 };
@@ -301,7 +302,7 @@ int udp_proto_rma(struct udp_proto *u, struct udp_peer *p, bool write, void *loc
 /* pm_atomic() to p: the target runs it and answers RMA_DONE with the old
  * value.  -EAGAIN as udp_proto_rma. */
 int udp_proto_atomic(struct udp_proto *u, struct udp_peer *p, uint32_t aop, uint64_t operand,
-		     uint64_t compare, uint64_t *result, uint64_t rkey, uint64_t roffset,
+		     uint64_t compare, void *result, uint64_t rkey, uint64_t roffset,
 		     struct pm_op *op);
 /* Run an ATOMIC from a peer on this context's word at `at`. */
 int udp_atomic_here(struct udp_proto *u, uint8_t *at, const struct wire_atomic *a,

@@ -14,8 +14,11 @@
  *     rank 0; no increment is lost;
  *  3. each operation's result, on the next rank's words: READ, SWAP,
  *     CSWAP that fails and one that succeeds, AND, OR, XOR, ADD wrapping;
- *  4. errors: an unknown op, a word not 8-byte aligned, a range past the
- *     end, bad keys; the result is left alone.
+ *  4. 32-bit words: the two halves of one 64-bit word added to by every
+ *     rank at once, wrapping at 32 bits without spilling into the other
+ *     half; a 4-byte result written and nothing past it; a 32-bit CSWAP;
+ *  5. errors: an unknown op, a word not aligned, a range past the end,
+ *     bad keys; the result is left alone.
  */
 #include "mp.h"
 
@@ -26,15 +29,15 @@
 #define K 3000          /* fetch-adds per rank in phase 1 */
 #define L 300           /* lock rounds per rank in phase 2 */
 
-enum { COUNTER, ADDS, LOCK, GUARDED, OPS };
+enum { COUNTER, ADDS, LOCK, GUARDED, OPS, HALVES };
 
 struct keys {
 	uint64_t key[64];
 };
 
 /* Run one atomic to completion; its status. */
-static int atomic_wait(struct mp *m, int peer, enum pm_atomic_op aop, uint64_t operand,
-		       uint64_t compare, uint64_t *result, uint64_t key, uint64_t off)
+static int atomic_wait(struct mp *m, int peer, unsigned aop, uint64_t operand,
+		       uint64_t compare, void *result, uint64_t key, uint64_t off)
 {
 	struct pm_op op;
 	int err;
@@ -185,14 +188,54 @@ int main(void)
 	CHECK_U64(words[OPS], ==, 0x0e0d);
 	mp_barrier(&m);
 
-	/* ---- phase 4: errors leave the result alone ---- */
+	/* ---- phase 4: 32-bit words, the two halves of rank 0's HALVES ---- */
+	for (int i = 0; i < K / 10; i++) {
+		uint32_t r[2] = { 0, 0xabababab };
+
+		CHECK_OK(atomic_wait(&m, 0, PM_ATOMIC_ADD | PM_ATOMIC_32, 0x10000001u, 0, r,
+				     k.key[0], HALVES * 8));
+		CHECK_EQ(r[1], 0xabababab);     /* 4 bytes written, not 8 */
+		CHECK_OK(atomic_wait(&m, 0, PM_ATOMIC_ADD | PM_ATOMIC_32, UINT64_MAX, 0, NULL,
+				     k.key[0], HALVES * 8 + 4));
+	}
+	mp_barrier(&m);
+	if (me == 0) {
+		uint32_t lo, hi;
+
+		memcpy(&lo, (uint8_t *)&words[HALVES], 4);
+		memcpy(&hi, (uint8_t *)&words[HALVES] + 4, 4);
+		CHECK_EQ(lo, (uint32_t)(0x10000001ull * (uint64_t)n * (K / 10)));
+		CHECK_EQ(hi, (uint32_t)(0 - (uint32_t)n * (K / 10)));
+	}
+	mp_barrier(&m);
+	if (me == 0) {
+		uint32_t r = 0;
+
+		memset(&words[HALVES], 0, 8);
+		CHECK_OK(atomic_wait(&m, next, PM_ATOMIC_SWAP | PM_ATOMIC_32, 5, 0, &r, key,
+				     HALVES * 8 + 4));
+		CHECK_OK(atomic_wait(&m, next, PM_ATOMIC_CSWAP | PM_ATOMIC_32, 9, 0x100000005ull,
+				     &r, key, HALVES * 8 + 4));
+		CHECK_EQ(r, 5);                 /* compared on the low 32 bits: swapped */
+		CHECK_OK(atomic_wait(&m, next, PM_ATOMIC_READ | PM_ATOMIC_32, 0, 0, &r, key,
+				     HALVES * 8 + 4));
+		CHECK_EQ(r, 9);
+	}
+	mp_barrier(&m);
+
+	/* ---- phase 5: errors leave the result alone ---- */
 	uint64_t res = 42;
 	struct pm_op op;
 
 	CHECK_ERR(pm_atomic(m.ctx, next, (enum pm_atomic_op)0, 1, 0, &res, key, 0, &op), -EINVAL);
 	CHECK_ERR(pm_atomic(m.ctx, next, (enum pm_atomic_op)8, 1, 0, &res, key, 0, &op), -EINVAL);
+	CHECK_ERR(pm_atomic(m.ctx, next, PM_ATOMIC_32, 1, 0, &res, key, 0, &op), -EINVAL);
+	CHECK_ERR(pm_atomic(m.ctx, next, PM_ATOMIC_ADD | 0x200, 1, 0, &res, key, 0, &op), -EINVAL);
 	CHECK_ERR(pm_atomic(m.ctx, n, PM_ATOMIC_ADD, 1, 0, &res, key, 0, &op), -EINVAL);
 	CHECK_EQ(atomic_wait(&m, next, PM_ATOMIC_ADD, 1, 0, &res, key, 4), -EINVAL);
+	CHECK_EQ(atomic_wait(&m, next, PM_ATOMIC_ADD | PM_ATOMIC_32, 1, 0, &res, key, 2), -EINVAL);
+	CHECK_EQ(atomic_wait(&m, next, PM_ATOMIC_ADD | PM_ATOMIC_32, 1, 0, &res, key,
+			     WORDS * 8 - 2), -ERANGE);
 	CHECK_EQ(atomic_wait(&m, next, PM_ATOMIC_ADD, 1, 0, &res, key, WORDS * 8 - 4), -ERANGE);
 	CHECK_EQ(atomic_wait(&m, next, PM_ATOMIC_ADD, 1, 0, &res, key, WORDS * 8), -ERANGE);
 	CHECK_EQ(atomic_wait(&m, next, PM_ATOMIC_ADD, 1, 0, &res, key, UINT64_MAX - 3), -ERANGE);
@@ -204,7 +247,7 @@ int main(void)
 
 	if (me == 0)
 		printf("atomics: %d ranks, %d fetch-adds each exactly once, %d CSWAP lock "
-		       "rounds each, every op, errors: ok\n", n, K, L);
+		       "rounds each, every op, 32-bit halves, errors: ok\n", n, K, L);
 	CHECK_OK(pm_mr_deregister(m.ctx, mr));
 	free(words);
 	mp_close(&m);
