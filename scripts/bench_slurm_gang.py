@@ -137,7 +137,7 @@ class SlurmMode:
         self.gang = gang
 
 
-FIRST_TURN_REPS = 8
+FIRST_TURN_REPS = 20
 POLL_S = 0.02
 
 

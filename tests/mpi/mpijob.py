@@ -120,6 +120,16 @@ def wait_for_contexts(stats_dir, n, run, limit=60.0, done=lambda c: c["counters"
     return None
 
 
+def watch(run, stats_dir, n, counter):
+    """Wait for n PM contexts in stats_dir whose `counter` has moved, then
+    for the run to end: the contexts as pminfo saw them, None when they
+    never all showed it while the run lived."""
+    try:
+        return wait_for_contexts(stats_dir, n, run, done=lambda c: c["counters"][counter] > 0)
+    finally:
+        run.wait()
+
+
 def across(vc, ppn):
     """mpirun over every node of vc, ppn ranks each (Open MPI's own traffic
     on net 0); the caller adds its options, the program and env=vc.env."""

@@ -24,7 +24,7 @@ from conftest import VCLUSTER
 from pm.pmjob import grown, nic_counters
 
 from .mpich import build_program, install, mpich_env
-from .mpijob import Run, wait_for_contexts
+from .mpijob import Run, watch
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +58,7 @@ def test_mpich_program_over_pm_on_one_node(mpich, programs, stats_dir, nranks):
     by PM's remote reads."""
     run = mpiexec(mpich, nranks, [programs["mpi_transfer"], "--linger-ms", "3000"],
                   PM_STATS_DIR=stats_dir)
-    try:
-        ctxs = wait_for_contexts(stats_dir, nranks, run,
-                                 done=lambda c: c["counters"]["rma_reads"] > 0)
-    finally:
-        run.wait()
+    ctxs = watch(run, stats_dir, nranks, "rma_reads")
     assert run.returncode == 0, run.describe()
     assert f"mpi_transfer: {nranks} ranks passed" in run.stdout, run.describe()
     assert ctxs is not None, \

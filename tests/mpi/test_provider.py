@@ -18,14 +18,21 @@ import pytest
 from scored.score import build_mpi_program, build_program
 from pm.pmjob import grown, nic_counters
 
-from .mpijob import (PROVIDER_DIR, Run, across, one_sided_over_pm_args, over_pm_args,
-                     wait_for_contexts)
+from .mpijob import PROVIDER_DIR, Run, across, one_sided_over_pm_args, over_pm_args, watch
 
 pytestmark = pytest.mark.skipif(shutil.which("mpicc") is None,
                                 reason="Open MPI is not installed (libopenmpi-dev, "
                                        "scripts/install-deps.sh)")
 
 LOCAL = ["mpirun", "--oversubscribe", "--bind-to", "none"]
+
+
+def local_pm_env(device, **extra):
+    """PM's knobs for a run on this host over `device` (udp on loopback)."""
+    env = {"PM_DEVICE": device, **extra}
+    if device == "udp":
+        env["PM_UDP_NICS"] = "127.0.0.1"
+    return env
 
 
 @pytest.fixture(scope="module")
@@ -71,18 +78,12 @@ def test_fi_info_lists_the_provider_and_what_it_lacks():
 
 @pytest.mark.parametrize("device, nranks", [("shm", 2), ("shm", 4), ("udp", 2), ("udp", 4)])
 def test_mpi_program_over_pm_on_one_node(programs, stats_dir, device, nranks):
-    pm_env = {"PM_DEVICE": device, "PM_STATS_DIR": stats_dir}
-    if device == "udp":
-        pm_env["PM_UDP_NICS"] = "127.0.0.1"
-    run = Run([*LOCAL, "-n", nranks, *over_pm_args(**pm_env), programs["mpi_transfer"],
-               "--linger-ms", "4000"])
+    run = Run([*LOCAL, "-n", nranks,
+               *over_pm_args(**local_pm_env(device, PM_STATS_DIR=stats_dir)),
+               programs["mpi_transfer"], "--linger-ms", "4000"])
     # Up to 4 MiB goes through the provider's rendezvous: PM reads, which
     # every rank has done before it lingers.
-    try:
-        ctxs = wait_for_contexts(stats_dir, nranks, run,
-                                 done=lambda c: c["counters"]["rma_reads"] > 0)
-    finally:
-        run.wait()
+    ctxs = watch(run, stats_dir, nranks, "rma_reads")
     assert run.returncode == 0, run.describe()
     assert f"mpi_transfer: {nranks} ranks passed" in run.stdout, run.describe()
     assert ctxs is not None, \
@@ -100,9 +101,7 @@ def test_a_second_endpoint_shares_the_process_pm_context_and_does_rma(programs, 
     on it (fi_write/fi_read and their msg forms into registered windows,
     checked by owner and reader, a counter, error completions for a bad key
     and range)."""
-    pm_env = {"PM_DEVICE": device}
-    if device == "udp":
-        pm_env["PM_UDP_NICS"] = "127.0.0.1"
+    pm_env = local_pm_env(device)
     run = Run([*LOCAL, "-n", nranks, *over_pm_args(**pm_env),
                programs["mpi_second_ep"]]).wait()
     assert run.returncode == 0, run.describe()
@@ -116,16 +115,10 @@ def test_one_sided_mpi_over_pm_through_btl_ofi_and_osc_rdma(programs, stats_dir,
     provider pm: fi_write, fi_read and fi_atomic/fi_fetch_atomic/
     fi_compare_atomic as PM's remote memory and atomics; every rank's PM
     context has written remotely."""
-    pm_env = {"PM_DEVICE": device, "PM_STATS_DIR": stats_dir}
-    if device == "udp":
-        pm_env["PM_UDP_NICS"] = "127.0.0.1"
-    run = Run([*LOCAL, "-n", nranks, *over_pm_args(**pm_env), *one_sided_over_pm_args(),
-               programs["mpi_onesided"], "--linger-ms", "4000"])
-    try:
-        ctxs = wait_for_contexts(stats_dir, nranks, run,
-                                 done=lambda c: c["counters"]["rma_writes"] > 0)
-    finally:
-        run.wait()
+    run = Run([*LOCAL, "-n", nranks,
+               *over_pm_args(**local_pm_env(device, PM_STATS_DIR=stats_dir)),
+               *one_sided_over_pm_args(), programs["mpi_onesided"], "--linger-ms", "4000"])
+    ctxs = watch(run, stats_dir, nranks, "rma_writes")
     assert run.returncode == 0, run.describe()
     assert f"mpi_onesided: {nranks} ranks passed" in run.stdout, run.describe()
     assert ctxs is not None, \
@@ -136,9 +129,7 @@ def test_one_sided_mpi_over_pm_through_btl_ofi_and_osc_rdma(programs, stats_dir,
 def test_truncation_cancel_and_probe_as_mpi_defines_them(programs, device):
     """MPI_ERR_TRUNCATE for a short buffer (eager and rendezvous sizes), a
     cancelled receive, Iprobe/Probe/Mprobe, Ssend: mpi_errors checks each."""
-    pm_env = {"PM_DEVICE": device}
-    if device == "udp":
-        pm_env["PM_UDP_NICS"] = "127.0.0.1"
+    pm_env = local_pm_env(device)
     run = Run([*LOCAL, "-n", 2, *over_pm_args(**pm_env), programs["mpi_errors"]]).wait()
     assert run.returncode == 0, run.describe()
     assert "mpi_errors: passed" in run.stdout, run.describe()
