@@ -53,6 +53,16 @@ EXCLUDED_TESTS = {
 
 # Left out too when one-sided MPI goes through btl ofi + osc rdma
 # (OMPI_MCA_osc=rdma), again for every provider alike.
+# Left out too when the MPI is MPICH, for every provider alike.
+EXCLUDED_MPICH = {
+    r"^test_comm_topo\..*\.testDistgraphcomm$":
+        "MPICH 5.0.2's MPI_Dist_graph_create probes with MPI_ANY_SOURCE and then "
+        "receives with MPI_ANY_SOURCE, sizing the buffer by the probe: when the "
+        "message of another rank is there before the rank's own, it counts an edge "
+        "too many (MPI guarantees the probed message only to a receive from the "
+        "probed source); by hand it does so with libfabric's tcp provider too "
+        "(2 rounds of 200), with pm almost always, since its messages arrive sooner",
+}
 EXCLUDED_OSC_RDMA = {
     r"\.testCompareAndSwap$":
         "MPI_Compare_and_swap through osc rdma segfaults inside Open MPI 4.1.4's "
@@ -88,6 +98,8 @@ def main():
     sys.path.insert(0, str(testdir))
     from mpi4py import MPI  # noqa: E402  (after the path: mpiunittest lives there)
 
+    if MPI.Get_library_version().startswith("MPICH"):
+        EXCLUDED_TESTS.update(EXCLUDED_MPICH)
     excluded = re.compile("|".join(f"(?:{r})" for r in EXCLUDED_TESTS)).search
     loader = unittest.TestLoader()
     suite = unittest.TestSuite()

@@ -13,10 +13,12 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
 import tempfile
+import urllib.request
 from pathlib import Path
 
 from .mpijob import BUILD, PROVIDER_DIR, Run
@@ -25,6 +27,7 @@ MPI4PY_VERSION = "3.1.4"
 MPI4PY_SHA256 = "17858f2ebc623220d0120d1fa8d428d033dde749c4bc35b33d81a66ad7f93480"
 PYTHON = "/usr/bin/python3"
 RUNNER = Path(__file__).resolve().parent / "mpi4py_runner.py"
+SIMPLE_INDEX = "https://pypi.org/simple/mpi4py/"
 # The whole suite takes some 10-30 s per run here; a hang (a regression)
 # must not take the suite down with it.
 RUN_TIMEOUT = 300
@@ -36,32 +39,48 @@ def debian_mpi4py_version():
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
-@contextlib.contextmanager
-def suite_dir():
-    """test/ of the pinned sdist, extracted into a temporary directory."""
-    got = debian_mpi4py_version()
-    assert got == MPI4PY_VERSION, \
-        f"python3-mpi4py {MPI4PY_VERSION} is needed (found {got}): scripts/install-deps.sh"
+def fetch_sdist(version, sha256):
+    """mpi4py's source distribution `version`, checked by its SHA-256, from
+    BUILD/cache (downloaded there once from PyPI's simple index)."""
     cache = BUILD / "cache"
     cache.mkdir(parents=True, exist_ok=True)
-    sdist = cache / f"mpi4py-{MPI4PY_VERSION}.tar.gz"
+    sdist = cache / f"mpi4py-{version}.tar.gz"
     if not sdist.exists():
-        proc = subprocess.run([PYTHON, "-m", "pip", "download", "--quiet", "--no-deps",
-                               "--no-binary", ":all:", "--dest", str(cache),
-                               f"mpi4py=={MPI4PY_VERSION}"],
-                              capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, f"cannot fetch mpi4py's sdist: {proc.stderr}"
+        # Its link on PyPI's simple index: `pip download` of an sdist builds
+        # its metadata, which mpi4py 4's cannot without an MPI to build with.
+        with urllib.request.urlopen(SIMPLE_INDEX, timeout=60) as r:
+            page = r.read().decode()
+        links = re.findall(rf'href="([^"#]*/{re.escape(sdist.name)})#', page)
+        assert links, f"no {sdist.name} on {SIMPLE_INDEX}"
+        with urllib.request.urlopen(links[0], timeout=300) as r:
+            data = r.read()
+        part = sdist.with_suffix(".part")
+        part.write_bytes(data)
+        part.rename(sdist)
     digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
-    if digest != MPI4PY_SHA256:
+    if digest != sha256:
         sdist.unlink()
-        raise AssertionError(f"{sdist}: SHA-256 {digest}, want {MPI4PY_SHA256}")
+        raise AssertionError(f"{sdist}: SHA-256 {digest}, want {sha256}")
+    return sdist
+
+
+@contextlib.contextmanager
+def suite_dir(version=MPI4PY_VERSION, sha256=MPI4PY_SHA256):
+    """test/ of mpi4py's pinned sdist, extracted into a temporary directory.
+    The default is the version of Debian's python3-mpi4py (the module the
+    Open MPI runs use), which must be installed."""
+    if version == MPI4PY_VERSION:
+        got = debian_mpi4py_version()
+        assert got == MPI4PY_VERSION, \
+            f"python3-mpi4py {MPI4PY_VERSION} is needed (found {got}): scripts/install-deps.sh"
+    sdist = fetch_sdist(version, sha256)
     d = tempfile.mkdtemp(prefix="score-mpi4py-")
     try:
         with tarfile.open(sdist) as tar:
             members = [m for m in tar.getmembers()
-                       if m.name.startswith(f"mpi4py-{MPI4PY_VERSION}/test/") and m.isfile()]
+                       if m.name.startswith(f"mpi4py-{version}/test/") and m.isfile()]
             tar.extractall(d, members=members)
-        yield Path(d) / f"mpi4py-{MPI4PY_VERSION}" / "test"
+        yield Path(d) / f"mpi4py-{version}" / "test"
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -108,14 +127,16 @@ class Outcome:
         return [d for r in self.reports.values() for d in r["details"]][:10]
 
 
-def run_suite(testdir, argv_prefix, what, nranks, env=None, start=None, only=None):
+def run_suite(testdir, argv_prefix, what, nranks, env=None, start=None, only=None,
+              python=PYTHON):
     """The suite under `argv_prefix` (mpirun ...); `start(argv)` -> an object
     with wait() and describe() runs it another way (scrun); `only`: a
-    regular expression that keeps the test ids it matches."""
+    regular expression that keeps the test ids it matches; `python`: the
+    interpreter whose mpi4py runs it."""
     outdir = tempfile.mkdtemp(prefix="score-mpi4py-out-")
     os.chmod(outdir, 0o777)
     try:
-        argv = [*argv_prefix, PYTHON, RUNNER, testdir, outdir, *([only] if only else [])]
+        argv = [*argv_prefix, python, RUNNER, testdir, outdir, *([only] if only else [])]
         run = start(argv) if start else Run(argv, env=env, timeout=RUN_TIMEOUT).wait()
         return Outcome(what, run, outdir, nranks)
     finally:

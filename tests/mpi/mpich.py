@@ -23,15 +23,23 @@ MPICH_VERSION = "5.0.2"
 MPICH_WHEEL = f"mpich-{MPICH_VERSION}-py3-none-manylinux_2_28_x86_64.whl"
 MPICH_SHA256 = "8fed465ebff269ea2ebac179a25de02671ddf8df476e0f115be089015015cfd4"
 VENV = BUILD / f"mpich-{MPICH_VERSION}"
+# mpi4py for that MPICH: Debian's 3.1.4 does not load against MPICH 5
+# (undefined symbol MPI_UNWEIGHTED); PyPI's 4.1.1 wheel finds the MPICH of
+# its venv.  Its test suite comes from the sdist of the same version.
+MPI4PY_VERSION = "4.1.1"
+MPI4PY_WHEEL = f"mpi4py-{MPI4PY_VERSION}-cp311-cp311-manylinux1_x86_64.manylinux_2_5_x86_64.whl"
+MPI4PY_WHEEL_SHA256 = "a753d5d61b46f90260247f344a6c57c527a6a4e7bea126830120ab41c3d057e5"
+MPI4PY_SDIST_SHA256 = "eb2c8489bdbc47fdc6b26ca7576e927a11b070b6de196a443132766b3d0a2a22"
 PYTHON = "/usr/bin/python3"
 # What each step may take here at most (the wheel is 13 MB).
 FETCH_TIMEOUT = 300
 INSTALL_TIMEOUT = 300
 
 # What makes the wheel's MPICH run over pm.  Its libfabric asks API 2.5
-# unless told otherwise; the provider implements 1.18 (design.md §1).  RMA
-# and atomics are not offered (M4): MPICH would find that out itself, these
-# say it up front, and MPI one-sided goes through its active messages
+# unless told otherwise; the provider implements 1.18 (design.md §1).  MPICH
+# builds its request from the answer to NULL hints, which offers no RMA or
+# atomics (the provider gives them only to hints with its mr_mode): these
+# say it up front, and MPI one-sided goes through MPICH's active messages
 # (FI_MSG + FI_MULTI_RECV).  NOLOCAL keeps MPICH's own shared memory out,
 # so ranks on one node talk through the netmod too.
 MPICH_ENV = {
@@ -60,28 +68,29 @@ def _installed():
     return marker.exists() and marker.read_text().strip() == MPICH_SHA256
 
 
-def _fetch():
-    """The pinned wheel in BUILD/cache (downloaded once); skips the test
-    when it cannot be fetched (no network)."""
+def _fetch(project=None, version=MPICH_VERSION, name=MPICH_WHEEL, sha256=MPICH_SHA256):
+    """A pinned wheel in BUILD/cache (downloaded once); skips the test when
+    it cannot be fetched (no network)."""
+    project = project or "mpich"
     cache = BUILD / "cache"
     cache.mkdir(parents=True, exist_ok=True)
-    wheel = cache / MPICH_WHEEL
+    wheel = cache / name
     if not wheel.exists():
         try:
             proc = subprocess.run([PYTHON, "-m", "pip", "download", "--quiet", "--no-deps",
                                    "--only-binary", ":all:", "--dest", str(cache),
-                                   f"mpich=={MPICH_VERSION}"],
+                                   f"{project}=={version}"],
                                   capture_output=True, text=True, timeout=FETCH_TIMEOUT)
         except subprocess.TimeoutExpired:
-            pytest.skip(f"cannot fetch the mpich {MPICH_VERSION} wheel from PyPI "
+            pytest.skip(f"cannot fetch the {project} {version} wheel from PyPI "
                         f"(pip download took over {FETCH_TIMEOUT} s)")
         if proc.returncode != 0 or not wheel.exists():
-            pytest.skip(f"cannot fetch the mpich {MPICH_VERSION} wheel from PyPI (no network?): "
+            pytest.skip(f"cannot fetch the {project} {version} wheel from PyPI (no network?): "
                         f"{proc.stderr.strip()[-500:]}")
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    if digest != MPICH_SHA256:
+    if digest != sha256:
         wheel.unlink()
-        raise AssertionError(f"{wheel}: SHA-256 {digest}, want {MPICH_SHA256}")
+        raise AssertionError(f"{wheel}: SHA-256 {digest}, want {sha256}")
     return wheel
 
 
@@ -103,6 +112,25 @@ def install():
     assert f"MPICH Version:      {MPICH_VERSION}" in out and "ofi" in out, out
     (VENV / ".installed").write_text(MPICH_SHA256 + "\n")
     return VENV
+
+
+def install_mpi4py(venv):
+    """mpi4py's pinned wheel in the MPICH venv (once): its python."""
+    marker = venv / ".mpi4py-installed"
+    python = venv / "bin" / "python"
+    if marker.exists() and marker.read_text().strip() == MPI4PY_WHEEL_SHA256:
+        return python
+    wheel = _fetch("mpi4py", MPI4PY_VERSION, MPI4PY_WHEEL, MPI4PY_WHEEL_SHA256)
+    proc = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--no-index",
+                           "--no-deps", str(wheel)],
+                          capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
+    assert proc.returncode == 0, f"pip install {wheel.name} failed: {proc.stderr}"
+    out = subprocess.run([str(python), "-c", "from mpi4py import MPI; "
+                          "print(MPI.Get_library_version())"],
+                         capture_output=True, text=True, timeout=60, env=mpich_env())
+    assert f"MPICH Version:      {MPICH_VERSION}" in out.stdout, out.stdout + out.stderr
+    marker.write_text(MPI4PY_WHEEL_SHA256 + "\n")
+    return python
 
 
 def build_program(venv, dest_dir, name):

@@ -11,7 +11,12 @@ Across two virtual-cluster nodes hydra starts its proxies through `vcluster
 rsh` (its ssh launcher with -launcher-exec), and PM stripes the large
 messages over both NICs.
 
-Skipped only when the wheel cannot be fetched (no network)."""
+mpi4py's own suite (4.1.1, the wheel that loads against this MPICH) runs
+under hydra over pm and over libfabric's tcp provider in the wheel's
+libfabric, the same settings otherwise: every test that passes with tcp
+passes with pm.
+
+Skipped only when the wheels cannot be fetched (no network)."""
 
 import os
 import shutil
@@ -23,7 +28,9 @@ import pytest
 from conftest import VCLUSTER
 from pm.pmjob import grown, nic_counters
 
-from .mpich import build_program, install, mpich_env
+from .mpi4py_suite import assert_pm_passes_what_tcp_passes, run_suite, suite_dir
+from .mpich import (MPI4PY_SDIST_SHA256, MPI4PY_VERSION, build_program, install,
+                    install_mpi4py, mpich_env)
 from .mpijob import Run, watch
 
 
@@ -114,3 +121,18 @@ def test_mpich_across_two_nodes_over_two_nics(mpich, programs, two_nodes):
                 assert grown(before[node], after[node], nic) > 200, (node, nic, before, after)
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_mpi4py_under_mpich_over_pm_passes_what_tcp_passes(mpich):
+    """mpi4py 4.1.1's suite under the MPICH wheel, 2 ranks on this host:
+    with pm (detached contexts, udp on loopback) every test passes that
+    passes with the tcp provider of the wheel's own libfabric (on lo), under
+    the same MPICH settings and exclusions (mpi4py_runner.py)."""
+    python = install_mpi4py(mpich)
+    with suite_dir(MPI4PY_VERSION, MPI4PY_SDIST_SHA256) as testdir:
+        mpiexec = [mpich / "bin" / "mpiexec", "-n", "2"]
+        tcp = run_suite(testdir, mpiexec, "MPICH, tcp, 2 ranks", 2, python=python,
+                        env=mpich_env(FI_PROVIDER="tcp", FI_TCP_IFACE="lo"))
+        pm = run_suite(testdir, mpiexec, "MPICH, pm, 2 ranks (udp on loopback)", 2,
+                       python=python, env=mpich_env(PM_UDP_NICS="127.0.0.1"))
+    assert_pm_passes_what_tcp_passes(pm, tcp)
