@@ -272,7 +272,8 @@ static int map_peer(struct shm_dev *s, struct pm_boot *b, struct shm_peer *p)
 	/* The segment is the peer's word about itself: check it fits. */
 	if (p->seg_len < sizeof(struct shm_seg) ||
 	    memcmp(p->seg->magic, SHM_MAGIC, sizeof(p->seg->magic)) != 0 ||
-	    p->seg->version != SHM_VERSION || p->seg->nrings != (uint32_t)s->nlocal || p->seg->pid != addr.pid ||
+	    p->seg->version != SHM_VERSION || p->seg->nrings != (uint32_t)s->nlocal ||
+	    p->seg->pid != addr.pid ||
 	    !ring_size_valid(p->seg->ring_bytes) ||
 	    p->seg_len < seg_bytes(p->seg->nrings, p->seg->ring_bytes))
 		return -EPROTO;
