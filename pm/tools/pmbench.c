@@ -47,7 +47,8 @@
 
 /* The synopsis; bench_method.h's bad_usage() prints it. */
 static const char short_usage[] =
-	"Usage: " PROG " [--device shm|composite|udp] [--test pingpong|stream|bidir|all]\n"
+	"Usage: " PROG " [--device shm|composite|udp]\n"
+	"               [--test pingpong|stream|bidir|atomic|all]\n"
 	"               [--sizes LIST] [--reps N] [--min-time SEC] [--warmup N]\n"
 	"               [--iters N] [--recv none|read|copy] [--json] [--help]\n"
 	"Run it with two processes: mpirun -n 2 " PROG " ...\n";
@@ -68,8 +69,8 @@ static const char short_usage[] =
 #define NOTE_MAGIC      0x504d424eu     /* "PMBN" */
 #define CREDIT_MAGIC    0x504d4252u     /* "PMBR": the receive region is free again */
 
-enum test { T_PINGPONG, T_STREAM, T_BIDIR, T_COUNT };
-static const char *const test_names[T_COUNT] = { "pingpong", "stream", "bidir" };
+enum test { T_PINGPONG, T_STREAM, T_BIDIR, T_ATOMIC, T_COUNT };
+static const char *const test_names[T_COUNT] = { "pingpong", "stream", "bidir", "atomic" };
 
 enum path { P_RING, P_RMA };
 static const char *const path_names[] = { "ring", "rma" };
@@ -158,6 +159,9 @@ struct bench {
 	struct pm_msg held;             /* last message, kept for a late check */
 	bool holding;
 	uint64_t seq_out, seq_in;       /* rma notifications */
+	uint64_t atomic_next;           /* atomic: the old value the next fetch-add
+					   must see (0: not known yet) */
+	bool atomic_known;
 	uint64_t credits;               /* RUN_CREDIT: payloads we may write now */
 	unsigned stalled;               /* pm_wait() timeouts in a row */
 	const char *doing;              /* for error messages */
@@ -181,7 +185,7 @@ static void usage_full(void)
 "\n"
 "SYNOPSIS\n"
 "    mpirun -n 2 " PROG " [--device shm|composite|udp]\n"
-"        [--test pingpong|stream|bidir|all] [--sizes LIST] [--reps N]\n"
+"        [--test pingpong|stream|bidir|atomic|all] [--sizes LIST] [--reps N]\n"
 "        [--min-time SEC] [--warmup N] [--iters N] [--recv none|read|copy]\n"
 "        [--json]\n"
 "\n"
@@ -207,12 +211,17 @@ static void usage_full(void)
 "              clock stops at the acknowledgement.  MB/s = 10^6 bytes/s.\n"
 "    bidir     both ranks send a batch at the same time while taking the\n"
 "              other's; aggregate MB/s of both directions.\n"
-"    all       the three, in that order (the default is pingpong+stream).\n"
+"    atomic    rank 0 fetch-adds 1 to a 64-bit word of rank 1's registered\n"
+"              region (pm_atomic), one at a time, each to completion;\n"
+"              microseconds per operation (size 8, whatever --sizes says).\n"
+"              Rank 1 only progresses meanwhile: on udp its progress runs\n"
+"              them.  Every old value must be the previous one plus 1.\n"
+"    all       the four, in that order (the default is pingpong+stream).\n"
 "\n"
 "OPTIONS\n"
 "    --device NAME   the PM device: sets pm_open_attr.device (default: the\n"
 "                    library's, i.e. $PM_DEVICE or composite).\n"
-"    --test NAME     pingpong, stream, bidir or all; may be repeated or\n"
+"    --test NAME     pingpong, stream, bidir, atomic or all; may be repeated or\n"
 "                    given as a comma list (default: pingpong,stream).\n"
 "    --sizes LIST    comma-separated message sizes in bytes; a K or M suffix\n"
 "                    means KiB or MiB (8,1K,1M).  Default: every power of two\n"
@@ -402,6 +411,9 @@ static void parse_options(int argc, char **argv, struct options *o)
 	}
 	if (!any_test)
 		o->tests[T_PINGPONG] = o->tests[T_STREAM] = true;
+	if (o->tests[T_ATOMIC] && o->sizes[o->nsizes - 1] < 8)
+		bad_usage("--test atomic: its word lives in the partner's receive region, "
+			  "as large as the largest size: give one of at least 8");
 }
 
 /* ---- payload patterns ---- */
@@ -828,6 +840,41 @@ static void bidir(struct bench *b, size_t size, uint64_t iters, unsigned flags)
 		expect_ctl(b, OP_ACK);
 }
 
+/* Rank 0 fetch-adds 1 to the first word of rank 1's region, one at a time,
+ * each to completion; rank 1 only progresses (on udp its progress runs
+ * them) until rank 0's acknowledgement.  Every old value must be the last
+ * one plus 1: each applied once, in order. */
+static void atomic(struct bench *b, uint64_t iters)
+{
+	if (b->rank == 1) {
+		expect_ctl(b, OP_ACK);
+		return;
+	}
+	for (uint64_t i = 0; i < iters; i++) {
+		struct pm_op op;
+		uint64_t old;
+		unsigned polls = 0;
+		int err;
+
+		while ((err = pm_atomic(b->ctx, b->peer, PM_ATOMIC_ADD, 1, 0, &old, b->peer_key, 0,
+					&op)) == -EAGAIN)
+			progress_wait(b);
+		if (err)
+			die_pm("pm_atomic", err);
+		while (!pm_test(b->ctx, &op))
+			if (++polls % SPIN_POLLS == 0)
+				progress_wait(b);
+		if (op.status)
+			die_pm("pm_atomic (completion)", op.status);
+		if (b->atomic_known && old != b->atomic_next)
+			die("fetch-add: old value %" PRIu64 ", expected %" PRIu64, old,
+			    b->atomic_next);
+		b->atomic_next = old + 1;
+		b->atomic_known = true;
+	}
+	send_ctl(b, OP_ACK, 0, 0, 0, 0, NULL, 0);
+}
+
 static void run_test(struct bench *b, enum test t, size_t size, uint64_t iters,
 		     unsigned flags)
 {
@@ -836,6 +883,7 @@ static void run_test(struct bench *b, enum test t, size_t size, uint64_t iters,
 	case T_PINGPONG: pingpong(b, size, iters, flags); break;
 	case T_STREAM: stream(b, size, iters, flags); break;
 	case T_BIDIR: bidir(b, size, iters, flags); break;
+	case T_ATOMIC: atomic(b, iters); break;
 	default: die("unknown test %d", (int)t);
 	}
 }
@@ -1069,7 +1117,7 @@ static void measure(struct bench *b, enum test t, size_t size, struct result *r)
 	memset(r, 0, sizeof(*r));
 	r->test = t;
 	r->size = size;
-	r->path = flags & RUN_RMA ? P_RMA : P_RING;
+	r->path = (flags & RUN_RMA) || t == T_ATOMIC ? P_RMA : P_RING;
 	r->credit = flags & RUN_CREDIT;
 	b->doing = test_names[t];
 	set_pattern(b, size);
@@ -1095,6 +1143,7 @@ static void measure(struct bench *b, enum test t, size_t size, struct result *r)
 
 		switch (t) {
 		case T_PINGPONG: r->v[i] = el / (2.0 * (double)r->iters) * 1e6; break;
+		case T_ATOMIC: r->v[i] = el / (double)r->iters * 1e6; break;
 		case T_STREAM: r->v[i] = bytes / el / 1e6; break;
 		case T_BIDIR: r->v[i] = 2 * bytes / el / 1e6; break;
 		default: break;
@@ -1134,8 +1183,10 @@ static void json_cpu(FILE *f, const struct cpu_report *c)
 
 static void print_json(const struct bench *b, const char *device, const struct result *r)
 {
-	const char *metric = r->test == T_PINGPONG ? "latency_us" : "bandwidth_MBps";
-	const char *fmt = r->test == T_PINGPONG ? "%.4f" : "%.2f";
+	bool latency = r->test == T_PINGPONG || r->test == T_ATOMIC;
+	const char *metric = r->test == T_ATOMIC ? "op_us" : latency ? "latency_us"
+								   : "bandwidth_MBps";
+	const char *fmt = latency ? "%.4f" : "%.2f";
 	const struct bench_method *m = &b->opt.method;
 	FILE *f = stdout;
 
@@ -1178,7 +1229,13 @@ static void print_header(const struct bench *b, const char *device, enum test t)
 	       "%d reps, warm-up %" PRIu64 ", receiver: %s\n",
 	       test_names[t], device, peer_dev ? peer_dev : "?", b->max_msg,
 	       m->min_time, m->reps, m->warmup, recv_names[b->opt.recv]);
-	if (t == T_PINGPONG)
+	if (t == T_ATOMIC)
+		printf("# one 64-bit fetch-and-add on the partner's memory, issue to "
+		       "completion, microseconds\n"
+		       "%10s %4s %10s %10s %10s %10s %11s %13s\n",
+		       "size", "path", "iters", "median_us", "min_us", "max_us",
+		       "cpu%_r0/r1", "ctxsw/s_r0/r1");
+	else if (t == T_PINGPONG)
 		printf("# one-way latency = round-trip time / 2, microseconds\n"
 		       "%10s %4s %10s %10s %10s %10s %11s %13s\n",
 		       "size", "path", "iters", "median_us", "min_us", "max_us",
@@ -1198,7 +1255,7 @@ static void print_row(const struct result *r)
 
 	snprintf(cpu, sizeof(cpu), "%.0f/%.0f", r->cpu[0].busy_pct, r->cpu[1].busy_pct);
 	snprintf(csw, sizeof(csw), "%.0f/%.0f", r->cpu[0].csw_per_s, r->cpu[1].csw_per_s);
-	if (r->test == T_PINGPONG)
+	if (r->test == T_PINGPONG || r->test == T_ATOMIC)
 		printf("%10zu %4s %10" PRIu64 " %10.3f %10.3f %10.3f %11s %13s\n",
 		       r->size, path_names[r->path], r->iters, r->median, r->min, r->max,
 		       cpu, csw);
@@ -1330,10 +1387,13 @@ int main(int argc, char **argv)
 				continue;
 			if (!b.opt.json)
 				print_header(&b, device, (enum test)t);
-			for (int i = 0; i < b.opt.nsizes; i++) {
+			/* An atomic is one word whatever the sizes: measured once. */
+			int nsizes = t == T_ATOMIC ? 1 : b.opt.nsizes;
+
+			for (int i = 0; i < nsizes; i++) {
 				struct result r;
 
-				measure(&b, (enum test)t, b.opt.sizes[i], &r);
+				measure(&b, (enum test)t, t == T_ATOMIC ? 8 : b.opt.sizes[i], &r);
 				if (b.opt.json)
 					print_json(&b, device, &r);
 				else
