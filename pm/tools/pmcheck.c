@@ -9,7 +9,10 @@
  * all of it.  A slow receiver (--hold-ms) exercises flow control; --rma adds
  * remote writes and reads checked the same way.  Prints one JSON object per
  * rank with the counters, exits non-zero on the first wrong message or when
- * --timeout passes.
+ * --timeout passes.  A rank ends only when every other rank has said, by a
+ * one-byte DONE message, that it has all of its messages: a message PM still
+ * holds for a receiver that refused it (STOP) is not in flight, so
+ * pm_quiesce() does not wait for it, and pm_close() would lose it.
  *
  *   mpirun -n 2 pmcheck --count 1000000 --sizes 1-9000
  */
@@ -235,6 +238,7 @@ struct state {
 	 * first message from a peer whose messages are complete. */
 	struct pm_msg early;
 	bool have_early;
+	bool *done;                     /* per rank: its DONE came */
 };
 
 static int fail(struct state *st, const char *fmt, ...)
@@ -319,6 +323,17 @@ static int take(struct state *st, struct pm_msg *m)
 {
 	if (st->received >= st->to_recv || pm_recv(st->ctx, m) != 0)
 		return 0;
+	if (m->len == 1) {
+		/* A DONE (data messages carry a header): its sender is finished,
+		 * so everything it had for us came before it (in order). */
+		if (sends_to(st->o, m->peer, st->rank, st->size) &&
+		    st->next_recv[m->peer] != st->o->count)
+			return fail(st, "DONE from rank %d after %" PRIu64 " of its %" PRIu64
+				    " messages", m->peer, st->next_recv[m->peer], st->o->count);
+		st->done[m->peer] = true;
+		pm_release(st->ctx, m);
+		return 0;
+	}
 	if (!st->have_early && st->next_recv[m->peer] == st->o->count &&
 	    sends_to(st->o, m->peer, st->rank, st->size)) {
 		st->early = *m;
@@ -329,6 +344,49 @@ static int take(struct state *st, struct pm_msg *m)
 		return -1;
 	st->received++;
 	return 1;
+}
+
+/* DONE to every other rank, then every other rank's DONE: when this
+ * returns, every message of ours has been taken by its receiver.  The
+ * partner's region key (--rma) may come meanwhile: kept for rma_check. */
+static int finish(struct state *st)
+{
+	void *buf;
+	struct pm_msg m;
+	int err;
+
+	for (int p = 0; p < st->size; p++) {
+		if (p == st->rank)
+			continue;
+		while ((err = pm_send_buffer(st->ctx, p, 1, &buf)) == -EAGAIN)
+			if (now_s() > st->deadline)
+				return fail(st, "timed out sending DONE to rank %d", p);
+			else
+				pm_wait(st->ctx, 100);
+		if (err)
+			return fail(st, "DONE to rank %d: %s", p, pm_strerror(err));
+		*(uint8_t *)buf = 'D';
+		pm_send(st->ctx, p, 1);
+	}
+	for (int p = 0; p < st->size; p++) {
+		while (p != st->rank && !st->done[p]) {
+			if (pm_recv(st->ctx, &m) == -EAGAIN) {
+				if (now_s() > st->deadline)
+					return fail(st, "timed out waiting for rank %d's DONE", p);
+				pm_wait(st->ctx, 100);
+			} else if (m.len == 1) {
+				st->done[m.peer] = true;
+				pm_release(st->ctx, &m);
+			} else if (st->o->rma && !st->have_early && m.peer == (st->rank ^ 1)) {
+				st->early = m;
+				st->have_early = true;
+			} else {
+				return fail(st, "%zu bytes from rank %d while waiting for DONEs",
+					    m.len, m.peer);
+			}
+		}
+	}
+	return 0;
 }
 
 /*
@@ -478,6 +536,11 @@ int main(int argc, char **argv)
 
 	st.next_send = calloc((size_t)st.size, sizeof(uint64_t));
 	st.next_recv = calloc((size_t)st.size, sizeof(uint64_t));
+	st.done = calloc((size_t)st.size, sizeof(bool));
+	if (!st.next_send || !st.next_recv || !st.done) {
+		fprintf(stderr, "pmcheck: out of memory\n");
+		return 1;
+	}
 	for (int p = 0; p < st.size; p++) {
 		st.to_send += sends_to(&o, st.rank, p, st.size) ? o.count : 0;
 		st.to_recv += sends_to(&o, p, st.rank, st.size) ? o.count : 0;
@@ -506,6 +569,8 @@ int main(int argc, char **argv)
 			}
 		}
 	}
+	if (!st.bad)
+		finish(&st);
 	if (!st.bad && o.rma)
 		rma_check(&st);
 
@@ -527,6 +592,7 @@ int main(int argc, char **argv)
 	       s.rma_reads, s.rto_polls, s.dups, s.refused_resends);
 	fflush(stdout);
 	pm_close(ctx);
+	free(st.done);
 	free(st.next_send);
 	free(st.next_recv);
 	return st.bad ? 1 : 0;
