@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -173,11 +174,45 @@ int dsm_progress(struct dsm *d)
 	return n;
 }
 
+/* How often a spinning service thread yields its CPU, so that a thread
+ * that shares it (another rank, when ranks outnumber CPUs) still runs. */
+#define DSM_SPIN_YIELD_NS 20000u
+
+/*
+ * Every wait of the service thread is for an answer the application is
+ * blocked on (a fetch, a barrier, a lock, a release): the application
+ * thread sleeps meanwhile, so polling keeps nothing runnable of this rank
+ * off the CPU, and it answers the peers at once (a remote read of a page
+ * homed here, a barrier's arrival) where sleeping would cost each of them
+ * a wake-up.  So it polls for up to spin_ns since the last message, then
+ * sleeps in pm_wait() (spin 1 us).  The idle service loop (comm.c,
+ * service()) never polls: there the application computes.
+ */
 void dsm_wait_until(struct dsm *d, bool (*done)(struct dsm *, const void *), const void *arg)
 {
+	uint64_t idle_since = 0, yielded = 0;
+
 	while (!done(d, arg)) {
-		if (dsm_progress(d) == 0 && !done(d, arg))
-			dsm_pm_wait(d, 100);
+		if (dsm_progress(d)) {
+			idle_since = 0;
+			continue;
+		}
+		if (done(d, arg))
+			return;
+
+		uint64_t now = dsm_now_ns();
+
+		if (!idle_since)
+			idle_since = yielded = now;
+		if (now - idle_since < d->spin_ns) {
+			if (now - yielded >= DSM_SPIN_YIELD_NS) {
+				sched_yield();
+				yielded = now;
+			}
+			continue;
+		}
+		dsm_pm_wait(d, 100);
+		idle_since = 0;
 	}
 }
 

@@ -25,4 +25,24 @@ size_t dsm_diff_make(const uint8_t *page, const uint8_t *twin, uint8_t *out);
  * page's end, a truncated run): then nothing is applied. */
 int dsm_diff_apply(uint8_t *page, const uint8_t *diff, size_t len);
 
+/*
+ * A batch: the diffs of several pages for one home, in one message.  Each
+ * entry is (u32 page, u32 length, length bytes of diff), little-endian,
+ * back to back, at any byte offset.
+ */
+#define DIFF_ENTRY_HDR 8u
+#define DIFF_ENTRY_MAX (DIFF_ENTRY_HDR + DIFF_MAX)
+
+/* Append the diff of page (number pageno) against twin to the batch at
+ * out (DIFF_ENTRY_MAX bytes free); returns the bytes appended, 0 when
+ * nothing changed (nothing appended). */
+size_t dsm_diff_entry_make(uint32_t pageno, const uint8_t *page, const uint8_t *twin,
+			   uint8_t *out);
+
+/* The entry at *off of a batch of len bytes: its page, diff and diff
+ * length; *off moves past it.  1 an entry, 0 the end, -EINVAL a truncated
+ * entry (the rest of the batch is unusable). */
+int dsm_diff_entry_next(const uint8_t *batch, size_t len, size_t *off, uint32_t *pageno,
+			const uint8_t **diff, size_t *diff_len);
+
 #endif /* DSM_DIFF_H */

@@ -45,6 +45,16 @@
 #define DSM_READ_AHEAD_DEFAULT 16u
 #define DSM_READ_AHEAD_MAX 256u
 
+/* How long the service thread polls for an answer the application waits
+ * for (comm.c, dsm_await) before it sleeps, unless PMDSM_SPIN_US says
+ * otherwise (0: sleep at once); PM's own pm_wait() spins as long. */
+#define DSM_SPIN_US_DEFAULT 200u
+#define DSM_SPIN_US_MAX 1000000u
+
+/* The most bytes of diffs one message to a home carries (less when PM's
+ * messages are smaller): 7 whole-page diffs, hundreds of small ones. */
+#define DSM_DIFF_BATCH (32u * 1024u)
+
 /* A page's state in this rank; the application's view is protected to
  * match, so that the first access that needs the protocol faults. */
 enum page_state {
@@ -115,6 +125,7 @@ struct dsm {
 	int (*req_fn)(struct dsm *, void *);
 	void *req_arg;
 	int req_ret;
+	uint64_t spin_ns;       /* PMDSM_SPIN_US: dsm_await() polls this long */
 
 	/* Protocol state, touched only by the service thread. */
 	uint32_t diffs_unacked;
@@ -133,8 +144,25 @@ struct dsm {
 	/* The counters: in PM's statistics page (pm_stats_layer, layer "dsm"),
 	 * where pminfo and scored's agent read them, else in own_stats. */
 	struct pmdsm_stats *st, own_stats;
-	uint8_t diff_buf[DIFF_MAX];
+
+	/* Diff batches, one per home (sync.c): batch_bufs holds size buffers
+	 * of DSM_DIFF_BATCH bytes, of which batch_cap are used (PM's message
+	 * size allowing); batched lists the homes with a batch open. */
+	struct dsm_batch *batches;
+	uint8_t *batch_bufs;
+	int *batched;
+	uint32_t nbatched, batch_cap;
 };
+
+struct dsm_batch {
+	uint32_t n, len;        /* diffs in it, bytes */
+	bool queued;            /* in batched[] */
+};
+
+static inline uint8_t *dsm_batch_buf(struct dsm *d, int home)
+{
+	return d->batch_bufs + (size_t)home * DSM_DIFF_BATCH;
+}
 
 /* The context, NULL outside pmdsm_init()..pmdsm_finalize(). */
 extern struct dsm *dsm_ctx;
@@ -143,7 +171,7 @@ extern struct dsm *dsm_ctx;
 
 enum dsm_msg_type {
 	MSG_HELLO = 1,          /* arg: 0; payload: u64 rkey of the alias     */
-	MSG_DIFF,               /* arg: page; payload: diff (diff.h)          */
+	MSG_DIFF,               /* arg: diffs; payload: entries (diff.h)      */
 	MSG_DIFF_ACK,           /* arg: diffs applied                         */
 	MSG_NOTICES,            /* arg: lock or DSM_NOTICE_BARRIER; payload:
 	                           runs (pageset.h)                           */
@@ -181,13 +209,12 @@ int dsm_call(struct dsm *d, int (*fn)(struct dsm *, void *), void *arg);
  * has no room.  Fatal if the peer is gone. */
 void dsm_send(struct dsm *d, int peer, uint8_t type, uint32_t arg,
 	      const void *payload, size_t len);
-/* The diff of page to its home (counted in diffs_unacked). */
-void dsm_send_diff(struct dsm *d, uint32_t page);
 /* pm_wait, with a dead peer fatal. */
 void dsm_pm_wait(struct dsm *d, int timeout_ms);
 /* Handle every message that has arrived; returns how many. */
 int dsm_progress(struct dsm *d);
-/* Progress until done(d, arg) is true. */
+/* Progress until done(d, arg) is true: poll for up to spin_ns after the
+ * last message, then sleep in pm_wait() (comm.c says why). */
 void dsm_wait_until(struct dsm *d, bool (*done)(struct dsm *, const void *),
 		    const void *arg);
 /* Send a page set as NOTICES messages (runs, chunked) tagged tag. */

@@ -51,6 +51,12 @@ static int fetch_call(struct dsm *d, void *arg)
 	return 0;
 }
 
+static bool op_done(struct dsm *d, const void *op)
+{
+	/* pm_test() updates the op's status: the const is the callback's. */
+	return pm_test(d->pm, (struct pm_op *)(uintptr_t)op) != 0;
+}
+
 void dsm_fetch(struct dsm *d, uint32_t first, uint32_t n)
 {
 	int home = d->home[first];
@@ -68,11 +74,7 @@ void dsm_fetch(struct dsm *d, uint32_t first, uint32_t n)
 	if (err)
 		dsm_fatal("fetching pages %u..%u from their home, rank %d: %s", first,
 			  first + n - 1, home, pm_strerror(err));
-	while (!pm_test(d->pm, &op)) {
-		dsm_progress(d);
-		if (!pm_test(d->pm, &op))
-			dsm_pm_wait(d, 100);
-	}
+	dsm_wait_until(d, op_done, &op);
 	if (op.status)
 		dsm_fatal("fetching pages %u..%u from their home, rank %d: %s", first,
 			  first + n - 1, home, pm_strerror(op.status));

@@ -93,27 +93,38 @@ static int read_attr(const struct pmdsm_attr *attr, size_t *heap,
 	return 0;
 }
 
-/* PMDSM_READ_AHEAD: the largest read-ahead window in pages (0 or 1: none),
- * in *pages; -EINVAL when malformed or above DSM_READ_AHEAD_MAX. */
-static int read_ahead_env(uint32_t *pages)
+/* A whole number from 0 to max in the environment variable name, in *v
+ * (def when unset or empty); -EINVAL, with a message saying what is
+ * expected (what), when malformed or above max. */
+static int uint_env(const char *name, uint32_t def, uint32_t max, const char *what,
+		    uint32_t *v)
 {
-	const char *env = getenv("PMDSM_READ_AHEAD");
+	const char *env = getenv(name);
 	char *end;
-	unsigned long v;
+	unsigned long n;
 
-	*pages = DSM_READ_AHEAD_DEFAULT;
+	*v = def;
 	if (!env || !*env)
 		return 0;
 	errno = 0;
-	v = strtoul(env, &end, 10);
-	if (errno || end == env || *end || !isdigit((unsigned char)*env) ||
-	    v > DSM_READ_AHEAD_MAX) {
-		dsm_log("PMDSM_READ_AHEAD=%s: not a number of pages from 0 to %u (0 or 1: no "
-			"read-ahead)", env, DSM_READ_AHEAD_MAX);
+	n = strtoul(env, &end, 10);
+	if (errno || end == env || *end || !isdigit((unsigned char)*env) || n > max) {
+		dsm_log("%s=%s: not %s from 0 to %u", name, env, what, max);
 		return -EINVAL;
 	}
-	*pages = v ? (uint32_t)v : 1;
+	*v = (uint32_t)n;
 	return 0;
+}
+
+/* PMDSM_READ_AHEAD: the largest read-ahead window in pages (0 or 1: none). */
+static int read_ahead_env(uint32_t *pages)
+{
+	int err = uint_env("PMDSM_READ_AHEAD", DSM_READ_AHEAD_DEFAULT, DSM_READ_AHEAD_MAX,
+			   "a number of pages (0 or 1: no read-ahead)", pages);
+
+	if (!err && *pages == 0)
+		*pages = 1;
+	return err;
 }
 
 /* The counters' names in PM's statistics page, in the order of struct
@@ -177,10 +188,10 @@ static int open_pm(struct dsm *d)
 		if (m < d->max_msg)
 			d->max_msg = m;
 	}
-	if (d->max_msg < sizeof(struct dsm_hdr) + DIFF_MAX) {
+	if (d->max_msg < sizeof(struct dsm_hdr) + DIFF_ENTRY_MAX) {
 		dsm_log("PM carries messages of %zu bytes at most; the DSM needs %zu (raise "
 			"PM_SHM_RING_KIB or PM_UDP_RING_KIB)", d->max_msg,
-			sizeof(struct dsm_hdr) + DIFF_MAX);
+			sizeof(struct dsm_hdr) + DIFF_ENTRY_MAX);
 		return -EMSGSIZE;
 	}
 	err = pm_mr_register(d->pm, d->alias, d->heap_size, &d->mr);
@@ -232,7 +243,11 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 	uint32_t read_ahead;
 	int err = read_attr(attr, &heap, &wd, &device);
 
+	uint32_t spin_us;
+
 	err = err ?: read_ahead_env(&read_ahead);
+	err = err ?: uint_env("PMDSM_SPIN_US", DSM_SPIN_US_DEFAULT, DSM_SPIN_US_MAX,
+			      "a number of microseconds", &spin_us);
 	if (err)
 		return err;
 
@@ -246,6 +261,7 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 	d->pm_device = device;
 	d->write_detect = wd;
 	d->ra_max = read_ahead;
+	d->spin_ns = (uint64_t)spin_us * 1000u;
 	d->st = &d->own_stats;
 
 	err = dsm_heap_open(d, heap);

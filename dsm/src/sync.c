@@ -46,6 +46,16 @@ int dsm_sync_open(struct dsm *d)
 			return -ENOMEM;
 		/* The notice sets of locks are made on first release. */
 	}
+	/* Diff batches, one per home; the buffers are address space until a
+	 * release writes to a home (calloc of this size maps zero pages). */
+	size_t room = d->max_msg > sizeof(struct dsm_hdr) ? d->max_msg - sizeof(struct dsm_hdr) : 0;
+
+	d->batch_cap = room < DSM_DIFF_BATCH ? (uint32_t)room : DSM_DIFF_BATCH;
+	d->batches = calloc((size_t)d->size, sizeof(*d->batches));
+	d->batched = calloc((size_t)d->size, sizeof(*d->batched));
+	d->batch_bufs = calloc((size_t)d->size, DSM_DIFF_BATCH);
+	if (!d->batches || !d->batched || !d->batch_bufs)
+		return -ENOMEM;
 	err = pageset_init(&d->dirty, d->npages);
 	err = err ?: pageset_init(&d->epoch_notices, d->npages);
 	err = err ?: pageset_init(&d->mgr_union, d->npages);
@@ -64,6 +74,12 @@ void dsm_sync_close(struct dsm *d)
 	}
 	free(d->locks);
 	free(d->held);
+	free(d->batches);
+	free(d->batched);
+	free(d->batch_bufs);
+	d->batches = NULL;
+	d->batched = NULL;
+	d->batch_bufs = NULL;
 	d->locks = NULL;
 	d->held = NULL;
 	pageset_fini(&d->dirty);
@@ -75,16 +91,58 @@ void dsm_sync_close(struct dsm *d)
 
 /* ---- release and acquire ---- */
 
-void dsm_send_diff(struct dsm *d, uint32_t page)
+/*
+ * Diffs travel in batches, one message per home: a release that wrote 256
+ * pages homed at one rank sends it one message (or a few) and gets one
+ * acknowledgement each, not 256 of both; on a network device every
+ * message is a system call at each end.  A rank's batch for a home fills
+ * in place (per home, DSM_DIFF_BATCH bytes at most) and goes when full or
+ * when the release or invalidation that made it ends (dsm_flush_diffs).
+ */
+static void flush_batch(struct dsm *d, int home)
 {
-	size_t n = dsm_diff_make(dsm_page_alias(d, page), dsm_page_twin(d, page), d->diff_buf);
+	struct dsm_batch *b = &d->batches[home];
+
+	if (!b->n)
+		return;
+	dsm_send(d, home, MSG_DIFF, b->n, dsm_batch_buf(d, home), b->len);
+	d->diffs_unacked += b->n;
+	b->n = 0;
+	b->len = 0;
+}
+
+static void dsm_flush_diffs(struct dsm *d)
+{
+	for (uint32_t i = 0; i < d->nbatched; i++) {
+		flush_batch(d, d->batched[i]);
+		d->batches[d->batched[i]].queued = false;
+	}
+	d->nbatched = 0;
+}
+
+/* The diff of page into its home's batch (nothing if the page was written
+ * back to what it was). */
+static void add_diff(struct dsm *d, uint32_t page)
+{
+	int home = d->home[page];
+	struct dsm_batch *b = &d->batches[home];
+
+	if (b->len + DIFF_ENTRY_MAX > d->batch_cap)
+		flush_batch(d, home);
+
+	size_t n = dsm_diff_entry_make(page, dsm_page_alias(d, page), dsm_page_twin(d, page),
+				       dsm_batch_buf(d, home) + b->len);
 
 	if (n == 0)
-		return;         /* written back to what it was */
-	dsm_send(d, d->home[page], MSG_DIFF, page, d->diff_buf, n);
-	d->diffs_unacked++;
+		return;
+	b->len += (uint32_t)n;
+	b->n++;
+	if (!b->queued) {
+		b->queued = true;
+		d->batched[d->nbatched++] = home;
+	}
 	d->st->diffs_sent++;
-	d->st->diff_bytes += n;
+	d->st->diff_bytes += n - DIFF_ENTRY_HDR;
 }
 
 static bool diffs_acked(struct dsm *d, const void *arg)
@@ -109,7 +167,7 @@ void dsm_release(struct dsm *d)
 			uint32_t q = p + run;
 
 			if (d->home[q] != d->rank) {
-				dsm_send_diff(d, q);
+				add_diff(d, q);
 				if (dsm_uffd(d))
 					dsm_make_twin(d, q);
 			}
@@ -123,6 +181,7 @@ void dsm_release(struct dsm *d)
 		p = pageset_next(&d->dirty, p + run);
 	}
 	pageset_clear(&d->dirty);
+	dsm_flush_diffs(d);
 	dsm_wait_until(d, diffs_acked, NULL);
 	d->st->release_ns += dsm_now_ns() - t0;
 }
@@ -140,7 +199,7 @@ void dsm_invalidate(struct dsm *d, const struct pageset *set)
 		if (pageset_has(&d->dirty, p)) {
 			/* Written here since our last release: its diff goes
 			 * home first, then the page is fetched merged. */
-			dsm_send_diff(d, p);
+			add_diff(d, p);
 			pageset_del(&d->dirty, p);
 			pageset_add(&d->epoch_notices, p);
 			flushed = true;
@@ -149,8 +208,10 @@ void dsm_invalidate(struct dsm *d, const struct pageset *set)
 		dsm_protect(d, p, 1, PROT_NONE);
 		d->st->invalidations++;
 	}
-	if (flushed)
+	if (flushed) {
+		dsm_flush_diffs(d);
 		dsm_wait_until(d, diffs_acked, NULL);
+	}
 }
 
 /* ---- barriers ---- */
@@ -347,23 +408,39 @@ int dsm_unlock(struct dsm *d, unsigned l)
 
 /* ---- the dispatcher's half ---- */
 
-static void handle_diff(struct dsm *d, int peer, uint32_t page, const uint8_t *p, size_t len)
+/* A batch of n diffs (arg) from peer: each applied to the page it names
+ * if that page is homed here; then one acknowledgement of all n. */
+static void handle_diffs(struct dsm *d, int peer, uint32_t n, const uint8_t *p, size_t len)
 {
-	/* Allocation takes no message, so a diff may come for a page this
-	 * rank has not allocated yet (the sender got there first): the alias
-	 * keeps it until the allocation here. */
-	bool homed = page < d->npages && (d->state[page] == PAGE_UNUSED ||
-					  d->home[page] == d->rank);
+	size_t off = 0;
+	uint32_t page, seen = 0;
+	const uint8_t *diff;
+	size_t diff_len;
+	int more;
 
-	if (!homed || dsm_diff_apply(dsm_page_alias(d, page), p, len) < 0) {
-		dsm_log("dropped a diff of page %u from rank %d: not homed here, or malformed",
-			page, peer);
-		d->st->dropped++;
-	} else {
-		d->st->diffs_applied++;
+	while ((more = dsm_diff_entry_next(p, len, &off, &page, &diff, &diff_len)) == 1) {
+		/* Allocation takes no message, so a diff may come for a page
+		 * this rank has not allocated yet (the sender got there
+		 * first): the alias keeps it until the allocation here. */
+		bool homed = page < d->npages && (d->state[page] == PAGE_UNUSED ||
+						  d->home[page] == d->rank);
+
+		seen++;
+		if (!homed || dsm_diff_apply(dsm_page_alias(d, page), diff, diff_len) < 0) {
+			dsm_log("dropped a diff of page %u from rank %d: not homed here, or "
+				"malformed", page, peer);
+			d->st->dropped++;
+		} else {
+			d->st->diffs_applied++;
+		}
 	}
-	/* Acknowledged either way: the sender must not wait forever. */
-	dsm_send(d, peer, MSG_DIFF_ACK, 1, NULL, 0);
+	if (more < 0 || seen != n) {
+		dsm_log("dropped the end of a batch of diffs from rank %d: %u of %u entries "
+			"whole", peer, seen, n);
+		d->st->dropped++;
+	}
+	/* All n acknowledged either way: the sender must not wait forever. */
+	dsm_send(d, peer, MSG_DIFF_ACK, n, NULL, 0);
 }
 
 static void handle_notices(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t *p,
@@ -401,7 +478,7 @@ void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t 
 		}
 		return;
 	case MSG_DIFF:
-		handle_diff(d, peer, h->arg, p, len);
+		handle_diffs(d, peer, h->arg, p, len);
 		return;
 	case MSG_DIFF_ACK:
 		if (h->arg <= d->diffs_unacked)

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Diffs: exactly the changed bytes, merged without loss when several
- * writers change disjoint bytes of one page; malformed diffs refused. */
+ * writers change disjoint bytes of one page; malformed diffs refused;
+ * batches of several pages' diffs read back whole or refused. */
 #include "check.h"
 #include "diff.h"
 
@@ -89,5 +90,54 @@ int main(void)
 
 	CHECK_EQ(dsm_diff_apply(page, partial, sizeof(partial)), -EINVAL);
 	CHECK(memcmp(page, twin, DIFF_PAGE) == 0);
+
+	/* Batches: entries for several pages, an unchanged page adding
+	 * nothing, read back in order, each applying to its own page; the
+	 * byte layout (page, length, diff; little-endian) as design.md. */
+	static uint8_t pages[3][DIFF_PAGE], twins[3][DIFF_PAGE], batch[3 * DIFF_ENTRY_MAX];
+	size_t blen = 0;
+
+	for (unsigned k = 0; k < 3; k++) {
+		random_page(twins[k]);
+		memcpy(pages[k], twins[k], DIFF_PAGE);
+		if (k != 1)
+			pages[k][100 * k + 7] ^= 0x5a;
+		size_t n = dsm_diff_entry_make(70000 + k, pages[k], twins[k], batch + blen);
+
+		CHECK_EQ(n, k == 1 ? 0 : DIFF_ENTRY_HDR + 5);
+		blen += n;
+	}
+	const uint8_t first[DIFF_ENTRY_HDR + 4] = { 0x70, 0x11, 0x01, 0x00, 5, 0, 0, 0, 7, 0, 1, 0 };
+
+	CHECK(memcmp(batch, first, sizeof(first)) == 0);
+	CHECK_EQ(batch[sizeof(first)], pages[0][7]);
+
+	size_t off = 0, dlen;
+	uint32_t pageno;
+	const uint8_t *d;
+	unsigned seen = 0;
+	int more;
+
+	while ((more = dsm_diff_entry_next(batch, blen, &off, &pageno, &d, &dlen)) == 1) {
+		unsigned k = pageno - 70000;
+
+		CHECK(k == 0 || k == 2);
+		CHECK_EQ(dsm_diff_apply(twins[k], d, dlen), 0);
+		CHECK(memcmp(twins[k], pages[k], DIFF_PAGE) == 0);
+		seen++;
+	}
+	CHECK_EQ(more, 0);
+	CHECK_EQ(seen, 2);
+	CHECK_EQ(off, blen);
+
+	/* A batch cut short, in an entry's header or in its diff: -EINVAL. */
+	for (size_t cut = 1; cut < blen; cut++) {
+		if (cut == DIFF_ENTRY_HDR + 5)
+			continue;       /* a whole first entry: the end */
+		off = 0;
+		while ((more = dsm_diff_entry_next(batch, cut, &off, &pageno, &d, &dlen)) == 1)
+			;
+		CHECK_EQ(more, -EINVAL);
+	}
 	return 0;
 }
