@@ -270,6 +270,49 @@ int dsm_call(struct dsm *d, int (*fn)(struct dsm *, void *), void *arg)
 	return ret;
 }
 
+/*
+ * The service thread's claim on the core it shares with the application.
+ * On a network device a remote read of a page homed here waits until this
+ * thread runs; while the application computes, a plain woken thread may
+ * wait for the next scheduler tick (4 ms at HZ=250) before it gets the
+ * core.  A short slice (SCHED_OTHER's sched_runtime, Linux 6.12+, no
+ * privilege) makes the scheduler let it in sooner; SCHED_FIFO (asked for
+ * explicitly: it needs CAP_SYS_NICE or an RLIMIT_RTPRIO of 1) lets it in
+ * at once, at the price of not sharing the core while it polls.
+ */
+struct dsm_sched_attr {                 /* the kernel's struct sched_attr, v1 */
+	uint32_t size, policy;
+	uint64_t flags;
+	int32_t nice;
+	uint32_t priority;
+	uint64_t runtime, deadline, period;
+};
+
+#define DSM_SERVICE_SLICE_NS 100000u    /* the shortest the kernel takes */
+
+static int service_sched(struct dsm *d)
+{
+	struct dsm_sched_attr a = { .size = sizeof(a), .policy = SCHED_OTHER };
+
+	switch (d->service_sched) {
+	case PMDSM_SCHED_NONE:
+		return 0;
+	case PMDSM_SCHED_FIFO:
+		a.policy = SCHED_FIFO;
+		a.priority = 1;
+		if (syscall(SYS_sched_setattr, 0, &a, 0) == 0)
+			return 0;
+		dsm_log("PMDSM_SERVICE_SCHED=fifo: %s (it needs CAP_SYS_NICE or an "
+			"RLIMIT_RTPRIO of 1 or more: ulimit -r)", strerror(errno));
+		return -errno;
+	default:
+		/* Older kernels ignore or refuse the slice: nothing lost. */
+		a.runtime = DSM_SERVICE_SLICE_NS;
+		syscall(SYS_sched_setattr, 0, &a, 0);
+		return 0;
+	}
+}
+
 static void *service(void *arg)
 {
 	struct dsm *d = arg;
@@ -278,7 +321,9 @@ static void *service(void *arg)
 	 * preemption handling (SIGURG, forwarded to the thread that uses the
 	 * context) needs nothing of the DSM.  pm_signal() from the
 	 * application ends a pm_wait() when a request is posted. */
-	d->req_ret = d->open_fn(d);
+	d->req_ret = service_sched(d);
+	if (d->req_ret == 0)
+		d->req_ret = d->open_fn(d);
 	d->service_running = d->req_ret == 0;
 	atomic_store_explicit(&d->req, REQ_DONE, memory_order_release);
 	futex_wake_private(&d->req);

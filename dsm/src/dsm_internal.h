@@ -55,6 +55,13 @@
  * messages are smaller): 7 whole-page diffs, hundreds of small ones. */
 #define DSM_DIFF_BATCH (32u * 1024u)
 
+/* How the service thread is scheduled (comm.c, service_sched). */
+enum dsm_service_sched {
+	PMDSM_SCHED_SHORT = 0,  /* SCHED_OTHER, the shortest slice (default) */
+	PMDSM_SCHED_FIFO,       /* SCHED_FIFO 1: needs the privilege         */
+	PMDSM_SCHED_NONE,       /* as created                                */
+};
+
 /* A page's state in this rank; the application's view is protected to
  * match, so that the first access that needs the protocol faults. */
 enum page_state {
@@ -125,7 +132,8 @@ struct dsm {
 	int (*req_fn)(struct dsm *, void *);
 	void *req_arg;
 	int req_ret;
-	uint64_t spin_ns;       /* PMDSM_SPIN_US: dsm_await() polls this long */
+	uint64_t spin_ns;       /* PMDSM_SPIN_US: dsm_wait_until() polls this long */
+	enum dsm_service_sched service_sched;   /* PMDSM_SERVICE_SCHED */
 
 	/* Protocol state, touched only by the service thread. */
 	uint32_t diffs_unacked;

@@ -116,6 +116,25 @@ static int uint_env(const char *name, uint32_t def, uint32_t max, const char *wh
 	return 0;
 }
 
+/* PMDSM_SERVICE_SCHED: short (default), fifo or none. */
+static int service_sched_env(enum dsm_service_sched *sched)
+{
+	const char *env = getenv("PMDSM_SERVICE_SCHED");
+
+	*sched = PMDSM_SCHED_SHORT;
+	if (!env || !*env || !strcmp(env, "short"))
+		return 0;
+	if (!strcmp(env, "fifo"))
+		*sched = PMDSM_SCHED_FIFO;
+	else if (!strcmp(env, "none"))
+		*sched = PMDSM_SCHED_SHORT;
+	else {
+		dsm_log("PMDSM_SERVICE_SCHED=%s: not one of short, fifo, none", env);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /* PMDSM_READ_AHEAD: the largest read-ahead window in pages (0 or 1: none). */
 static int read_ahead_env(uint32_t *pages)
 {
@@ -244,10 +263,12 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 	int err = read_attr(attr, &heap, &wd, &device);
 
 	uint32_t spin_us;
+	enum dsm_service_sched sched;
 
 	err = err ?: read_ahead_env(&read_ahead);
 	err = err ?: uint_env("PMDSM_SPIN_US", DSM_SPIN_US_DEFAULT, DSM_SPIN_US_MAX,
 			      "a number of microseconds", &spin_us);
+	err = err ?: service_sched_env(&sched);
 	if (err)
 		return err;
 
@@ -262,6 +283,7 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 	d->write_detect = wd;
 	d->ra_max = read_ahead;
 	d->spin_ns = (uint64_t)spin_us * 1000u;
+	d->service_sched = sched;
 	d->st = &d->own_stats;
 
 	err = dsm_heap_open(d, heap);

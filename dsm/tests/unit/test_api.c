@@ -7,9 +7,13 @@
 #include "check.h"
 #include "pmdsm.h"
 
+#include <dirent.h>
 #include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,6 +50,42 @@ static void touch(void *p)
 	*(volatile char *)p = 1;
 }
 
+static bool kernel_at_least(int major, int minor)
+{
+	struct utsname u;
+	int ma = 0, mi = 0;
+
+	CHECK_OK(uname(&u));
+	CHECK(sscanf(u.release, "%d.%d", &ma, &mi) == 2);
+	return ma > major || (ma == major && mi >= minor);
+}
+
+/* The slice of a thread of this process other than this one, 0 when the
+ * kernel does not say (the service thread is the only other thread). */
+static long service_slice_ns(void)
+{
+	char path[300], line[256];
+	long slice = 0;
+	DIR *dir = opendir("/proc/self/task");
+	struct dirent *e;
+
+	CHECK(dir != NULL);
+	while ((e = readdir(dir))) {
+		if (e->d_name[0] == '.' || atol(e->d_name) == (long)gettid())
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/sched", e->d_name);
+		FILE *f = fopen(path, "r");
+
+		while (f && fgets(line, sizeof(line), f))
+			if (!strncmp(line, "se.slice", 8))
+				slice = atol(strchr(line, ':') + 1);
+		if (f)
+			fclose(f);
+	}
+	closedir(dir);
+	return slice;
+}
+
 int main(int argc, char **argv)
 {
 	/* The write detection to test: segv or uffd-async. */
@@ -76,8 +116,20 @@ int main(int argc, char **argv)
 	setenv("PMDSM_READ_AHEAD", "-1", 1);
 	CHECK_ERR(pmdsm_init(NULL), -EINVAL);
 	unsetenv("PMDSM_READ_AHEAD");
+	setenv("PMDSM_SPIN_US", "soon", 1);
+	CHECK_ERR(pmdsm_init(NULL), -EINVAL);
+	setenv("PMDSM_SPIN_US", "2000000", 1);     /* beyond a second */
+	CHECK_ERR(pmdsm_init(NULL), -EINVAL);
+	unsetenv("PMDSM_SPIN_US");
+	setenv("PMDSM_SERVICE_SCHED", "eager", 1);
+	CHECK_ERR(pmdsm_init(NULL), -EINVAL);
+	unsetenv("PMDSM_SERVICE_SCHED");
 
 	CHECK_OK(pmdsm_init(NULL));
+	/* The service thread runs with the shortest slice (by default) where
+	 * the kernel takes one (Linux 6.12+; it shows it in /proc). */
+	if (kernel_at_least(6, 12))
+		CHECK_EQ(service_slice_ns(), 100000);
 	CHECK_ERR(pmdsm_init(NULL), -EALREADY);
 	CHECK_EQ(pmdsm_rank(), 0);
 	CHECK_EQ(pmdsm_size(), 1);
