@@ -73,7 +73,7 @@ void dsm_fatal(const char *fmt, ...)
 	_exit(EXIT_FAILURE);
 }
 
-static void peer_gone(struct dsm *d, int err)
+void dsm_peer_gone(struct dsm *d, int err)
 {
 	for (int r = 0; r < d->size; r++)
 		if (r != d->rank && pm_peer_alive(d->pm, r) == 0)
@@ -86,7 +86,7 @@ void dsm_pm_wait(struct dsm *d, int timeout_ms)
 	int err = pm_wait(d->pm, timeout_ms);
 
 	if (err && err != -ETIMEDOUT)
-		peer_gone(d, err);
+		dsm_peer_gone(d, err);
 }
 
 /* Nested dispatch: a handler that sends may wait for room, and while it
@@ -110,7 +110,7 @@ static void send_tagged(struct dsm *d, int peer, uint8_t type, uint32_t arg, uin
 		dsm_pm_wait(d, 10);
 	}
 	if (err == -EPIPE)
-		peer_gone(d, err);
+		dsm_peer_gone(d, err);
 	if (err)
 		dsm_fatal("sending to rank %d: %s", peer, pm_strerror(err));
 

@@ -217,6 +217,9 @@ int dsm_call(struct dsm *d, int (*fn)(struct dsm *, void *), void *arg);
  * has no room.  Fatal if the peer is gone. */
 void dsm_send(struct dsm *d, int peer, uint8_t type, uint32_t arg,
 	      const void *payload, size_t len);
+/* A PM error that says a peer is gone: the rank ends, naming which one
+ * (or PM's error, when every peer is still there). */
+_Noreturn void dsm_peer_gone(struct dsm *d, int err);
 /* pm_wait, with a dead peer fatal. */
 void dsm_pm_wait(struct dsm *d, int timeout_ms);
 /* Handle every message that has arrived; returns how many. */

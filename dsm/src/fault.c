@@ -71,10 +71,14 @@ void dsm_fetch(struct dsm *d, uint32_t first, uint32_t n)
 		dsm_progress(d);
 		dsm_pm_wait(d, 10);
 	}
+	if (err == -EPIPE)
+		dsm_peer_gone(d, err);
 	if (err)
 		dsm_fatal("fetching pages %u..%u from their home, rank %d: %s", first,
 			  first + n - 1, home, pm_strerror(err));
 	dsm_wait_until(d, op_done, &op);
+	if (op.status == -EPIPE || op.status == -ECONNRESET)
+		dsm_peer_gone(d, op.status);
 	if (op.status)
 		dsm_fatal("fetching pages %u..%u from their home, rank %d: %s", first,
 			  first + n - 1, home, pm_strerror(op.status));
