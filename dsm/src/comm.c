@@ -36,7 +36,7 @@ uint64_t dsm_now_ns(void)
 
 static void vlog(const char *fmt, va_list ap)
 {
-	char line[512];
+	char line[1200];
 	int rank = dsm_ctx ? dsm_ctx->rank : -1;
 	int n = snprintf(line, sizeof(line), "pmdsm[%d]: ", rank);
 

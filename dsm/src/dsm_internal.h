@@ -134,6 +134,7 @@ struct dsm {
 	int req_ret;
 	uint64_t spin_ns;       /* PMDSM_SPIN_US: dsm_wait_until() polls this long */
 	enum dsm_service_sched service_sched;   /* PMDSM_SERVICE_SCHED */
+	bool log_stats;         /* PMDSM_STATS: the counters on stderr at finalize */
 
 	/* Protocol state, touched only by the service thread. */
 	uint32_t diffs_unacked;

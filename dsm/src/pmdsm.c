@@ -264,11 +264,14 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 
 	uint32_t spin_us;
 	enum dsm_service_sched sched;
+	uint32_t log_counters;
 
 	err = err ?: read_ahead_env(&read_ahead);
 	err = err ?: uint_env("PMDSM_SPIN_US", DSM_SPIN_US_DEFAULT, DSM_SPIN_US_MAX,
 			      "a number of microseconds", &spin_us);
 	err = err ?: service_sched_env(&sched);
+	err = err ?: uint_env("PMDSM_STATS", 0, 1, "0 or 1 (1: the counters on stderr at "
+			      "pmdsm_finalize)", &log_counters);
 	if (err)
 		return err;
 
@@ -284,6 +287,7 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 	d->ra_max = read_ahead;
 	d->spin_ns = (uint64_t)spin_us * 1000u;
 	d->service_sched = sched;
+	d->log_stats = log_counters;
 	d->st = &d->own_stats;
 
 	err = dsm_heap_open(d, heap);
@@ -330,10 +334,32 @@ static bool byes_in(struct dsm *d, const void *arg)
 	return d->bye_seen == (uint32_t)d->size - 1;
 }
 
+/* PMDSM_STATS=1: this rank's counters on stderr at finalize, one line
+ * ("pmdsm[R]: counters: read_faults=... "), named as in pminfo. */
+static void log_stats(const struct dsm *d)
+{
+	char line[1024];
+	size_t n = 0;
+	uint64_t words[NSTATS];
+
+	memcpy(words, d->st, sizeof(words));
+	for (size_t i = 0; i < NSTATS && n < sizeof(line); i++) {
+		int m = snprintf(line + n, sizeof(line) - n, " %s=%llu", stat_names[i],
+				 (unsigned long long)words[i]);
+
+		if (m < 0)
+			return;
+		n += (size_t)m;
+	}
+	dsm_log("counters:%s", line);
+}
+
 static int finalize_call(struct dsm *d, void *arg)
 {
 	(void)arg;
 	dsm_barrier(d);
+	if (d->log_stats)
+		log_stats(d);
 	/* Rank 0 ends last: it knows then that every departure arrived; the
 	 * others' BYE is delivered before they close (pm_quiesce). */
 	if (d->rank == 0) {

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -210,11 +211,32 @@ int main(int argc, char **argv)
 		  (strstr(err, "Sanitizer") && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)),
 		  "status %#x: %s", status, err);
 
-	/* And the DSM opens again. */
+	/* And the DSM opens again; PMDSM_STATS=1 logs every counter at
+	 * finalize, on one line. */
+	setenv("PMDSM_STATS", "yes", 1);
+	CHECK_ERR(pmdsm_init(NULL), -EINVAL);
+	setenv("PMDSM_STATS", "1", 1);
 	CHECK_OK(pmdsm_init(NULL));
 	p = pmdsm_malloc(4096);
 	CHECK(p != NULL);
 	CHECK_EQ(p[0], 0);
-	CHECK_OK(pmdsm_finalize());
+
+	char logged[2048] = "";
+	int saved = dup(STDERR_FILENO), fd = memfd_create("stderr", 0);
+
+	CHECK(saved >= 0 && fd >= 0);
+	CHECK(dup2(fd, STDERR_FILENO) == STDERR_FILENO);
+	int fin = pmdsm_finalize();
+
+	CHECK(dup2(saved, STDERR_FILENO) == STDERR_FILENO);
+	CHECK_OK(fin);
+	CHECK(pread(fd, logged, sizeof(logged) - 1, 0) > 0);
+	close(fd);
+	close(saved);
+	CHECK_MSG(strstr(logged, "pmdsm[0]: counters: read_faults=0 write_faults=") == logged,
+		  "%s", logged);
+	CHECK_MSG(strstr(logged, " barriers=1 ") && strstr(logged, " read_ahead_pages=0\n"),
+		  "%s", logged);
+	unsetenv("PMDSM_STATS");
 	return 0;
 }
