@@ -19,6 +19,15 @@ so that a drift of the machine does not always favour the same side):
     rxm          pml cm + mtl ofi over libfabric's own "tcp;ofi_rxm" (a
                  failure to run is recorded in the row, not fatal)
     pmbench_udp  native PM: pmbench --device udp, PM_UDP_NICS=eth0
+  on a second virtual cluster (bmpi2, 10.243.0.0/16, 4 nodes with two NICs,
+  every link limited to 1 Gbit/s, MTU 1500), up for the whole suite too:
+    pm_trunk     MPI over pm, n1 to n2, PM_UDP_NICS=eth0,eth1 (trunking)
+    pm_link      MPI over pm, n1 to n2, PM_UDP_NICS=eth0 (one link)
+    tcp_trunk    Open MPI's ob1 + tcp BTL on both networks
+                 (NetPIPE stream at 64 KiB, 1 MiB and 4 MiB)
+    hpcc_pm      HPC Challenge (Debian's hpcc, its example input: N 1000, 2 x 2)
+                 on the 4 nodes, one rank each, over pm on both NICs
+    hpcc_tcp     the same over ob1 + tcp on both networks
 
 Sizes: 8 B ping-pong (one-way latency, round trip / 2) and stream bandwidth
 at 64 KiB and 1 MiB; NetPIPE runs one size per invocation (-l S -u S -p 0,
@@ -35,7 +44,10 @@ MPI over pm on a node at most 10 % or 0.3 us (whichever is more) above
 native pmbench --device shm, at most 1.2 x vader's latency and at least
 0.9 x vader's 1 MiB bandwidth; between 2 nodes at most 10 % above native
 pmbench --device udp and at most 0.5 x the latency of ob1 + tcp and of
-tcp;ofi_rxm.  docs/mpi/bench.md has the method; its table is written by
+tcp;ofi_rxm; on two 1 Gbit/s NICs, 64 KiB to 4 MiB, MPI over pm on both at
+least 1.9 x itself on one, and at least the tcp BTL on both.  hpcc's
+PingPong, RandomRing and PTRANS over pm against ob1 + tcp are reported as
+ratios (no target).  docs/mpi/bench.md has the method; its table is written by
 scripts/bench_report.py from BUILD/bench/mpi.json.
 """
 import hashlib
@@ -53,6 +65,25 @@ from bench_udp import VCLUSTER, Cluster, cell, pin
 NAME = "bmpi"                  # no other suite or test uses it
 SUBNET = "10.246.0.0/16"       # outside vcluster's default 10.250-10.255; restart has .247
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+# Two NICs: the trunk rows and hpcc run on a second cluster, 4 nodes with 2
+# NICs each, every link limited to 1 Gbit/s (the issue's "two 1 Gbit/s NICs").
+TRUNK_NAME = "bmpi2"            # no other suite or test uses it
+TRUNK_SUBNET = "10.243.0.0/16"  # outside vcluster's default 10.250-10.255 and the other suites'
+TRUNK_RATE = "1gbit"
+TRUNK_NODES = 4
+TRUNK_SIZES = [65536, 1 << 20, 4 << 20]
+QUICK_TRUNK_SIZES = [1 << 20]
+HPCC_INPUT = Path("/usr/share/doc/hpcc/examples/_hpccinf.txt")   # N 1000, P x Q = 2 x 2
+HPCC_TIMEOUT = 300
+# hpcc's summary (hpccoutf.txt) figures the suite reports: (key, title,
+# unit, better) - better is "lower" or "higher".
+HPCC_METRICS = [
+    ("MaxPingPongLatency_usec", "PingPong latency, the worst pair", "µs", "lower"),
+    ("MinPingPongBandwidth_GBytes", "PingPong bandwidth, the worst pair", "GB/s", "higher"),
+    ("RandomlyOrderedRingLatency_usec", "RandomRing latency", "µs", "lower"),
+    ("RandomlyOrderedRingBandwidth_GBytes", "RandomRing bandwidth", "GB/s", "higher"),
+    ("PTRANS_GBs", "PTRANS", "GB/s", "higher"),
+]
 LAT_SIZE = 8
 BW_SIZES = [65536, 1 << 20]
 QUICK_BW_SIZES = [1 << 20]
@@ -65,7 +96,11 @@ DOWN_TIMEOUT = 60              # s for vcluster down
 PM_MCA = ["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "pm"]
 
 # (key, title, where, program, required).  A row that is not required may
-# fail to run without failing the suite.
+# fail to run without failing the suite.  where: "node" (this host),
+# "cluster" (bmpi: n1, n2, one unlimited NIC), "trunk" (bmpi2: n1 and n2 of
+# 4 nodes with two 1 Gbit/s NICs), "trunk4" (bmpi2: its 4 nodes, one rank
+# each).  program: netpipe (latency and bandwidth), stream (NetPIPE's
+# stream only, at the trunk sizes), pmbench, hpcc.
 ROWS = [
     ("pm_shm", "MPI over pm (PM_DEVICE=shm)", "node", "netpipe", True),
     ("vader", "Open MPI ob1 + vader", "node", "netpipe", True),
@@ -74,6 +109,11 @@ ROWS = [
     ("tcp", "Open MPI ob1 + tcp BTL", "cluster", "netpipe", True),
     ("rxm", "mtl ofi over tcp;ofi_rxm", "cluster", "netpipe", False),
     ("pmbench_udp", "native pmbench --device udp", "cluster", "pmbench", True),
+    ("pm_trunk", "MPI over pm, both NICs (PM_UDP_NICS=eth0,eth1)", "trunk", "stream", True),
+    ("pm_link", "MPI over pm, one NIC (PM_UDP_NICS=eth0)", "trunk", "stream", True),
+    ("tcp_trunk", "Open MPI ob1 + tcp BTL, both NICs", "trunk", "stream", True),
+    ("hpcc_pm", "hpcc over pm, both NICs", "trunk4", "hpcc", True),
+    ("hpcc_tcp", "hpcc over ob1 + tcp BTL, both NICs", "trunk4", "hpcc", True),
 ]
 
 
@@ -103,6 +143,13 @@ def row_setup(key, ctx, cl):
                 "--mca", "mtl_ofi_provider_include", "tcp;ofi_rxm"], {"FI_TCP_IFACE": "eth0"}, None
     if key == "pmbench_udp":
         return [], {"PM_UDP_NICS": "eth0"}, "udp"
+    if key in ("pm_trunk", "hpcc_pm"):
+        return PM_MCA, dict(provider, PM_DEVICE="udp", PM_UDP_NICS="eth0,eth1"), None
+    if key == "pm_link":
+        return PM_MCA, dict(provider, PM_DEVICE="udp", PM_UDP_NICS="eth0"), None
+    if key in ("tcp_trunk", "hpcc_tcp"):
+        return ["--mca", "pml", "ob1", "--mca", "btl", "self,tcp",
+                "--mca", "btl_tcp_if_include", f"{cl.subnet(0)},{cl.subnet(1)}"], {}, None
     raise KeyError(key)
 
 
@@ -200,6 +247,50 @@ def measure_netpipe(ctx, cl, key, bw_sizes):
         out["netpipe"]["stream"].append(row)
         out["bandwidth_MBps"][str(size)] = size / row["seconds"] / 1e6
     return out
+
+
+def measure_stream(ctx, cl, key, sizes):
+    """NetPIPE's stream bandwidth only, at each of sizes."""
+    mca, env, _ = row_setup(key, ctx, cl)
+    out = {"bandwidth_MBps": {}, "netpipe": {"pingpong": [], "stream": []}}
+    for size in sizes:
+        row = netpipe(ctx, cl, key, mca, env, size, stream=True)
+        out["netpipe"]["stream"].append(row)
+        out["bandwidth_MBps"][str(size)] = size / row["seconds"] / 1e6
+    return out
+
+
+def measure_hpcc(ctx, cl, key):
+    """hpcc with its example input (N 1000, 2 x 2) on the cluster's 4 nodes,
+    one rank each, not pinned (4 ranks share 2 CPUs: both rows alike, with
+    mpi_yield_when_idle so that a waiting rank gives its CPU up); the
+    summary's figures, after hpcc's own checks passed."""
+    mca, env, _ = row_setup(key, ctx, cl)
+    forward = [a for k in sorted(env) for a in ("-x", f"{k}={env[k]}")]
+    argv = ["mpirun", "--bind-to", "none",
+            "--mca", "plm_rsh_agent", f"{VCLUSTER} rsh --name {cl.name}",
+            "--mca", "oob_tcp_if_include", cl.subnet(0), "--mca", "mpi_yield_when_idle", "1",
+            *mca, "--host", ",".join(f"n{i + 1}" for i in range(TRUNK_NODES)),
+            "-n", str(TRUNK_NODES), *forward, *ctx.wrap, "hpcc"]
+    with tempfile.TemporaryDirectory(prefix="bench-hpcc-") as tmp:
+        os.chmod(tmp, 0o755)
+        (Path(tmp) / "hpccinf.txt").write_text(HPCC_INPUT.read_text())
+        run_cmd(ctx, f"{key}: hpcc", argv, cwd=tmp, timeout=HPCC_TIMEOUT)
+        out = Path(tmp) / "hpccoutf.txt"
+        text = out.read_text(errors="replace") if out.exists() else ""
+    summary = dict(ln.split("=", 1) for ln in text.splitlines() if "=" in ln and " " not in ln)
+    if summary.get("Success") != "1" or "FAILED" in text:
+        raise Failed(f"{key}: hpcc's own checks did not pass (Success={summary.get('Success')})"
+                     f"\n{tail(text)}")
+    if summary.get("CommWorldProcs") != str(TRUNK_NODES):
+        raise Failed(f"{key}: hpcc ran {summary.get('CommWorldProcs')} ranks, not {TRUNK_NODES}")
+    figures = {}
+    for metric, *_ in HPCC_METRICS:
+        try:
+            figures[metric] = float(summary[metric])
+        except (KeyError, ValueError):
+            raise Failed(f"{key}: hpcc's summary has no {metric}") from None
+    return {"hpcc": figures}
 
 
 def measure_pmbench(ctx, cl, key, bw_sizes, reps):
@@ -382,6 +473,31 @@ TARGETS = [
      "≤ 0.5 × tcp;ofi_rxm's latency"),
 ]
 
+
+
+def hpcc(r, key, metric):
+    return ((r.get(key) or {}).get("hpcc") or {}).get(metric)
+
+
+def _trunk_targets():
+    out = []
+    for size in TRUNK_SIZES:
+        label = f"{size >> 10} KiB" if size < 1 << 20 else f"{size >> 20} MiB"
+        out += [
+            (f"trunk_link_{size}", f"2 NICs of 1 Gbit/s: MPI over pm on both ÷ on one, "
+             f"{label} bandwidth", ("pm_trunk", "pm_link"),
+             lambda r, s=size: _div(bw(r, "pm_trunk", s), bw(r, "pm_link", s)), ">=", 1.9,
+             "≥ 1.9 × one link (64 KiB-4 MiB on two 1 Gbit/s NICs)"),
+            (f"trunk_tcp_{size}", f"2 NICs of 1 Gbit/s: MPI over pm ÷ ob1 + tcp BTL, both "
+             f"NICs each, {label} bandwidth", ("pm_trunk", "tcp_trunk"),
+             lambda r, s=size: _div(bw(r, "pm_trunk", s), bw(r, "tcp_trunk", s)), ">=", 1.0,
+             "≥ the tcp BTL over both NICs"),
+        ]
+    return out
+
+
+TARGETS += _trunk_targets()
+
 # Informational ratios, round by round (no target).
 INFO = [
     ("node_native_latency", "on a node: MPI over pm ÷ pmbench --device shm, 8 B latency",
@@ -410,6 +526,11 @@ INFO = [
      lambda r: _div(bw(r, "pm_udp", 1 << 20), bw(r, "tcp", 1 << 20))),
     ("net_rxm_bw1m", "2 nodes: MPI over pm ÷ tcp;ofi_rxm, 1 MiB bandwidth",
      lambda r: _div(bw(r, "pm_udp", 1 << 20), bw(r, "rxm", 1 << 20))),
+] + [
+    (f"hpcc_{metric}", f"hpcc on 4 nodes × 1 rank, 2 NICs of 1 Gbit/s: {title} ({unit}), "
+     f"over pm ÷ over ob1 + tcp ({better} is better)",
+     lambda r, m=metric: _div(hpcc(r, "hpcc_pm", m), hpcc(r, "hpcc_tcp", m)))
+    for metric, title, unit, better in HPCC_METRICS
 ]
 
 
@@ -426,9 +547,15 @@ def summarise(doc):
         samples = [lat(r, key) for r in rounds]
         res["latency_us"] = dict(spread(samples), samples=samples)
         res["bandwidth_MBps"] = {}
-        for size in doc["bw_sizes"]:
+        sizes = doc["trunk_sizes"] if where == "trunk" else doc["bw_sizes"]
+        for size in sizes if program != "hpcc" else ():
             samples = [bw(r, key, size) for r in rounds]
             res["bandwidth_MBps"][str(size)] = dict(spread(samples), samples=samples)
+        if program == "hpcc":
+            res["hpcc"] = {}
+            for metric, *_ in HPCC_METRICS:
+                samples = [hpcc(r, key, metric) for r in rounds]
+                res["hpcc"][metric] = dict(spread(samples), samples=samples)
         results[key] = res
     doc["results"] = results
     doc["targets"] = []
@@ -453,22 +580,32 @@ def summarise(doc):
 def run_suite(ctx):
     rounds = ctx.rounds
     bw_sizes = QUICK_BW_SIZES if ctx.quick else BW_SIZES
+    trunk_sizes = QUICK_TRUNK_SIZES if ctx.quick else TRUNK_SIZES
     reps = QUICK_PM_REPS if ctx.quick else PM_REPS
-    for need, hint in (("mpirun", "openmpi-bin"), ("NPopenmpi", "netpipe-openmpi")):
+    for need, hint in (("mpirun", "openmpi-bin"), ("NPopenmpi", "netpipe-openmpi"),
+                       ("hpcc", "hpcc")):
         if not any((Path(d) / need).exists() for d in os.environ.get("PATH", "").split(":")):
             raise RuntimeError(f"{need} missing: scripts/install-deps.sh installs {hint}")
     for need in (ctx.bin / "pmbench", ctx.build / "lib" / "libfabric" / "libpm-fi.so"):
         if not need.exists():
             raise RuntimeError(f"{need} missing: run make")
     cpus = len(os.sched_getaffinity(0))
-    doc = {"suite": "mpi", "lat_size": LAT_SIZE, "bw_sizes": bw_sizes, "pm_reps": reps,
+    if not HPCC_INPUT.exists():
+        raise RuntimeError(f"{HPCC_INPUT} missing: scripts/install-deps.sh installs hpcc")
+    doc = {"suite": "mpi", "lat_size": LAT_SIZE, "bw_sizes": bw_sizes,
+           "trunk_sizes": trunk_sizes, "pm_reps": reps,
            "pm_min_time_s": PM_MIN_TIME, "recv": "copy", "run_timeout_s": RUN_TIMEOUT,
            "cluster": {"name": NAME, "subnet": SUBNET, "nodes": 2, "nics": 1,
                        "rate": "unlimited", "mtu": 1500},
+           "trunk_cluster": {"name": TRUNK_NAME, "subnet": TRUNK_SUBNET, "nodes": TRUNK_NODES,
+                             "nics": 2, "rate": TRUNK_RATE, "mtu": 1500},
+           "hpcc": {"input": str(HPCC_INPUT), "ranks": TRUNK_NODES,
+                    "metrics": [{"key": k, "title": t, "unit": u, "better": b}
+                                for k, t, u, b in HPCC_METRICS]},
            "placement": ("rank 0 on CPU 0, rank 1 on CPU 1 (taskset -c, mpirun --bind-to none)"
                          if cpus >= 2 else "one CPU: both ranks share it (no taskset)"),
            "versions": {p: package_version(p) for p in ("openmpi-bin", "netpipe-openmpi",
-                                                        "libfabric1")},
+                                                        "libfabric1", "hpcc")},
            "rows": [{"key": k, "title": t, "where": w, "program": p, "required": req}
                     for k, t, w, p, req in ROWS],
            "rounds": [], "failed": False, "errors": []}
@@ -477,8 +614,12 @@ def run_suite(ctx):
     doc["idle_before_pct"] = idle_probe()
     dead = {}                 # row -> the round it failed in: not run again
     try:
-        with BoundedCluster(ctx, NAME, nodes=2, nics=1, extra=["--subnet", SUBNET]) as cl:
+        with BoundedCluster(ctx, NAME, nodes=2, nics=1, extra=["--subnet", SUBNET]) as cl, \
+                BoundedCluster(ctx, TRUNK_NAME, nodes=TRUNK_NODES, nics=2, rate=TRUNK_RATE,
+                               extra=["--subnet", TRUNK_SUBNET]) as trunk:
             doc["cluster"]["net0"] = cl.subnet(0)
+            doc["trunk_cluster"]["nets"] = [trunk.subnet(0), trunk.subnet(1)]
+            clusters = {"node": None, "cluster": cl, "trunk": trunk, "trunk4": trunk}
             for i in range(rounds):
                 print(f"mpi round {i + 1}/{rounds}", flush=True)
                 rnd = {}
@@ -488,10 +629,14 @@ def run_suite(ctx):
                         rnd[key] = {"failed": True, "skipped": True,
                                     "error": f"not run: failed in round {dead[key] + 1}"}
                         continue
-                    c = cl if where == "cluster" else None
+                    c = clusters[where]
                     try:
                         if program == "netpipe":
                             rnd[key] = measure_netpipe(ctx, c, key, bw_sizes)
+                        elif program == "stream":
+                            rnd[key] = measure_stream(ctx, c, key, trunk_sizes)
+                        elif program == "hpcc":
+                            rnd[key] = measure_hpcc(ctx, c, key)
                         else:
                             rnd[key] = measure_pmbench(ctx, c, key, bw_sizes, reps)
                     except Failed as e:
@@ -521,6 +666,10 @@ def run(ctx):
 
 # ---------------------------------------------------------------- printing
 
+def size_label(size):
+    return f"{size >> 10} KiB" if size < 1 << 20 else f"{size >> 20} MiB"
+
+
 def print_tables(doc):
     n = len(doc["rounds"])
     sizes = doc["bw_sizes"]
@@ -530,14 +679,36 @@ def print_tables(doc):
         f" {str(s >> 10) + ' KiB MB/s' if s < 1 << 20 else str(s >> 20) + ' MiB MB/s':>22}"
         for s in sizes)
     print(head)
-    for key, res in doc["results"].items():
+
+    def failed(res):
+        if not res["failed"]:
+            return ""
+        return (f"  FAILED ({res['rounds_without_result']} round(s) without a result): "
+                + res["error"].splitlines()[0][:100])
+
+    results = doc["results"]
+    for key, res in results.items():
+        if res["where"] not in ("node", "cluster"):
+            continue
         where = "node" if res["where"] == "node" else "2 nodes"
-        line = f"  {where:8} {res['title']:32} {cell(res['latency_us'], '.2f'):>22}" + "".join(
-            f" {cell(res['bandwidth_MBps'][str(s)], '.0f'):>22}" for s in sizes)
-        if res["failed"]:
-            line += f"  FAILED ({res['rounds_without_result']} round(s) without a result): " + \
-                res["error"].splitlines()[0][:100]
-        print(line)
+        print(f"  {where:8} {res['title']:32} {cell(res['latency_us'], '.2f'):>22}" + "".join(
+            f" {cell(res['bandwidth_MBps'][str(s)], '.0f'):>22}" for s in sizes) + failed(res))
+    tsizes = doc["trunk_sizes"]
+    print(f"\n  two NICs of 1 Gbit/s ({doc['trunk_cluster']['name']}, n1 to n2): stream MB/s")
+    print(f"  {'row':48}" + "".join(f" {size_label(s) + ' MB/s':>22}" for s in tsizes))
+    for key, res in results.items():
+        if res["where"] == "trunk":
+            print(f"  {res['title']:48}" + "".join(
+                f" {cell(res['bandwidth_MBps'][str(s)], '.0f'):>22}" for s in tsizes) + failed(res))
+    print(f"\n  hpcc on {doc['hpcc']['ranks']} nodes x 1 rank, two NICs of 1 Gbit/s")
+    hpcc_rows = [k for k, r in results.items() if r["where"] == "trunk4"]
+    print(f"  {'figure':44}" + "".join(f" {results[k]['title'][:30]:>30}" for k in hpcc_rows))
+    for m in doc["hpcc"]["metrics"]:
+        print(f"  {m['title'] + ' ' + m['unit']:44}" + "".join(
+            f" {cell(results[k]['hpcc'][m['key']], '.4g'):>30}" for k in hpcc_rows))
+    for k in hpcc_rows:
+        if results[k]["failed"]:
+            print(f"  {results[k]['title']}:{failed(results[k])}")
     print()
     for v in doc["targets"]:
         why = f" ({v['why']})" if v.get("why") else ""

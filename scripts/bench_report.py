@@ -670,18 +670,54 @@ def render_mpi(doc, path):
             "bandwidth the stream test in MB/s (10^6 B/s); each cell is the median over the "
             f"{n} round(s) with the [{kind}] in brackets. JSON: `results.<row>` (with "
             "`samples`), every round's raw figures in `rounds[].<row>`.", ""]
+    def status(res):
+        if not res["failed"]:
+            return "ran"
+        return (f"**failed** in {res['rounds_without_result']} of {n} round(s)"
+                + ("" if res.get("required") else " (not fatal)") + ", see below")
+
     rows = []
     for key, res in results.items():
+        if res["where"] not in ("node", "cluster"):
+            continue
         where = "one node" if res["where"] == "node" else "2 nodes"
-        status = "ran"
-        if res["failed"]:
-            status = (f"**failed** in {res['rounds_without_result']} of {n} round(s)"
-                      + ("" if res.get("required") else " (not fatal)") + ", see below")
         rows.append([where, res["title"], f"`{key}`", spread_cell(res["latency_us"])]
-                    + [spread_cell(res["bandwidth_MBps"][str(s)], 0) for s in sizes] + [status])
+                    + [spread_cell(res["bandwidth_MBps"][str(s)], 0) for s in sizes]
+                    + [status(res)])
     out.append(table(["where", "row", "key", f"{doc.get('lat_size')} B latency µs"]
                      + [f"{size_label(s)} MB/s" for s in sizes] + ["status"], rows,
                      ["---", "---", "---", "---:"] + ["---:"] * len(sizes) + ["---"]))
+    trunk = doc.get("trunk_cluster")
+    if trunk:
+        tsizes = doc.get("trunk_sizes", [])
+        out += ["", f"**Two NICs of 1 Gbit/s.** Cluster `{trunk.get('name')}`, "
+                f"{trunk.get('nodes')} nodes, {trunk.get('nics')} NICs each, subnet "
+                f"{trunk.get('subnet')} (nets {', '.join(trunk.get('nets', []))}), every link "
+                f"limited to {trunk.get('rate')} each way by `tc`, MTU {trunk.get('mtu')}, up "
+                "for the whole suite. NetPIPE's stream from n1 to n2 (rank 0 on CPU 0, rank 1 "
+                "on CPU 1), MB/s, median [spread] of the rounds. JSON: `results.<row>`.", ""]
+        rows = [[res["title"], f"`{key}`"]
+                + [spread_cell(res["bandwidth_MBps"][str(s)], 0) for s in tsizes] + [status(res)]
+                for key, res in results.items() if res["where"] == "trunk"]
+        out.append(table(["row", "key"] + [f"{size_label(s)} MB/s" for s in tsizes]
+                         + ["status"], rows, ["---", "---"] + ["---:"] * len(tsizes) + ["---"]))
+    hp = doc.get("hpcc")
+    hkeys = [k for k, r in results.items() if r["where"] == "trunk4"]
+    if hp and hkeys:
+        out += ["", f"**HPC Challenge** (`hpcc`, Debian's package built with Open MPI) with its "
+                f"example input (`{hp.get('input')}`: HPL N = 1000 on a 2 × 2 grid) on the "
+                f"{hp.get('ranks')} nodes of `{trunk.get('name') if trunk else '?'}`, one rank "
+                "each, not pinned: the 4 ranks share the machine's 2 CPUs, both rows alike "
+                "(`mpi_yield_when_idle 1`, so that a waiting rank gives its CPU up). Each run "
+                "must pass hpcc's own checks (`Success=1`, nothing FAILED). Figures from its "
+                "summary (`hpccoutf.txt`), median [spread] of the rounds; the ratios, round by "
+                "round, are in the informational table below. JSON: `results.<row>.hpcc`.", ""]
+        rows = [[f"{m['title']} ({m['unit']}; {m['better']} is better)", f"`{m['key']}`"]
+                + [spread_cell(results[k]["hpcc"][m["key"]], 4) for k in hkeys]
+                for m in hp["metrics"]]
+        rows.append(["status", ""] + [status(results[k]) for k in hkeys])
+        out.append(table(["figure", "hpcc key"] + [results[k]["title"] for k in hkeys], rows,
+                         ["---", "---"] + ["---:"] * len(hkeys)))
     out += ["", "Targets (issue 12, \"Performance\"), ratios taken round by round (the two rows "
             "of the same round); \"within 10 % or 0.3 µs\" is judged as MPI over pm's latency "
             "divided by native + max(10 % of native, 0.3 µs), at most 1. JSON: `targets[]`.", ""]
