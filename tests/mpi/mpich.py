@@ -9,15 +9,11 @@ is hydra's `mpiexec`, which speaks PMI, not PMIx, so the provider opens
 detached PM contexts (udp) whose peers come from fi_av_insert.
 """
 
-import hashlib
 import os
-import shutil
 import subprocess
-from pathlib import Path
-
-import pytest
 
 from .mpijob import BUILD, PROVIDER_DIR
+from .wheels import fetch_wheel, pip_install, venv_with_wheel
 
 MPICH_VERSION = "5.0.2"
 MPICH_WHEEL = f"mpich-{MPICH_VERSION}-py3-none-manylinux_2_28_x86_64.whl"
@@ -30,10 +26,6 @@ MPI4PY_VERSION = "4.1.1"
 MPI4PY_WHEEL = f"mpi4py-{MPI4PY_VERSION}-cp311-cp311-manylinux1_x86_64.manylinux_2_5_x86_64.whl"
 MPI4PY_WHEEL_SHA256 = "a753d5d61b46f90260247f344a6c57c527a6a4e7bea126830120ab41c3d057e5"
 MPI4PY_SDIST_SHA256 = "eb2c8489bdbc47fdc6b26ca7576e927a11b070b6de196a443132766b3d0a2a22"
-PYTHON = "/usr/bin/python3"
-# What each step may take here at most (the wheel is 13 MB).
-FETCH_TIMEOUT = 300
-INSTALL_TIMEOUT = 300
 
 # What makes the wheel's MPICH run over pm.  Its libfabric asks API 2.5
 # unless told otherwise; the provider implements 1.18 (design.md §1).  MPICH
@@ -63,55 +55,16 @@ def mpich_env(**extra):
     return env
 
 
-def _installed():
-    marker = VENV / ".installed"
-    return marker.exists() and marker.read_text().strip() == MPICH_SHA256
-
-
-def _fetch(project=None, version=MPICH_VERSION, name=MPICH_WHEEL, sha256=MPICH_SHA256):
-    """A pinned wheel in BUILD/cache (downloaded once); skips the test when
-    it cannot be fetched (no network)."""
-    project = project or "mpich"
-    cache = BUILD / "cache"
-    cache.mkdir(parents=True, exist_ok=True)
-    wheel = cache / name
-    if not wheel.exists():
-        try:
-            proc = subprocess.run([PYTHON, "-m", "pip", "download", "--quiet", "--no-deps",
-                                   "--only-binary", ":all:", "--dest", str(cache),
-                                   f"{project}=={version}"],
-                                  capture_output=True, text=True, timeout=FETCH_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            pytest.skip(f"cannot fetch the {project} {version} wheel from PyPI "
-                        f"(pip download took over {FETCH_TIMEOUT} s)")
-        if proc.returncode != 0 or not wheel.exists():
-            pytest.skip(f"cannot fetch the {project} {version} wheel from PyPI (no network?): "
-                        f"{proc.stderr.strip()[-500:]}")
-    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    if digest != sha256:
-        wheel.unlink()
-        raise AssertionError(f"{wheel}: SHA-256 {digest}, want {sha256}")
-    return wheel
+def _check(venv):
+    out = subprocess.run([str(venv / "bin" / "mpichversion")], capture_output=True, text=True,
+                         timeout=30).stdout
+    assert f"MPICH Version:      {MPICH_VERSION}" in out and "ofi" in out, out
 
 
 def install():
     """The venv with the pinned wheel (made once, reused while it is whole):
     returns its directory."""
-    if _installed():
-        return VENV
-    wheel = _fetch()
-    shutil.rmtree(VENV, ignore_errors=True)
-    subprocess.run([PYTHON, "-m", "venv", str(VENV)], check=True, capture_output=True,
-                   timeout=120)
-    proc = subprocess.run([str(VENV / "bin" / "pip"), "install", "--quiet", "--no-index",
-                           "--no-deps", str(wheel)],
-                          capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
-    assert proc.returncode == 0, f"pip install {wheel.name} failed: {proc.stderr}"
-    out = subprocess.run([str(VENV / "bin" / "mpichversion")], capture_output=True, text=True,
-                         timeout=30).stdout
-    assert f"MPICH Version:      {MPICH_VERSION}" in out and "ofi" in out, out
-    (VENV / ".installed").write_text(MPICH_SHA256 + "\n")
-    return VENV
+    return venv_with_wheel(VENV, "mpich", MPICH_VERSION, MPICH_WHEEL, MPICH_SHA256, _check)
 
 
 def install_mpi4py(venv):
@@ -120,24 +73,10 @@ def install_mpi4py(venv):
     python = venv / "bin" / "python"
     if marker.exists() and marker.read_text().strip() == MPI4PY_WHEEL_SHA256:
         return python
-    wheel = _fetch("mpi4py", MPI4PY_VERSION, MPI4PY_WHEEL, MPI4PY_WHEEL_SHA256)
-    proc = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--no-index",
-                           "--no-deps", str(wheel)],
-                          capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
-    assert proc.returncode == 0, f"pip install {wheel.name} failed: {proc.stderr}"
+    pip_install(venv, fetch_wheel("mpi4py", MPI4PY_VERSION, MPI4PY_WHEEL, MPI4PY_WHEEL_SHA256))
     out = subprocess.run([str(python), "-c", "from mpi4py import MPI; "
                           "print(MPI.Get_library_version())"],
                          capture_output=True, text=True, timeout=60, env=mpich_env())
     assert f"MPICH Version:      {MPICH_VERSION}" in out.stdout, out.stdout + out.stderr
     marker.write_text(MPI4PY_WHEEL_SHA256 + "\n")
     return python
-
-
-def build_program(venv, dest_dir, name):
-    """tests/programs/NAME.c compiled with the wheel's mpicc into dest_dir."""
-    src = Path(__file__).resolve().parent.parent / "programs" / f"{name}.c"
-    exe = Path(dest_dir) / name
-    proc = subprocess.run([str(venv / "bin" / "mpicc"), "-O1", "-o", str(exe), str(src)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, f"mpicc {src.name} failed: {proc.stderr}"
-    return exe

