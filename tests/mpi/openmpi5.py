@@ -53,3 +53,10 @@ def over_pm(**pm_env):
     for k, v in pm_env.items():
         args += ["-x", f"{k}={v}"]
     return args
+
+
+# One-sided MPI over PM: osc rdma over btl ofi on the provider pm (FI_RMA,
+# FI_ATOMIC), with osc rdma's defaults: Open MPI 4.1.4 aborted in its btl
+# ofi unless osc_rdma_acc_use_amo was 0 (mpijob.py), Open MPI 5 does not.
+ONE_SIDED_OVER_PM = ["--mca", "btl", "self,ofi", "--mca", "btl_ofi_provider_include", "pm",
+                     "--mca", "osc", "rdma", "--mca", "osc_rdma_btls", "ofi"]

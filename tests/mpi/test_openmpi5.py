@@ -18,7 +18,7 @@ from conftest import VCLUSTER
 from pm.pmjob import grown, nic_counters
 
 from .mpijob import Run, watch
-from .openmpi5 import install, ompi5_env, over_pm
+from .openmpi5 import ONE_SIDED_OVER_PM, install, ompi5_env, over_pm
 from .wheels import build_program
 
 
@@ -31,16 +31,16 @@ def ompi5():
 def programs(ompi5):
     d = tempfile.mkdtemp(prefix="score-ompi5-")
     try:
-        yield {name: build_program(ompi5, d, name) for name in ("mpi_transfer", "mpi_errors")}
+        yield {name: build_program(ompi5, d, name) for name in ("mpi_transfer", "mpi_errors", "mpi_onesided")}
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def mpirun(ompi5, nranks, argv, timeout=90, **pm_env):
+def mpirun(ompi5, nranks, argv, timeout=90, mca=(), **pm_env):
     """The wheel's mpirun on this host, in its own session (Run kills it and
     its ranks by its PID)."""
     return Run([ompi5 / "bin" / "mpirun", "--allow-run-as-root", "--oversubscribe",
-                "--bind-to", "none", "-n", nranks, *over_pm(**pm_env), *argv],
+                "--bind-to", "none", "-n", nranks, *over_pm(**pm_env), *mca, *argv],
                env=ompi5_env(), timeout=timeout)
 
 
@@ -63,6 +63,23 @@ def test_openmpi5_program_over_pm(ompi5, programs, stats_dir, device, nranks):
     for c in ctxs:
         assert c["device"] == device and not c["job"].startswith("detached."), c
         assert c["size"] == nranks and c["counters"]["drops"] == 0, c
+
+
+@pytest.mark.parametrize("device, nranks", [("shm", 4), ("udp", 3)])
+def test_openmpi5_one_sided_over_pm(ompi5, programs, stats_dir, device, nranks):
+    """MPI_Put/Get/Accumulate with fences and MPI_Fetch_and_op under
+    MPI_Win_lock_all through Open MPI 5's osc rdma over its btl ofi on the
+    provider pm with osc rdma's defaults: puts and gets as PM's remote
+    writes and reads, MPI_Fetch_and_op as PM's atomics (fi_fetch_atomic);
+    every rank's PM context has written remotely."""
+    extra = {"PM_UDP_NICS": "127.0.0.1"} if device == "udp" else {}
+    run = mpirun(ompi5, nranks, [programs["mpi_onesided"], "--linger-ms", "4000"],
+                 mca=ONE_SIDED_OVER_PM, PM_DEVICE=device, PM_STATS_DIR=stats_dir, **extra)
+    ctxs = watch(run, stats_dir, nranks, "rma_writes")
+    assert run.returncode == 0, run.describe()
+    assert f"mpi_onesided: {nranks} ranks passed" in run.stdout, run.describe()
+    assert ctxs is not None, \
+        f"pminfo never showed {nranks} PM contexts that had written remotely\n{run.describe()}"
 
 
 def test_openmpi5_truncation_cancel_and_probe(ompi5, programs):
