@@ -336,6 +336,10 @@ static void *service(void *arg)
 			d->req_ret = d->req_fn(d, d->req_arg);
 			atomic_store_explicit(&d->req, REQ_DONE, memory_order_release);
 			futex_wake_private(&d->req);
+			/* The application usually shares this core and waits
+			 * for it: let it run now, not after this thread's
+			 * next progress pass and its way into pm_wait(). */
+			sched_yield();
 			continue;
 		}
 		dsm_progress(d);
