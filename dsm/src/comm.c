@@ -230,8 +230,11 @@ static void futex_wake_private(_Atomic uint32_t *word)
 	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-/* A short spin before sleeping, short enough not to keep the service
- * thread off a core the two share. */
+/* A short spin before sleeping, for an answer that comes at once from a
+ * service thread on another core.  A process bound to one CPU (mpirun
+ * --bind-to core, taskset) shares it with the service thread, which can
+ * only answer once this thread sleeps: it does not spin at all
+ * (dsm_service_start). */
 #define DSM_CALL_SPIN 64
 
 static inline void cpu_relax(void)
@@ -253,7 +256,7 @@ int dsm_call(struct dsm *d, int (*fn)(struct dsm *, void *), void *arg)
 	pm_signal(d->pm);
 	for (unsigned n = 0;
 	     atomic_load_explicit(&d->req, memory_order_acquire) != REQ_DONE; n++) {
-		if (n < DSM_CALL_SPIN)
+		if (n < d->call_spin)
 			cpu_relax();
 		else
 			futex_wait_private(&d->req, REQ_POSTED);
@@ -356,6 +359,10 @@ static void *service(void *arg)
 
 int dsm_service_start(struct dsm *d, int (*open_fn)(struct dsm *), void (*close_fn)(struct dsm *))
 {
+	cpu_set_t cpus;
+
+	d->call_spin = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) == 1
+		       ? 0 : DSM_CALL_SPIN;
 	d->open_fn = open_fn;
 	d->close_fn = close_fn;
 	d->stop = false;

@@ -133,6 +133,7 @@ struct dsm {
 	void *req_arg;
 	int req_ret;
 	uint64_t spin_ns;       /* PMDSM_SPIN_US: dsm_wait_until() polls this long */
+	unsigned call_spin;     /* dsm_call() spins this often before it sleeps */
 	enum dsm_service_sched service_sched;   /* PMDSM_SERVICE_SCHED */
 	bool log_stats;         /* PMDSM_STATS: the counters on stderr at finalize */
 
