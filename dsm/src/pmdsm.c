@@ -127,7 +127,7 @@ static int service_sched_env(enum dsm_service_sched *sched)
 	if (!strcmp(env, "fifo"))
 		*sched = PMDSM_SCHED_FIFO;
 	else if (!strcmp(env, "none"))
-		*sched = PMDSM_SCHED_SHORT;
+		*sched = PMDSM_SCHED_NONE;
 	else {
 		dsm_log("PMDSM_SERVICE_SCHED=%s: not one of short, fifo, none", env);
 		return -EINVAL;

@@ -216,7 +216,12 @@ int main(int argc, char **argv)
 	setenv("PMDSM_STATS", "yes", 1);
 	CHECK_ERR(pmdsm_init(NULL), -EINVAL);
 	setenv("PMDSM_STATS", "1", 1);
+	setenv("PMDSM_SERVICE_SCHED", "none", 1);
 	CHECK_OK(pmdsm_init(NULL));
+	/* none: the service thread keeps the slice it was created with. */
+	if (kernel_at_least(6, 12))
+		CHECK(service_slice_ns() != 100000);
+	unsetenv("PMDSM_SERVICE_SCHED");
 	p = pmdsm_malloc(4096);
 	CHECK(p != NULL);
 	CHECK_EQ(p[0], 0);
