@@ -13,9 +13,11 @@ import os
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from conftest import REPO_ROOT, VCLUSTER
+from pm.pmjob import grown, nic_counters
 
 BUILD = Path(os.environ.get("SCORE_BUILD", REPO_ROOT / "build"))
 PROVIDER_DIR = BUILD / "lib" / "libfabric"
@@ -128,6 +130,22 @@ def watch(run, stats_dir, n, counter):
         return wait_for_contexts(stats_dir, n, run, done=lambda c: c["counters"][counter] > 0)
     finally:
         run.wait()
+
+
+@contextmanager
+def striped_over_both_nics(vc, nodes=None):
+    """Around a run between virtual-cluster nodes: when the block ends
+    without error, eth0 and eth1 of each of `nodes` (all of vc's by
+    default) have each sent more than 200 packets meanwhile, i.e. PM
+    striped the large messages over both NICs (eth1 carries nothing
+    else: the launchers' own traffic stays on net 0)."""
+    nodes = list(nodes or vc.nodes)
+    before = {n: nic_counters(vc, n) for n in nodes}
+    yield
+    after = {n: nic_counters(vc, n) for n in nodes}
+    for node in nodes:
+        for nic in ("eth0", "eth1"):
+            assert grown(before[node], after[node], nic) > 200, (node, nic, before, after)
 
 
 def across(vc, ppn):

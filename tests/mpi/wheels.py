@@ -6,9 +6,10 @@ programs compiled with the wheel's own mpicc."""
 import hashlib
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
+
+from scored.score import build_program as compile_program
 
 from .mpijob import BUILD
 
@@ -71,9 +72,4 @@ def venv_with_wheel(venv, project, version, name, sha256, check):
 
 def build_program(venv, dest_dir, name):
     """tests/programs/NAME.c compiled with the wheel's mpicc into dest_dir."""
-    src = Path(__file__).resolve().parent.parent / "programs" / f"{name}.c"
-    exe = Path(dest_dir) / name
-    proc = subprocess.run([str(venv / "bin" / "mpicc"), "-O1", "-o", str(exe), str(src)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, f"mpicc {src.name} failed: {proc.stderr}"
-    return exe
+    return compile_program(dest_dir, name, cc=(str(venv / "bin" / "mpicc"),))
