@@ -155,7 +155,9 @@ int dsm_progress(struct dsm *d)
 	int n = 0;
 
 	nesting++;
-	while (pm_recv(d->pm, &m) == 0) {
+	/* One look at the network, then what it brought in: a last pm_recv()
+	 * would poll again for nothing (a system call on udp). */
+	while ((n == 0 ? pm_recv(d->pm, &m) : pm_recv_queued(d->pm, &m)) == 0) {
 		struct dsm_hdr h;
 
 		if (m.len < sizeof(h)) {

@@ -169,6 +169,15 @@ struct pm_msg {
  * may be released in any order; each must be released exactly once.
  */
 int pm_recv(pm_context_t *ctx, struct pm_msg *msg);
+
+/*
+ * pm_recv() without progress: take a message that has already arrived,
+ * or -EAGAIN, without looking at the network.  For draining: after a
+ * pm_recv() returned a message, pm_recv_queued() takes the others its
+ * progress brought in and ends without the empty poll (a system call on
+ * udp) that a last pm_recv() would make.  On shm it is pm_recv().
+ */
+int pm_recv_queued(pm_context_t *ctx, struct pm_msg *msg);
 int pm_release(pm_context_t *ctx, const struct pm_msg *msg);
 
 /*

@@ -147,19 +147,32 @@ static int comp_send(struct pm_device *dev, int peer, size_t len)
 	return d ? d->ops->send(d, peer, len) : -EINVAL;
 }
 
-static int comp_recv(struct pm_device *dev, struct pm_msg *msg)
+/* The devices in turn, starting after the one that gave the last message;
+ * without progress, each that has recv_queued is asked with it. */
+static int recv_from_subs(struct composite_dev *c, struct pm_msg *msg, bool progress)
 {
-	struct composite_dev *c = to_comp(dev);
-
 	for (int k = 0; k < c->nsub; k++) {
 		int i = (c->next_rx + k) % c->nsub;
+		struct pm_device *d = c->sub[i];
+		int err = !progress && d->ops->recv_queued ? d->ops->recv_queued(d, msg)
+							   : d->ops->recv(d, msg);
 
-		if (c->sub[i]->ops->recv(c->sub[i], msg) == 0) {
+		if (err == 0) {
 			c->next_rx = (i + 1) % c->nsub;
 			return 0;
 		}
 	}
 	return -EAGAIN;
+}
+
+static int comp_recv(struct pm_device *dev, struct pm_msg *msg)
+{
+	return recv_from_subs(to_comp(dev), msg, true);
+}
+
+static int comp_recv_queued(struct pm_device *dev, struct pm_msg *msg)
+{
+	return recv_from_subs(to_comp(dev), msg, false);
 }
 
 static int comp_release(struct pm_device *dev, const struct pm_msg *msg)
@@ -353,6 +366,7 @@ const struct pm_device_ops pm_composite_ops = {
 	.send_buffer = comp_send_buffer,
 	.send = comp_send,
 	.recv = comp_recv,
+	.recv_queued = comp_recv_queued,
 	.release = comp_release,
 	.sleep = comp_sleep,
 	.poll = comp_poll,

@@ -355,11 +355,14 @@ int pm_send(pm_context_t *ctx, int peer, size_t len)
 	return ret;
 }
 
-static inline int recv_call(pm_context_t *ctx, struct pm_msg *msg)
+static inline int recv_call(pm_context_t *ctx, struct pm_msg *msg, bool progress)
 {
 	if (!msg)
 		return -EINVAL;
-	int err = ctx->dev->ops->recv(ctx->dev, msg);
+
+	const struct pm_device_ops *ops = ctx->dev->ops;
+	int err = !progress && ops->recv_queued ? ops->recv_queued(ctx->dev, msg)
+						: ops->recv(ctx->dev, msg);
 
 	if (!err) {
 		ctx->stats->msgs_recv++;
@@ -371,7 +374,16 @@ static inline int recv_call(pm_context_t *ctx, struct pm_msg *msg)
 int pm_recv(pm_context_t *ctx, struct pm_msg *msg)
 {
 	pm_call_enter(ctx);
-	int ret = recv_call(ctx, msg);
+	int ret = recv_call(ctx, msg, true);
+
+	pm_call_exit(ctx);
+	return ret;
+}
+
+int pm_recv_queued(pm_context_t *ctx, struct pm_msg *msg)
+{
+	pm_call_enter(ctx);
+	int ret = recv_call(ctx, msg, false);
 
 	pm_call_exit(ctx);
 	return ret;

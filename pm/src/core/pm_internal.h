@@ -90,6 +90,9 @@ struct pm_device_ops {
 	int (*send_buffer)(struct pm_device *dev, int peer, size_t len, void **buf);
 	int (*send)(struct pm_device *dev, int peer, size_t len);
 	int (*recv)(struct pm_device *dev, struct pm_msg *msg);
+	/* recv without progress: only what the device already holds.  NULL
+	 * when recv itself makes none (shm reads its rings). */
+	int (*recv_queued)(struct pm_device *dev, struct pm_msg *msg);
 	int (*release)(struct pm_device *dev, const struct pm_msg *msg);
 	/* Make progress without blocking; true when something happened that
 	 * a waiter cares about (a message, send space, a completion). */

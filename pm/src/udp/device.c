@@ -1041,6 +1041,13 @@ static int udp_recv(struct pm_device *dev, struct pm_msg *msg)
 	return -EAGAIN;
 }
 
+/* A message an earlier progress pass took in, without another pass: a
+ * caller draining what came saves the empty recvfrom() that would end it. */
+static int udp_recv_queued(struct pm_device *dev, struct pm_msg *msg)
+{
+	return udp_proto_recv(&to_udp(dev)->pr, msg);
+}
+
 static int udp_release(struct pm_device *dev, const struct pm_msg *msg)
 {
 	struct udp_dev *u = to_udp(dev);
@@ -1293,6 +1300,7 @@ const struct pm_device_ops pm_udp_ops = {
 	.send_buffer = udp_send_buffer,
 	.send = udp_send,
 	.recv = udp_recv,
+	.recv_queued = udp_recv_queued,
 	.release = udp_release,
 	.sleep = udp_sleep,
 	.poll = udp_poll,
