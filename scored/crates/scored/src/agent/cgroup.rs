@@ -87,6 +87,10 @@ impl JobCgroup {
 
     /// `cgroup.procs` of this cgroup, for a child to write itself into
     /// between fork and exec.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     pub fn procs_file(&self) -> PathBuf {
         self.path.join("cgroup.procs")
     }

@@ -5,7 +5,7 @@ use super::cgroup::{CgroupRoot, JobCgroup};
 use super::pmstats;
 use super::rank;
 use super::retained::Retained;
-use super::spawn::{spawn, RankSpawn};
+use super::spawn::{spawn, RankProcess, RankSpawn};
 use super::Internal;
 use score_pmix::{FenceReply, JobLayout, PmixServer};
 use score_proto::v1::{
@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
@@ -34,7 +34,7 @@ pub struct AgentJob {
     watchers: Vec<JoinHandle<()>>,
     /// Ranks started but not yet followed: watching starts only after the
     /// agent reported the launch, so that no exit overtakes it.
-    unwatched: Vec<(tokio::process::Child, u32)>,
+    unwatched: Vec<(RankProcess, u32)>,
     node: String,
     stdin: Option<mpsc::UnboundedSender<StdinChunk>>,
     /// Bytes of output the master lets this node send (flow control):
@@ -61,6 +61,8 @@ pub struct AgentJob {
     node_index: u32,
     /// The master's secret PM key for the job (LaunchJob.pm_jobkey).
     pm_jobkey: u64,
+    /// When the master's launch came, for the launch's timings.
+    pub launch_at: Instant,
 }
 
 impl AgentJob {
@@ -105,6 +107,7 @@ impl AgentJob {
             info,
             node_index,
             pm_jobkey,
+            launch_at: Instant::now(),
         };
         let r = job.make_room();
         (job, r)
@@ -151,7 +154,7 @@ impl AgentJob {
         let info = self.info.clone();
         let (node_index, node) = (self.node_index, self.node.clone());
         let spec = info.spec.as_ref().ok_or("the job has no spec")?;
-        let procs = self.cgroup.procs_file();
+        let cgroup = self.cgroup.path().to_path_buf();
         let size = spec.nodes * spec.ppn;
         let mut pids = Vec::new();
         for local in 0..spec.ppn {
@@ -190,7 +193,7 @@ impl AgentJob {
                 uid: info.uid,
                 gid: info.gid,
                 user: &info.user,
-                cgroup_procs: &procs,
+                cgroup: &cgroup,
                 stdin: with_stdin,
                 cpu: (!cpus.is_empty()).then(|| cpus[local as usize % cpus.len()]),
             })
@@ -200,7 +203,14 @@ impl AgentJob {
                     spec.argv[0], info.user, spec.cwd
                 )
             })?;
-            pids.push(child.id().unwrap_or(0));
+            pids.push(child.id());
+            tracing::debug!(
+                job = self.id,
+                rank,
+                pid = child.id(),
+                born_in_cgroup = child.born_in_cgroup,
+                "rank started"
+            );
             if let Some(mut w) = child.stdin.take() {
                 let (tx, mut rx) = mpsc::unbounded_channel::<StdinChunk>();
                 for chunk in self.pending_stdin.drain(..) {

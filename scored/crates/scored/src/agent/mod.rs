@@ -54,6 +54,9 @@ enum Internal {
         job: u64,
         nspace: String,
         result: Result<(), String>,
+        /// Since the launch came: when the registration began and ended.
+        began: Duration,
+        ended: Duration,
     },
 }
 
@@ -437,7 +440,9 @@ impl Agent {
                         // handshake can hold up: never on the event loop.
                         let (pmix, layout) = (self.pmix.clone(), job.layout());
                         let done = self.internal_tx.clone();
+                        let launch_at = job.launch_at;
                         tokio::task::spawn_blocking(move || {
+                            let began = launch_at.elapsed();
                             let result = pmix
                                 .register_job(&layout)
                                 .map_err(|e| format!("PMIx cannot register the job: {e}"));
@@ -445,6 +450,8 @@ impl Agent {
                                 job: id,
                                 nspace: layout.nspace,
                                 result,
+                                began,
+                                ended: launch_at.elapsed(),
                             });
                         });
                     }
@@ -648,9 +655,23 @@ impl Agent {
                 job,
                 nspace,
                 result,
+                began,
+                ended,
             } => match self.jobs.get_mut(&job) {
                 Some(j) if !j.is_cleaning() => {
+                    let picked_up = j.launch_at.elapsed();
                     let r = result.and_then(|()| j.start(&self.pmix, &self.out, &self.cpus));
+                    // Where a launch's time goes on this node (scrun -vv
+                    // shows only the whole, between "launching" and
+                    // "running"): RUST_LOG=debug.
+                    tracing::debug!(
+                        job,
+                        register_began_us = began.as_micros() as u64,
+                        registered_us = ended.as_micros() as u64,
+                        start_began_us = picked_up.as_micros() as u64,
+                        started_us = j.launch_at.elapsed().as_micros() as u64,
+                        "launch timings since the master's launch came"
+                    );
                     self.launched(job, r);
                 }
                 Some(_) => {} // being cleaned: its release deregisters

@@ -11,12 +11,12 @@
 //! fills and the rank blocks in `write`: nothing is dropped, however long
 //! scrun stops reading.
 
+use super::spawn::RankProcess;
 use score_proto::v1::{agent_message, AgentMessage, Output, RankExit, RankExited, Stream};
 use std::os::unix::process::ExitStatusExt;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::Child;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::{watch, Semaphore};
 
@@ -94,7 +94,7 @@ pub struct RankLinks {
 
 /// Follows `child` to its end and reports it.  Returns when the exit has
 /// been sent.
-pub async fn watch(mut child: Child, rank: u32, links: RankLinks) {
+pub async fn watch(mut child: RankProcess, rank: u32, links: RankLinks) {
     let RankLinks {
         job,
         node,
