@@ -42,10 +42,14 @@ pub struct RankSpawn<'a> {
     pub cpu: Option<u32>,
 }
 
-/// A started rank: its pid, its pipes, and a pidfd to wait on.
+/// A started rank: its pid, its pipes, and a pidfd to wait on.  Dropped
+/// before [`RankProcess::wait`] returned (a watcher aborted with its job, a
+/// launch that failed half way), it is still reaped, by a task of its own
+/// once it ends: the agent leaves no zombies.
 pub struct RankProcess {
     pid: u32,
-    pidfd: AsyncFd<OwnedFd>,
+    /// None once reaped.
+    pidfd: Option<AsyncFd<OwnedFd>>,
     pub stdin: Option<pipe::Sender>,
     pub stdout: Option<pipe::Receiver>,
     pub stderr: Option<pipe::Receiver>,
@@ -58,14 +62,42 @@ impl RankProcess {
         self.pid
     }
 
-    /// Wait for the rank to end and reap it.
+    /// Wait for the rank to end and reap it (once).
     pub async fn wait(&mut self) -> io::Result<ExitStatus> {
-        loop {
-            let mut ready = self.pidfd.readable().await?;
-            match reap(self.pidfd.get_ref().as_raw_fd(), libc::WNOHANG)? {
-                Some(status) => return Ok(status),
-                None => ready.clear_ready(),
-            }
+        let status = match &self.pidfd {
+            Some(fd) => wait_on(fd).await?,
+            None => return Err(io::Error::from_raw_os_error(libc::ECHILD)),
+        };
+        self.pidfd = None;
+        Ok(status)
+    }
+}
+
+async fn wait_on(pidfd: &AsyncFd<OwnedFd>) -> io::Result<ExitStatus> {
+    loop {
+        let mut ready = pidfd.readable().await?;
+        match reap(pidfd.get_ref().as_raw_fd(), libc::WNOHANG)? {
+            Some(status) => return Ok(status),
+            None => ready.clear_ready(),
+        }
+    }
+}
+
+impl Drop for RankProcess {
+    fn drop(&mut self) {
+        let Some(fd) = self.pidfd.take() else {
+            return;
+        };
+        if matches!(
+            reap(fd.get_ref().as_raw_fd(), libc::WNOHANG),
+            Ok(Some(_)) | Err(_)
+        ) {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = wait_on(&fd).await;
+            });
         }
     }
 }
@@ -391,7 +423,7 @@ pub fn spawn(r: &RankSpawn) -> io::Result<RankProcess> {
     let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }?;
     Ok(RankProcess {
         pid: pid as u32,
-        pidfd,
+        pidfd: Some(pidfd),
         stdin: in_w.map(pipe::Sender::from_owned_fd).transpose()?,
         stdout: Some(pipe::Receiver::from_owned_fd(out_r)?),
         stderr: Some(pipe::Receiver::from_owned_fd(err_r)?),
@@ -469,6 +501,17 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(killed.signal(), Some(libc::SIGKILL));
+        // Dropped while it runs: reaped when it ends, no zombie left.
+        let pid = spawn_in(&dir, &["sleep", "0.2"]).unwrap().id() as i32;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        // SAFETY: kill with signal 0 only asks whether the pid exists.
+        while unsafe { libc::kill(pid, 0) } == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "pid {pid} was never reaped"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
