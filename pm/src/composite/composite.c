@@ -147,17 +147,13 @@ static int comp_send(struct pm_device *dev, int peer, size_t len)
 	return d ? d->ops->send(d, peer, len) : -EINVAL;
 }
 
-/* The devices in turn, starting after the one that gave the last message;
- * without progress, each that has recv_queued is asked with it. */
+/* The devices in turn, starting after the one that gave the last message. */
 static int recv_from_subs(struct composite_dev *c, struct pm_msg *msg, bool progress)
 {
 	for (int k = 0; k < c->nsub; k++) {
 		int i = (c->next_rx + k) % c->nsub;
-		struct pm_device *d = c->sub[i];
-		int err = !progress && d->ops->recv_queued ? d->ops->recv_queued(d, msg)
-							   : d->ops->recv(d, msg);
 
-		if (err == 0) {
+		if (pm_device_recv(c->sub[i], msg, progress) == 0) {
 			c->next_rx = (i + 1) % c->nsub;
 			return 0;
 		}

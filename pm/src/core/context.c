@@ -359,10 +359,7 @@ static inline int recv_call(pm_context_t *ctx, struct pm_msg *msg, bool progress
 {
 	if (!msg)
 		return -EINVAL;
-
-	const struct pm_device_ops *ops = ctx->dev->ops;
-	int err = !progress && ops->recv_queued ? ops->recv_queued(ctx->dev, msg)
-						: ops->recv(ctx->dev, msg);
+	int err = pm_device_recv(ctx->dev, msg, progress);
 
 	if (!err) {
 		ctx->stats->msgs_recv++;

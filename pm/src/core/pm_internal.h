@@ -169,6 +169,15 @@ struct pm_device {
 	struct pm_context *ctx;
 };
 
+/* A device's next message: with progress (recv), or only what it already
+ * holds (recv_queued, where the device has one; else recv makes none). */
+static inline int pm_device_recv(struct pm_device *dev, struct pm_msg *msg, bool progress)
+{
+	if (!progress && dev->ops->recv_queued)
+		return dev->ops->recv_queued(dev, msg);
+	return dev->ops->recv(dev, msg);
+}
+
 /* Flags of create: serve only the peers on other nodes (a network device
  * under composite, beside shm). */
 #define PM_DEVICE_REMOTE_ONLY 1u
