@@ -1,10 +1,17 @@
 """Fixtures of the packaging tests: the packages built once per session by
 scripts/make-deb.sh into directories of their own (this version and the next
-one, for the upgrade), and a chroot of the node image to install them in."""
+one, for the upgrade), and a chroot of the node image to install them in.
+
+The build starts as soon as the session knows it will need it (at the end
+of collection), at the idle scheduling priority: it takes the CPU the tests
+before the packaging tests leave unused (most of the suite waits on daemons
+and timers), and none they want.  The first test that waits for it raises it
+to the normal priority."""
 
 import concurrent.futures
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -21,50 +28,101 @@ PACKAGES = ("libpm0", "libpm-dev", "pm-tools", "scored", "score-client", "libfab
 BUILD_TIMEOUT = 1200
 
 
-def make_deb(version=None):
-    """A make-deb.sh run into a fresh directory (of `version`, or the
-    changelog's); returns (its output directory, {package: .deb path})."""
-    out = Path(tempfile.mkdtemp(prefix="score-deb-", dir=REPO / "build"))
-    env = dict(os.environ, DEB_OUT=str(out))
-    if version:
-        env["DEB_VERSION"] = version
-    proc = subprocess.run([str(MAKE_DEB)], env=env, capture_output=True, text=True,
-                          timeout=BUILD_TIMEOUT)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    # The -dbgsym packages (detached debug symbols) are built too.
-    found = {p.name.split("_")[0]: p for p in out.glob("*.deb")
-             if not p.name.split("_")[0].endswith("-dbgsym")}
-    return out, found
+def session_processes(sid):
+    """The PIDs of the processes of session `sid` (from /proc)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        # After "pid (comm) ": state ppid pgrp session ...; comm may hold spaces.
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[3]) == sid:
+            pids.append(int(entry))
+    return pids
 
 
 class PendingBuild:
-    """A make_deb() run in a thread of its own, started at once, so that
-    the build runs while the tests do work that does not need it yet (the
-    cluster test brings up its nodes meanwhile); result() waits for it."""
+    """A make-deb.sh run (of the changelog's version) into a fresh
+    directory, started at once in a session of its own at the idle
+    scheduling priority (SCHED_IDLE, inherited by everything it runs), so
+    that the build runs while the tests do other work; result() raises it
+    to the normal priority and waits for it."""
 
-    def __init__(self, version=None):
+    def __init__(self):
+        self.out = Path(tempfile.mkdtemp(prefix="score-deb-", dir=REPO / "build"))
+        self._proc = subprocess.Popen(
+            ["chrt", "--idle", "0", str(MAKE_DEB)], env=dict(os.environ, DEB_OUT=str(self.out)),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)
+        # Its output is read meanwhile, so that a full pipe never stops it.
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        self._future = self._pool.submit(make_deb, version)
+        self._output = self._pool.submit(self._proc.communicate, timeout=BUILD_TIMEOUT)
+        self._result = None
+
+    def _hurry(self):
+        """Every process of the build to the normal scheduling priority (a
+        process forked meanwhile may stay idle: it only runs later)."""
+        for pid in session_processes(self._proc.pid):
+            try:
+                os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
+            except OSError:
+                pass  # ended meanwhile
 
     def result(self):
-        """(its output directory, {package: .deb path}), once built; a
-        failed build raises here."""
-        return self._future.result(timeout=BUILD_TIMEOUT)
+        """(its output directory, {package: .deb path}) once built; a failed
+        build raises here."""
+        if self._result is None:
+            self._hurry()
+            _, stderr = self._output.result(timeout=BUILD_TIMEOUT)
+            assert self._proc.returncode == 0, stderr[-4000:]
+            # The -dbgsym packages (detached debug symbols) are built too.
+            found = {p.name.split("_")[0]: p for p in self.out.glob("*.deb")
+                     if not p.name.split("_")[0].endswith("-dbgsym")}
+            self._result = (self.out, found)
+        return self._result
 
     def close(self):
-        """Wait for the build (a make-deb.sh run is not interrupted
-        half-way) and remove what it made."""
+        """End the build if it still runs (no test waited for it: the
+        session ended first; make-deb.sh starts its work tree afresh and
+        cargo recovers from an interrupted build) and remove what it made."""
+        if self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGKILL)
         self._pool.shutdown(wait=True)
-        if self._future.exception() is None:
-            shutil.rmtree(self._future.result()[0], ignore_errors=True)
+        shutil.rmtree(self.out, ignore_errors=True)
+
+
+# The session's build, started by pytest_collection_finish when a collected
+# test needs the packages; the fixture `debs` owns it from then on.
+_early_build = None
+
+
+def pytest_collection_finish(session):
+    global _early_build
+    if _early_build is None and any("debs" in getattr(item, "fixturenames", ())
+                                    for item in session.items):
+        _early_build = PendingBuild()
+
+
+def pytest_sessionfinish(session):
+    """A build no test came to own (the session ended first) is ended and
+    removed all the same."""
+    global _early_build
+    if _early_build is not None:
+        _early_build.close()
+        _early_build = None
 
 
 @pytest.fixture(scope="session")
 def debs():
-    """The packages of the changelog's version, building from the moment a
-    test asks for them: a PendingBuild (result(): (directory, {package:
-    path}))."""
-    pending = PendingBuild()
+    """The packages of the changelog's version, building from the end of
+    the collection (or from now): a PendingBuild (result(): (directory,
+    {package: path}))."""
+    global _early_build
+    pending, _early_build = _early_build or PendingBuild(), None
     try:
         yield pending
     finally:

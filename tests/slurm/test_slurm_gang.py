@@ -23,8 +23,15 @@ def test_two_jobs_take_turns_on_the_same_nodes_and_both_end_correct(vcluster, wo
             if "=" in line}
     assert set(conf["PreemptMode"].split(",")) == {"GANG", "SUSPEND"}, conf["PreemptMode"]
     assert conf["SchedulerTimeSlice"] == "5 sec", conf["SchedulerTimeSlice"]
+    # Slurm may suspend a job as soon as it starts; an srun that asks for
+    # its step meanwhile is refused ("step creation temporarily disabled")
+    # and tries again only a minute later.  The script waits until its job
+    # runs, so that the test does not sit out that back-off (60 s here).
     script = workdir / "job.sh"
     script.write_text("#!/bin/sh\n"
+                      "i=0\n"
+                      "while [ \"$(squeue -h -j \"$SLURM_JOB_ID\" -o %t)\" != R ] && "
+                      "[ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done\n"
                       f"exec srun --mpi=pmix {PMCHECK} --pattern all --count 200000 "
                       "--sizes 8-512 --timeout 120\n")
     jobs = []
