@@ -21,7 +21,7 @@ all: build
 
 help:
 	@echo "make         build everything into build/bin and build/lib"
-	@echo "make test    run every test (unit, sanitizer, fuzz, rust, integration); prints 'N passed, N failed, N skipped'; ALLOW_SKIPS=1 for a partial run"
+	@echo "make test    run every test (unit, sanitizer, fuzz, integration, rust); prints 'N passed, N failed, N skipped'; ALLOW_SKIPS=1 for a partial run"
 	@echo "make demo    bring up a virtual cluster and show what score does on it"
 	@echo "make bench   run the benchmarks side by side with their baselines"
 	@echo "make deb     build the Debian packages into build/deb (lintian-checked) and a local apt repository"

@@ -74,7 +74,10 @@ cargo_dir=$WORK/cargo
 if [ ! -d "$cargo_dir" ] && [ -d "$ROOT/build/cargo/release" ]; then
   say "seeding $cargo_dir from build/cargo (compiled crates)"
   mkdir -p "$cargo_dir"
-  cp -a "$ROOT/build/cargo/release" "$cargo_dir/"
+  # Under cargo's own lock of that directory, so that a cargo run there
+  # (make test compiles its tests meanwhile) leaves no half-written crate
+  # in the copy.
+  flock -w 3600 "$ROOT/build/cargo/release/.cargo-lock" cp -a "$ROOT/build/cargo/release" "$cargo_dir/"
 fi
 say "building the packages (dpkg-buildpackage -b; the Rust programs build in $cargo_dir)"
 mkdir -p "$OUT"

@@ -8,17 +8,19 @@ before the packaging tests leave unused (most of the suite waits on daemons
 and timers), and none they want.  The first test that waits for it raises it
 to the normal priority."""
 
-import concurrent.futures
 import os
 import shutil
-import signal
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+from idle_job import IdleJob  # noqa: E402  (scripts/ is not a package)
+
 MAKE_DEB = REPO / "scripts" / "make-deb.sh"
 VERSION = subprocess.run(["dpkg-parsechangelog", "-l", str(REPO / "packaging/debian/changelog"),
                           "-S", "Version"], capture_output=True, text=True,
@@ -28,57 +30,24 @@ PACKAGES = ("libpm0", "libpm-dev", "pm-tools", "scored", "score-client", "libfab
 BUILD_TIMEOUT = 1200
 
 
-def session_processes(sid):
-    """The PIDs of the processes of session `sid` (from /proc)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        # After "pid (comm) ": state ppid pgrp session ...; comm may hold spaces.
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[3]) == sid:
-            pids.append(int(entry))
-    return pids
-
-
 class PendingBuild:
     """A make-deb.sh run (of the changelog's version) into a fresh
-    directory, started at once in a session of its own at the idle
-    scheduling priority (SCHED_IDLE, inherited by everything it runs), so
-    that the build runs while the tests do other work; result() raises it
-    to the normal priority and waits for it."""
+    directory, started at once at the idle scheduling priority (an
+    IdleJob), so that the build runs while the tests do other work;
+    result() raises it to the normal priority and waits for it."""
 
     def __init__(self):
         self.out = Path(tempfile.mkdtemp(prefix="score-deb-", dir=REPO / "build"))
-        self._proc = subprocess.Popen(
-            ["chrt", "--idle", "0", str(MAKE_DEB)], env=dict(os.environ, DEB_OUT=str(self.out)),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True)
-        # Its output is read meanwhile, so that a full pipe never stops it.
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        self._output = self._pool.submit(self._proc.communicate, timeout=BUILD_TIMEOUT)
+        self._job = IdleJob([str(MAKE_DEB)], env=dict(os.environ, DEB_OUT=str(self.out)),
+                            separate_stderr=True)
         self._result = None
-
-    def _hurry(self):
-        """Every process of the build to the normal scheduling priority (a
-        process forked meanwhile may stay idle: it only runs later)."""
-        for pid in session_processes(self._proc.pid):
-            try:
-                os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
-            except OSError:
-                pass  # ended meanwhile
 
     def result(self):
         """(its output directory, {package: .deb path}) once built; a failed
         build raises here."""
         if self._result is None:
-            self._hurry()
-            _, stderr = self._output.result(timeout=BUILD_TIMEOUT)
-            assert self._proc.returncode == 0, stderr[-4000:]
+            status, _, stderr = self._job.result(timeout=BUILD_TIMEOUT)
+            assert status == 0, stderr[-4000:]
             # The -dbgsym packages (detached debug symbols) are built too.
             found = {p.name.split("_")[0]: p for p in self.out.glob("*.deb")
                      if not p.name.split("_")[0].endswith("-dbgsym")}
@@ -89,9 +58,7 @@ class PendingBuild:
         """End the build if it still runs (no test waited for it: the
         session ended first; make-deb.sh starts its work tree afresh and
         cargo recovers from an interrupted build) and remove what it made."""
-        if self._proc.poll() is None:
-            os.killpg(self._proc.pid, signal.SIGKILL)
-        self._pool.shutdown(wait=True)
+        self._job.kill()
         shutil.rmtree(self.out, ignore_errors=True)
 
 

@@ -1,0 +1,88 @@
+"""A command run in the background at the idle scheduling priority, for the
+test runner's builds: it takes the CPU time the tests in the foreground
+leave unused (most of the suite waits on daemons and timers), and none
+they want.  Whoever comes to need its result raises it to the normal
+priority and waits for it.
+
+    job = IdleJob(["cargo", "test", "--no-run"], env=env)
+    ...                       # the foreground work
+    status, output = job.result(timeout=1200)
+
+The command runs in a session of its own, under SCHED_IDLE (inherited by
+every process it starts), with its output collected meanwhile so that a
+full pipe never stops it.
+"""
+
+import os
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+
+def session_processes(sid):
+    """The PIDs of the processes of session `sid` (from /proc)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        # After "pid (comm) ": state ppid pgrp session ...; comm may hold spaces.
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[3]) == sid:
+            pids.append(int(entry))
+    return pids
+
+
+class IdleJob:
+    """`argv` started now, at the idle priority; its stdout and stderr
+    are collected (together, or apart with separate_stderr)."""
+
+    def __init__(self, argv, env=None, cwd=None, separate_stderr=False):
+        self.argv = list(argv)
+        self._proc = subprocess.Popen(
+            ["chrt", "--idle", "0", *self.argv], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE if separate_stderr else subprocess.STDOUT,
+            text=True, start_new_session=True)
+        self._output = (None, None)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        self._output = self._proc.communicate()
+
+    def hurry(self):
+        """Every process of the job to the normal scheduling priority (one
+        forked at this moment may stay idle: it then only runs later)."""
+        for pid in session_processes(self._proc.pid):
+            try:
+                os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
+            except OSError:
+                pass  # ended meanwhile
+
+    def result(self, timeout):
+        """(exit status, stdout, stderr) once it has ended, raised to the
+        normal priority first; stderr is None unless separate_stderr.
+        Killed if it runs past `timeout` seconds from now (status -9)."""
+        self.hurry()
+        self._reader.join(timeout)
+        if self._reader.is_alive():
+            self.kill()
+            self._reader.join()
+        return (self._proc.returncode, *self._output)
+
+    def running(self):
+        return self._proc.poll() is None
+
+    def kill(self):
+        """End the whole job now (its session's process group)."""
+        if self._proc.poll() is None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._proc.wait()
