@@ -4,7 +4,11 @@
  *
  * Every rank passes a token to its right neighbour, ROUNDS times round the
  * ring, with PM's zero-copy messages; then every rank writes its rank into
- * rank 0's registered table with one-sided remote writes.
+ * rank 0's registered table with one-sided remote writes.  It ends as every
+ * PM program must (docs/pm/guide.md): pm_close() does not wait for what
+ * this rank sent to be taken, so rank 0 answers each writer's "done" with a
+ * "bye", and a rank closes only once it has heard from the peers it sent
+ * to and pm_quiesce() has seen its own last messages acknowledged.
  *
  *   mpirun -n 4 build/bin/pm-ring-pass        (or scrun, srun --mpi=pmix)
  */
@@ -112,6 +116,9 @@ int main(void)
 		printf("ring_pass: %d ranks, token %llu after %d rounds, table complete\n",
 		       size, (unsigned long long)token, ROUNDS);
 		pm_mr_deregister(ctx, mr);
+		/* Every "done" came: each writer may close once it has its bye. */
+		for (int peer = 1; peer < size; peer++)
+			send_bytes(ctx, peer, "", 1);
 	} else {
 		struct pm_op op;
 		int32_t me = rank;
@@ -127,8 +134,14 @@ int main(void)
 		if (op.status)
 			die("remote write", op.status);
 		send_bytes(ctx, 0, &me, sizeof(me));
+		recv_msg(ctx, &msg);            /* the bye: rank 0 has our "done" */
+		pm_release(ctx, &msg);
 	}
 	free(table);
+	/* Until our last messages are acknowledged (nobody refuses them now:
+	 * their receivers are waiting for them). */
+	if ((err = pm_quiesce(ctx)) < 0)
+		die("pm_quiesce", err);
 	pm_close(ctx);
 	return 0;
 }
