@@ -42,6 +42,41 @@ COMMAND_TIMEOUT = 60
 _names = itertools.count()
 
 
+# The directories whose tests do not wait on message latency (Ansible, apt,
+# the virtual cluster's own lifecycle), run first and in this order; the
+# others follow as collected.  While they run, the runner's builds at the
+# idle priority (scripts/idle_job.py, SCORE_IDLE_JOBS) and the packages'
+# build (tests/packaging/conftest.py) take the CPU they leave unused; the
+# first test of another directory stops the runner's builds, whose cache
+# footprint would slow every message of MPI, PM and the DSM.
+UNHURRIED = ("provisioning", "vcluster", "packaging")
+
+
+def _test_dir(item):
+    parts = item.path.relative_to(REPO_ROOT / "tests").parts
+    return parts[0] if len(parts) > 1 else ""
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {d: i for i, d in enumerate(UNHURRIED)}
+    items.sort(key=lambda item: rank.get(_test_dir(item), len(UNHURRIED)))
+
+
+_idle_jobs_stopped = False
+
+
+def pytest_runtest_setup(item):
+    global _idle_jobs_stopped
+    if _idle_jobs_stopped or _test_dir(item) in UNHURRIED:
+        return
+    _idle_jobs_stopped = True
+    for pgid in filter(None, os.environ.get("SCORE_IDLE_JOBS", "").split(",")):
+        try:
+            os.killpg(int(pgid), signal.SIGSTOP)
+        except ProcessLookupError:
+            pass  # finished already
+
+
 def run_vcluster(*args, timeout=COMMAND_TIMEOUT, input=None, env=None, cwd=None):
     """Run the vcluster tool; return the CompletedProcess (text, output captured)."""
     return subprocess.run([str(VCLUSTER), *map(str, args)], input=input, env=env, cwd=cwd,
