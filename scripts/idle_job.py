@@ -1,12 +1,11 @@
 """A command run in the background at the idle scheduling priority, for the
 test runner's builds: it takes the CPU time the tests in the foreground
-leave unused (most of the suite waits on daemons and timers), and none
-they want.  Whoever comes to need its result raises it to the normal
-priority and waits for it.
+leave unused (most of the suite waits on daemons and timers).  Whoever
+comes to need its result raises it to the normal priority and waits for it.
 
     job = IdleJob(["cargo", "test", "--no-run"], env=env)
     ...                       # the foreground work
-    status, output = job.result(timeout=1200)
+    status, output, _ = job.result(timeout=1200)
 
 The command runs in a session of its own, under SCHED_IDLE (inherited by
 every process it starts), with its output collected meanwhile so that a
@@ -48,10 +47,9 @@ class IdleJob:
     """`argv` started now, at the idle priority; its stdout and stderr
     are collected (together, or apart with separate_stderr)."""
 
-    def __init__(self, argv, env=None, cwd=None, separate_stderr=False):
-        self.argv = list(argv)
+    def __init__(self, argv, env=None, separate_stderr=False):
         self._proc = subprocess.Popen(
-            ["chrt", "--idle", "0", *self.argv], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+            ["chrt", "--idle", "0", *argv], env=env, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE if separate_stderr else subprocess.STDOUT,
             text=True, start_new_session=True)

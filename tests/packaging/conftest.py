@@ -4,9 +4,10 @@ one, for the upgrade), and a chroot of the node image to install them in.
 
 The build starts as soon as the session knows it will need it (at the end
 of collection), at the idle scheduling priority: it takes the CPU the tests
-before the packaging tests leave unused (most of the suite waits on daemons
-and timers), and none they want.  The first test that waits for it raises it
-to the normal priority."""
+run before the packaging tests leave unused (tests/conftest.py runs first
+the directories that do not wait on message latency, packaging among
+them).  The first test that waits for it raises it to the normal
+priority."""
 
 import os
 import shutil
