@@ -59,6 +59,19 @@ def test_open_mpi_5_program_goes_over_pm_with_no_flag(score):
     assert_goes_over_pm(score, build_program(install(), score.workdir, "mpi_transfer"))
 
 
+def test_mpich_program_goes_over_pm_with_no_flag(score):
+    """The same with MPICH (the `mpich` wheel, tests/mpi/mpich.py): MPICH has
+    no PMIx client, so its ranks find each other through the agent's PMI-1
+    (PMI_FD, score-pmi) and its barrier goes through the master's fence;
+    scrun's environment selects its ofi netmod and the provider pm, whose
+    PM contexts join the job through PMIx as Open MPI's do (shm on a node,
+    udp between nodes)."""
+    from mpi.mpich import install
+    from mpi.wheels import build_program
+
+    assert_goes_over_pm(score, build_program(install(), score.workdir, "mpi_transfer"))
+
+
 @needs_mpicc
 def test_mpi_own_leaves_open_mpi_its_own_transports(score):
     exe = build_mpi_program(score.workdir, "mpi_transfer")

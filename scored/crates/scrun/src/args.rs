@@ -207,19 +207,44 @@ pub enum MpiTransport {
     Own,
 }
 
-/// The environment that makes Open MPI's point-to-point traffic go over PM:
-/// the cm PML with the ofi MTL restricted to the provider pm.  Variables
-/// the user set win (they are added only where absent), and Open MPI lets
-/// the environment override its system-wide parameter file, whose Debian
-/// default excludes ofi.
+/// The environment that makes MPI traffic go over PM (docs/mpi/guide.md).
+/// Open MPI: the cm PML with the ofi MTL restricted to the provider pm (the
+/// environment overrides its system-wide parameter file, whose Debian
+/// default excludes ofi).  MPICH (ch4): the ofi netmod, libfabric restricted
+/// to pm, ranks of one node through it too (PM's shm), the API version the
+/// provider implements, and one-sided MPI as active messages.  Each MPI
+/// ignores the other's variables.  Variables the user set win (they are
+/// added only where absent: [`add_mpi_env`]).
 pub fn mpi_env(transport: MpiTransport) -> &'static [(&'static str, &'static str)] {
     match transport {
         MpiTransport::Pm => &[
             ("OMPI_MCA_pml", "cm"),
             ("OMPI_MCA_mtl", "ofi"),
             ("OMPI_MCA_mtl_ofi_provider_include", "pm"),
+            ("FI_PROVIDER", "pm"),
+            ("MPIR_CVAR_CH4_NETMOD", "ofi"),
+            ("MPIR_CVAR_NOLOCAL", "1"),
+            ("MPIR_CVAR_CH4_OFI_MAJOR_VERSION", "1"),
+            ("MPIR_CVAR_CH4_OFI_MINOR_VERSION", "18"),
+            ("MPIR_CVAR_CH4_OFI_ENABLE_RMA", "0"),
+            ("MPIR_CVAR_CH4_OFI_ENABLE_ATOMICS", "0"),
         ],
         MpiTransport::Own => &[],
+    }
+}
+
+/// Adds [`mpi_env`] to the job's environment `env` where absent.
+/// `FI_PROVIDER` (which MPICH needs, having no other way to name a
+/// provider) would also restrict Open MPI's libfabric: a job that names
+/// Open MPI's provider itself does not get it, so that its choice works.
+pub fn add_mpi_env(transport: MpiTransport, env: &mut std::collections::HashMap<String, String>) {
+    let own_provider = env.contains_key("OMPI_MCA_mtl_ofi_provider_include");
+    for (k, v) in mpi_env(transport) {
+        if *k == "FI_PROVIDER" && own_provider {
+            continue;
+        }
+        env.entry((*k).to_string())
+            .or_insert_with(|| (*v).to_string());
     }
 }
 
@@ -253,7 +278,28 @@ mod tests {
         assert_eq!(pm.get("OMPI_MCA_pml"), Some(&"cm"));
         assert_eq!(pm.get("OMPI_MCA_mtl"), Some(&"ofi"));
         assert_eq!(pm.get("OMPI_MCA_mtl_ofi_provider_include"), Some(&"pm"));
+        assert_eq!(pm.get("FI_PROVIDER"), Some(&"pm"));
+        assert_eq!(pm.get("MPIR_CVAR_CH4_NETMOD"), Some(&"ofi"));
         assert!(mpi_env(MpiTransport::Own).is_empty());
+    }
+
+    #[test]
+    fn the_users_variables_and_provider_choice_win() {
+        let mut env = std::collections::HashMap::from([
+            ("OMPI_MCA_pml".to_string(), "ob1".to_string()),
+            (
+                "OMPI_MCA_mtl_ofi_provider_include".to_string(),
+                "tcp".to_string(),
+            ),
+        ]);
+        add_mpi_env(MpiTransport::Pm, &mut env);
+        assert_eq!(env["OMPI_MCA_pml"], "ob1");
+        assert_eq!(env["OMPI_MCA_mtl_ofi_provider_include"], "tcp");
+        assert!(!env.contains_key("FI_PROVIDER"), "{env:?}");
+        assert_eq!(env["MPIR_CVAR_CH4_NETMOD"], "ofi");
+        let mut env = std::collections::HashMap::new();
+        add_mpi_env(MpiTransport::Pm, &mut env);
+        assert_eq!(env["FI_PROVIDER"], "pm");
     }
 
     fn pre(args: &[&str]) -> Vec<String> {

@@ -51,9 +51,10 @@ EXAMPLES:
         params.txt is read by rank 0.
 
     scrun -nodes=4x2 ./mpi_app
-        An Open MPI program: its messages go over PM (shared memory within a
-        node, PM's udp device between nodes). --mpi own leaves Open MPI's own
-        transports (vader, tcp).
+        An Open MPI or MPICH program: its messages go over PM (shared memory
+        within a node, PM's udp device between nodes). MPICH finds its peers
+        through the agent's PMI-1 (PMI_FD), Open MPI through PMIx. --mpi own
+        leaves the MPI library's own transports (Open MPI: vader, tcp).
 
     scrun -v --name sweep -N 16 ./sweep --nodes 3
         \"--nodes 3\" is an argument of ./sweep, not of scrun.
@@ -116,8 +117,8 @@ struct Cli {
     #[arg(short = 'e', long = "env", value_name = "NAME[=VALUE]", value_parser = args::parse_env_arg)]
     env: Vec<EnvArg>,
 
-    /// How MPI programs communicate: pm (Open MPI over PM, through the
-    /// libfabric provider pm) or own (the MPI library's own transports).
+    /// How MPI programs communicate: pm (Open MPI and MPICH over PM, through
+    /// the libfabric provider pm) or own (the MPI library's own transports).
     /// Variables set in the environment or with --env win
     #[arg(long, value_enum, value_name = "TRANSPORT", default_value_t = MpiTransport::Pm)]
     mpi: MpiTransport,
@@ -285,10 +286,7 @@ fn job_spec(cli: &Cli) -> Result<score_proto::v1::JobSpec> {
     let extra =
         args::resolve_env_args(&cli.env, |n| std::env::var(n).ok()).map_err(anyhow::Error::msg)?;
     env.extend(extra);
-    for (k, v) in args::mpi_env(cli.mpi) {
-        env.entry((*k).to_string())
-            .or_insert_with(|| (*v).to_string());
-    }
+    args::add_mpi_env(cli.mpi, &mut env);
     let cwd = std::env::current_dir().context("cannot get the current directory")?;
     let cwd = cwd
         .into_os_string()

@@ -2,6 +2,7 @@
 //! their stdin and the fences in progress.
 
 use super::cgroup::{CgroupRoot, JobCgroup};
+use super::pmi;
 use super::pmstats;
 use super::rank;
 use super::retained::Retained;
@@ -13,17 +14,37 @@ use score_proto::v1::{
     OutputMark, RankExit, StdinChunk,
 };
 use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinHandle;
 
 /// How long a cleanup waits for the processes to die and their output and
 /// exits to be reported.
 const CLEANUP_WITHIN: Duration = Duration::from_secs(10);
+
+/// Who waits for a fence of the job on this node: libpmix's clients, or
+/// the ranks in a PMI barrier (pmi.rs).  Dropped uncompleted, it fails the
+/// fence for them.
+pub enum FenceWaiter {
+    Pmix(FenceReply),
+    Pmi(oneshot::Sender<pmi::FenceResult>),
+}
+
+impl FenceWaiter {
+    fn complete(self, data: Vec<u8>) {
+        match self {
+            FenceWaiter::Pmix(reply) => reply.complete(Ok(data)),
+            FenceWaiter::Pmi(reply) => {
+                let _ = reply.send(Ok(data));
+            }
+        }
+    }
+}
 
 pub struct AgentJob {
     pub id: u64,
@@ -47,7 +68,9 @@ pub struct AgentJob {
     next_fence: u64,
     /// Fences entered here and not complete: the reply to the clients and
     /// the contribution (sent again to a restarted master).
-    fences: BTreeMap<u64, (FenceReply, Vec<u8>)>,
+    fences: BTreeMap<u64, (FenceWaiter, Vec<u8>)>,
+    /// The task serving the node's ranks PMI-1 (pmi.rs).
+    pmi: Option<JoinHandle<()>>,
     /// The last fence completed here, (seq, data): reported to a restarted
     /// master, for the nodes its completion may not have reached.
     last_fence: Option<(u64, Vec<u8>)>,
@@ -99,6 +122,7 @@ impl AgentJob {
             pending_stdin: Vec::new(),
             next_fence: 0,
             fences: BTreeMap::new(),
+            pmi: None,
             last_fence: None,
             started: false,
             launched: false,
@@ -148,6 +172,7 @@ impl AgentJob {
         &mut self,
         pmix: &PmixServer,
         out: &mpsc::UnboundedSender<AgentMessage>,
+        internal: &mpsc::UnboundedSender<Internal>,
         cpus: &[u32],
     ) -> Result<Vec<u32>, String> {
         self.started = true;
@@ -157,6 +182,7 @@ impl AgentJob {
         let cgroup = self.cgroup.path().to_path_buf();
         let size = spec.nodes * spec.ppn;
         let mut pids = Vec::new();
+        let mut pmi_conns = Vec::new();
         for local in 0..spec.ppn {
             let rank = node_index * spec.ppn + local;
             let mut env: BTreeMap<String, String> = spec.env.clone().into_iter().collect();
@@ -185,6 +211,27 @@ impl AgentJob {
             ] {
                 env.insert(k.to_string(), v);
             }
+            // PMI-1 (MPICH), as hydra's proxies offer it: an inherited
+            // socket.  A job that brings its own PMI keeps it.
+            let pmi_end = if env.contains_key("PMI_FD") {
+                None
+            } else {
+                let (theirs, ours) =
+                    pmi::socket_pair().map_err(|e| format!("PMI socket for rank {rank}: {e}"))?;
+                for (k, v) in [
+                    ("PMI_FD", theirs.as_raw_fd().to_string()),
+                    ("PMI_RANK", rank.to_string()),
+                    ("PMI_SIZE", size.to_string()),
+                ] {
+                    env.insert(k.to_string(), v);
+                }
+                // MPICH refuses to guess between PMI and PMIx when it
+                // finds both; the wheel's has no PMIx client anyway.
+                env.entry("MPIR_CVAR_PMI_VERSION".into())
+                    .or_insert_with(|| "1".into());
+                pmi_conns.push((rank, ours));
+                Some(theirs)
+            };
             let with_stdin = rank == 0 && spec.stdin_open;
             let mut child = spawn(&RankSpawn {
                 argv: &spec.argv,
@@ -196,6 +243,7 @@ impl AgentJob {
                 cgroup: &cgroup,
                 stdin: with_stdin,
                 cpu: (!cpus.is_empty()).then(|| cpus[local as usize % cpus.len()]),
+                inherit_fd: pmi_end.as_ref().map(|fd| fd.as_raw_fd()),
             })
             .map_err(|e| {
                 format!(
@@ -239,6 +287,15 @@ impl AgentJob {
                 });
             }
             self.unwatched.push((child, rank));
+        }
+        if !pmi_conns.is_empty() {
+            let shape = score_pmi::JobShape {
+                kvsname: self.nspace.clone(),
+                nodes: spec.nodes,
+                ppn: spec.ppn,
+                local: node_index * spec.ppn..(node_index + 1) * spec.ppn,
+            };
+            self.pmi = Some(pmi::serve(self.id, shape, pmi_conns, internal.clone()));
         }
         Ok(pids)
     }
@@ -344,9 +401,9 @@ impl AgentJob {
 
     /// The node's ranks entered a fence.  Single-node jobs complete it here;
     /// otherwise returns the contribution to send to the master.
-    pub fn fence_enter(&mut self, data: Vec<u8>, reply: FenceReply) -> Option<(u64, Vec<u8>)> {
+    pub fn fence_enter(&mut self, data: Vec<u8>, reply: FenceWaiter) -> Option<(u64, Vec<u8>)> {
         if self.single_node {
-            reply.complete(Ok(data));
+            reply.complete(data);
             return None;
         }
         let seq = self.next_fence;
@@ -359,7 +416,7 @@ impl AgentJob {
         if let Some((reply, _)) = self.fences.remove(&seq) {
             if ok {
                 self.last_fence = Some((seq, data.clone()));
-                reply.complete(Ok(data));
+                reply.complete(data);
             }
             // else: dropping the reply fails the fence for the clients.
         }
@@ -374,6 +431,9 @@ impl AgentJob {
         self.cleaning = true;
         self.stdin = None;
         self.fences.clear();
+        if let Some(pmi) = self.pmi.take() {
+            pmi.abort();
+        }
         let cgroup = self.cgroup.clone();
         let watchers = std::mem::take(&mut self.watchers);
         let id = self.id;
@@ -398,6 +458,9 @@ impl AgentJob {
     /// Kill everything now (no reports): the master is gone.
     pub async fn destroy(&mut self, stats_dir: &Path) {
         self.fences.clear();
+        if let Some(pmi) = self.pmi.take() {
+            pmi.abort();
+        }
         self.stdin = None;
         self.credit.close();
         self.cgroup.destroy(CLEANUP_WITHIN).await;

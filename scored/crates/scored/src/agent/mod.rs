@@ -15,6 +15,7 @@ mod adopt;
 mod cgroup;
 mod job;
 mod metrics;
+mod pmi;
 mod pmstats;
 mod preempt;
 mod provider;
@@ -24,7 +25,7 @@ mod spawn;
 
 use anyhow::{anyhow, Context};
 use cgroup::CgroupRoot;
-use job::AgentJob;
+use job::{AgentJob, FenceWaiter};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -49,6 +50,20 @@ enum Internal {
     Exited(AgentMessage),
     /// A job's processes are gone and its cgroup removed.
     CleanedUp(u64),
+    /// Every rank of a job on this node entered a PMI barrier (pmi.rs):
+    /// `data` is the node's contribution to the job's fence.
+    PmiFence {
+        job: u64,
+        data: Vec<u8>,
+        reply: tokio::sync::oneshot::Sender<pmi::FenceResult>,
+    },
+    /// A rank called PMI_Abort.
+    PmiAbort {
+        job: u64,
+        rank: u32,
+        status: i32,
+        message: String,
+    },
     /// libpmix has registered a job's namespace (or failed to).
     Registered {
         job: u64,
@@ -581,13 +596,8 @@ impl Agent {
                     tracing::warn!(%nspace, "fence for an unknown job");
                     return; // dropping the reply fails the fence
                 };
-                if let Some((seq, data)) = j.fence_enter(data, reply) {
-                    send(
-                        &self.out,
-                        j.id,
-                        agent_message::Msg::Fence(FenceContribution { seq, data }),
-                    );
-                }
+                let id = j.id;
+                self.fence_enter(id, data, FenceWaiter::Pmix(reply));
             }
             ServerEvent::Abort {
                 nspace,
@@ -596,15 +606,7 @@ impl Agent {
                 message,
             } => {
                 if let Some(j) = self.jobs.values().find(|j| j.nspace == nspace) {
-                    send(
-                        &self.out,
-                        j.id,
-                        agent_message::Msg::Aborted(RankAborted {
-                            rank,
-                            status,
-                            message,
-                        }),
-                    );
+                    self.aborted(j.id, rank, status, message);
                 }
             }
             ServerEvent::ClientConnected { nspace, rank } => {
@@ -614,6 +616,35 @@ impl Agent {
                 tracing::debug!(%nspace, rank, "PMIx client finalized")
             }
         }
+    }
+
+    /// The node's ranks of job `id` entered a fence (PMIx's or a PMI
+    /// barrier): completed here for a single-node job, else the node's
+    /// contribution goes to the master.
+    fn fence_enter(&mut self, id: u64, data: Vec<u8>, waiter: FenceWaiter) {
+        let Some(j) = self.jobs.get_mut(&id) else {
+            return; // dropping the waiter fails the fence
+        };
+        if let Some((seq, data)) = j.fence_enter(data, waiter) {
+            send(
+                &self.out,
+                id,
+                agent_message::Msg::Fence(FenceContribution { seq, data }),
+            );
+        }
+    }
+
+    /// A rank of job `id` aborted the job (PMIx_Abort, PMI_Abort).
+    fn aborted(&self, id: u64, rank: u32, status: i32, message: String) {
+        send(
+            &self.out,
+            id,
+            agent_message::Msg::Aborted(RankAborted {
+                rank,
+                status,
+                message,
+            }),
+        );
     }
 
     /// Tell the master how the launch went; then follow the ranks.
@@ -660,7 +691,9 @@ impl Agent {
             } => match self.jobs.get_mut(&job) {
                 Some(j) if !j.is_cleaning() => {
                     let picked_up = j.launch_at.elapsed();
-                    let r = result.and_then(|()| j.start(&self.pmix, &self.out, &self.cpus));
+                    let r = result.and_then(|()| {
+                        j.start(&self.pmix, &self.out, &self.internal_tx, &self.cpus)
+                    });
                     // Where a launch's time goes on this node (scrun -vv
                     // shows only the whole, between "launching" and
                     // "running"): RUST_LOG=debug.
@@ -681,6 +714,15 @@ impl Agent {
                     tokio::task::spawn_blocking(move || pmix.deregister_job(&nspace));
                 }
             },
+            Internal::PmiFence { job, data, reply } => {
+                self.fence_enter(job, data, FenceWaiter::Pmi(reply));
+            }
+            Internal::PmiAbort {
+                job,
+                rank,
+                status,
+                message,
+            } => self.aborted(job, rank, status, message),
             Internal::CleanedUp(id) => {
                 if let Some(j) = self.jobs.remove(&id) {
                     j.release(&self.pmix);
