@@ -12,9 +12,9 @@ rsh` (its ssh launcher with -launcher-exec), and PM stripes the large
 messages over both NICs.
 
 mpi4py's own suite (4.1.1, the wheel that loads against this MPICH) runs
-under hydra over pm and over libfabric's tcp provider in the wheel's
-libfabric, the same settings otherwise: every test that passes with tcp
-passes with pm.
+under hydra across two nodes over pm and over libfabric's tcp provider in
+the wheel's libfabric, the same settings otherwise: every test that passes
+with tcp passes with pm.
 
 Skipped only when the wheels cannot be fetched (no network)."""
 
@@ -98,36 +98,53 @@ def test_mpich_one_sided_through_active_messages(mpich, programs):
         f"multi-receive buffers used up per rank: {used}\n{run.describe()}"
 
 
-def test_mpich_across_two_nodes_over_two_nics(mpich, programs, two_nodes):
-    """2 nodes x 2 ranks under hydra: detached contexts on every NIC of each
-    node (udp, trunking), so the megabytes between the nodes go over both
-    NICs; eth1 carries nothing else (hydra's own traffic stays on net 0)."""
-    vc = two_nodes
+@pytest.fixture(scope="module")
+def rsh(two_nodes):
+    """hydra's ssh launcher for the virtual cluster: a script that execs
+    `vcluster rsh --name C "$@"` (-launcher ssh -launcher-exec)."""
     d = Path(tempfile.mkdtemp(prefix="score-mpich-rsh-"))
     try:
-        rsh = d / "rsh"
-        rsh.write_text(f'#!/bin/sh\nexec {VCLUSTER} rsh --name {vc.name} "$@"\n')
-        os.chmod(rsh, 0o755)
-        with striped_over_both_nics(vc):
-            run = Run([mpich / "bin" / "mpiexec", "-launcher", "ssh", "-launcher-exec", rsh,
-                       "-iface", vc.bridge(0), "-hosts", ",".join(vc.nodes), "-n", 4,
-                       "-ppn", 2, programs["mpi_transfer"]], env=mpich_env(), timeout=90).wait()
-            assert run.returncode == 0, run.describe()
-            assert "mpi_transfer: 4 ranks passed" in run.stdout, run.describe()
+        script = d / "rsh"
+        script.write_text(f'#!/bin/sh\nexec {VCLUSTER} rsh --name {two_nodes.name} "$@"\n')
+        os.chmod(script, 0o755)
+        yield script
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def test_mpi4py_under_mpich_over_pm_passes_what_tcp_passes(mpich):
-    """mpi4py 4.1.1's suite under the MPICH wheel, 2 ranks on this host:
-    with pm (detached contexts, udp on loopback) every test passes that
-    passes with the tcp provider of the wheel's own libfabric (on lo), under
-    the same MPICH settings and exclusions (mpi4py_runner.py)."""
+def hydra_across(mpich, vc, rsh, ppn):
+    """The wheel's mpiexec over every node of vc, ppn ranks each, hydra's
+    own traffic on net 0; the caller adds the program."""
+    return [mpich / "bin" / "mpiexec", "-launcher", "ssh", "-launcher-exec", rsh,
+            "-iface", vc.bridge(0), "-hosts", ",".join(vc.nodes),
+            "-n", len(vc.nodes) * ppn, "-ppn", ppn]
+
+
+def test_mpich_across_two_nodes_over_two_nics(mpich, programs, two_nodes, rsh):
+    """2 nodes x 2 ranks under hydra: detached contexts on every NIC of each
+    node (udp, trunking), so the megabytes between the nodes go over both
+    NICs; eth1 carries nothing else (hydra's own traffic stays on net 0)."""
+    vc = two_nodes
+    with striped_over_both_nics(vc):
+        run = Run([*hydra_across(mpich, vc, rsh, 2), programs["mpi_transfer"]],
+                  env=mpich_env(), timeout=90).wait()
+        assert run.returncode == 0, run.describe()
+        assert "mpi_transfer: 4 ranks passed" in run.stdout, run.describe()
+
+
+def test_mpi4py_under_mpich_across_two_nodes_passes_what_tcp_passes(mpich, two_nodes, rsh):
+    """mpi4py 4.1.1's suite under the MPICH wheel on 2 virtual-cluster nodes
+    x 1 rank, under hydra: with pm (detached contexts, PM's udp over both
+    NICs of each node) every test passes that passes with the tcp provider
+    of the wheel's own libfabric (on eth0), under the same MPICH settings
+    and exclusions (mpi4py_runner.py).  Between detached contexts PM has no
+    shm device yet, so a run on one host would take the same udp path over
+    loopback; tests/scored/test_mpi_over_pm.py runs the suite under scrun."""
     python = install_mpi4py(mpich)
+    prefix = hydra_across(mpich, two_nodes, rsh, 1)
     with suite_dir(MPI4PY_VERSION, MPI4PY_SDIST_SHA256) as testdir:
-        mpiexec = [mpich / "bin" / "mpiexec", "-n", "2"]
-        tcp = run_suite(testdir, mpiexec, "MPICH, tcp, 2 ranks", 2, python=python,
-                        env=mpich_env(FI_PROVIDER="tcp", FI_TCP_IFACE="lo"))
-        pm = run_suite(testdir, mpiexec, "MPICH, pm, 2 ranks (udp on loopback)", 2,
-                       python=python, env=mpich_env(PM_UDP_NICS="127.0.0.1"))
+        tcp = run_suite(testdir, prefix, "MPICH, tcp, hydra, 2 nodes x 1", 2, python=python,
+                        env=mpich_env(FI_PROVIDER="tcp", FI_TCP_IFACE="eth0"))
+        pm = run_suite(testdir, prefix, "MPICH, pm, hydra, 2 nodes x 1 (udp over 2 NICs)", 2,
+                       python=python, env=mpich_env())
     assert_pm_passes_what_tcp_passes(pm, tcp)

@@ -69,7 +69,14 @@ async fn run(
                     writers.remove(&rank);
                 }
                 Some((rank, Some(line))) => match pmi.request(rank, &line) {
-                    Outcome::Reply(reply) => write(&mut writers, rank, &reply).await,
+                    Outcome::Reply(reply) => {
+                        if reply.starts_with("cmd=error ") {
+                            // The rank's MPI reports only a failed PMI call.
+                            tracing::warn!(job, rank, request = %String::from_utf8_lossy(&line).trim_end(),
+                                           "PMI request refused: {}", reply.trim_end());
+                        }
+                        write(&mut writers, rank, &reply).await
+                    }
                     Outcome::Nothing => {}
                     Outcome::Fence(data) => {
                         let (tx, rx) = oneshot::channel();
