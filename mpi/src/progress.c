@@ -105,19 +105,25 @@ static int transmit(struct pmfi_ep *ep, struct pmfi_req *r)
 			return -EAGAIN;
 		return pmfi_send_eager(ep, r->peer, &r->hdr, r->buf, r->msg_len);
 	}
-	/* Rendezvous: expose the buffer once, then announce it. */
+	/* Rendezvous: expose the buffer once, then announce it.  An empty
+	 * message (a rendezvous for its delivery completion: MPICH's
+	 * synchronous sends) exposes nothing: the receiver reads nothing and
+	 * answers FIN at once. */
 	if (!r->mr) {
-		int err = pm_mr_register(ep->pm, r->buf, r->msg_len, &r->mr);
+		if (r->msg_len) {
+			int err = pm_mr_register(ep->pm, r->buf, r->msg_len, &r->mr);
 
-		if (err) {
-			r->mr = NULL;
-			/* Every window is taken by sends awaiting FIN: wait. */
-			return err == -ENOSPC || err == -ENOMEM ? -EAGAIN : err;
+			if (err) {
+				r->mr = NULL;
+				/* Every window is taken by sends awaiting FIN: wait. */
+				return err == -ENOSPC || err == -ENOMEM ? -EAGAIN : err;
+			}
 		}
 		r->cookie = ++ep->cookie_gen;
 	}
 
-	struct pmfi_rts rts = { .rkey = htole64(pm_mr_key(r->mr)), .cookie = htole64(r->cookie) };
+	struct pmfi_rts rts = { .rkey = htole64(r->mr ? pm_mr_key(r->mr) : 0),
+				.cookie = htole64(r->cookie) };
 
 	return pmfi_send_eager(ep, r->peer, &r->hdr, &rts, sizeof(rts));
 }

@@ -6,7 +6,8 @@
  * btl ofi and mtl ofi do.  Every rank opens its own fabric, domain, AV, CQ
  * and endpoint, checks that its name carries endpoint index 1, exchanges
  * names with MPI_Allgather, and then sends tagged messages (eager and
- * rendezvous sizes) to its next neighbour while MPI collectives run
+ * rendezvous sizes, 0 bytes included; every other round with
+ * FI_DELIVERY_COMPLETE) to its next neighbour while MPI collectives run
  * through endpoint 0 between the posts and the waits: each endpoint gets
  * only its own messages, whichever endpoint's progress took them from PM.
  * Sources are checked with fi_cq_readfrom, payloads byte by byte.
@@ -173,9 +174,18 @@ int main(int argc, char **argv)
 		/* Our receives are posted everywhere before anyone sends. */
 		MPI_Barrier(MPI_COMM_WORLD);
 		for (int m = 0; m < MSGS; m++) {
+			/* Odd rounds ask for delivery completion (a rendezvous
+			 * at every size, the empty message included). */
+			struct iovec iov = { .iov_base = sbuf[m], .iov_len = sizes[m] };
+			struct fi_msg_tagged msg = {
+				.msg_iov = &iov, .iov_count = 1, .addr = addrs[next],
+				.tag = (uint64_t)m, .context = &sctx[m],
+			};
 			ssize_t r;
 
-			while ((r = fi_tsend(ep, sbuf[m], sizes[m], NULL, addrs[next],
+			while ((r = round % 2 ?
+				    fi_tsendmsg(ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE) :
+				    fi_tsend(ep, sbuf[m], sizes[m], NULL, addrs[next],
 					     (uint64_t)m, &sctx[m])) == -FI_EAGAIN)
 				wait_cq(cq, 0, NULL);
 			OK(r);

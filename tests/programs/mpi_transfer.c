@@ -109,6 +109,29 @@ int main(int argc, char **argv)
 		}
 	}
 
+	/* 2b. Persistent requests, started twice, of 0 and 1 bytes (MPICH
+	 * posts these sends with fi_tsend, where it injects a plain empty
+	 * send). */
+	for (int n = 0; n <= 1; n++) {
+		unsigned char o = (unsigned char)(rank + 1), i = 0xee;
+		MPI_Request rq[2];
+		MPI_Status st[2];
+		int count;
+
+		MPI_Recv_init(&i, 1, MPI_BYTE, prev, 200 + n, MPI_COMM_WORLD, &rq[0]);
+		MPI_Send_init(&o, n, MPI_BYTE, next, 200 + n, MPI_COMM_WORLD, &rq[1]);
+		for (int start = 0; start < 2; start++) {
+			MPI_Startall(2, rq);
+			MPI_Waitall(2, rq, st);
+			MPI_Get_count(&st[0], MPI_BYTE, &count);
+			CHECK(count == n, "persistent, %d bytes: received %d", n, count);
+			CHECK(i == (n ? (unsigned char)(prev + 1) : 0xee),
+			      "persistent, %d bytes: got %u", n, i);
+		}
+		MPI_Request_free(&rq[0]);
+		MPI_Request_free(&rq[1]);
+	}
+
 	/* 3. Any-source receives: everyone sends to rank 0. */
 	if (rank == 0) {
 		long seen = 0;
