@@ -604,23 +604,32 @@ def test_a_process_without_pm_is_counted_as_unanswered(busy_loop):
         f"(job {busy_loop.busy_id}, not PM programs) never answer the quiesce request"
 
 
-# Two Open MPI jobs over PM (scrun's default --mpi pm): each exchanges every
-# size up to 256 KiB (eager and rendezvous) MPI_ROUNDS times, several
-# seconds alone.
+# Two MPI jobs over PM (scrun's default --mpi pm), one of Open MPI and one
+# of MPICH: each exchanges every size up to 256 KiB (eager and rendezvous)
+# MPI_ROUNDS times, several seconds alone.
 MPI_ROUNDS = 150
 
 
 @pytest.mark.skipif(shutil.which("mpicc") is None, reason="Open MPI is not installed")
 def test_two_mpi_jobs_over_pm_share_their_nodes_with_no_retransmission(score):
-    """Unmodified MPI programs gang-scheduled with network preemption: both
-    complete with every byte checked, they were frozen in turns, and their
-    PM contexts (read off the agents' metrics while they lingered at the
-    end) sent through PM and never retransmitted."""
-    exe = build_mpi_program(score.workdir, "mpi_transfer")
+    """Unmodified MPI programs gang-scheduled with network preemption, an
+    Open MPI job (PMIx) beside an MPICH job (the agents' PMI-1, the `mpich`
+    wheel of tests/mpi/mpich.py): both complete with every byte checked,
+    they were frozen in turns, and their PM contexts (read off the agents'
+    metrics while they lingered at the end) sent through PM and never
+    retransmitted."""
+    from mpi.mpich import install
+    from mpi.wheels import build_program
+
+    mpich_dir = score.workdir / "mpich"
+    mpich_dir.mkdir(exist_ok=True)
+    exes = [build_mpi_program(score.workdir, "mpi_transfer"),
+            build_program(install(), mpich_dir, "mpi_transfer")]
     watch = Watch(score)
     env = dict(score.env, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     runs = [score.start("-v", "-J", f"gang-mpi-{i}", "-nodes=4x1", exe, "--rounds", MPI_ROUNDS,
-                        "--max-size", 262144, "--linger-ms", 4000, env=env) for i in range(2)]
+                        "--max-size", 262144, "--linger-ms", 4000, env=env)
+            for i, exe in enumerate(exes)]
     ids = [r.job_id() for r in runs]
     score.job_ids.update(ids)
     last = {}

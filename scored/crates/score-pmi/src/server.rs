@@ -13,6 +13,12 @@ pub const MAX_LINE: usize = 64 * 1024;
 pub const KVSNAME_MAX: usize = 256;
 pub const KEYLEN_MAX: usize = 64;
 pub const VALLEN_MAX: usize = 1024;
+/// The most a job's ranks may put, in key and value bytes, on one node
+/// between two barriers and in the whole table: a rank that puts without
+/// end gets errors, not the agent's memory.  MPICH puts a few hundred
+/// bytes per rank.
+pub const PENDING_MAX_BYTES: usize = 16 << 20;
+pub const KVS_MAX_BYTES: usize = 64 << 20;
 
 /// What the job looks like: its ranks are `node * ppn + local`, as scored
 /// places them.
@@ -51,6 +57,9 @@ pub struct JobPmi {
     kvs: HashMap<String, String>,
     /// What this node's ranks put since the last barrier.
     pending: Vec<(String, String)>,
+    /// Key and value bytes in `pending` and in `kvs`.
+    pending_bytes: usize,
+    kvs_bytes: usize,
     in_barrier: BTreeSet<u32>,
     /// The contribution is out; the fence has not completed.
     fencing: bool,
@@ -86,6 +95,8 @@ impl JobPmi {
             shape,
             kvs,
             pending: Vec::new(),
+            pending_bytes: 0,
+            kvs_bytes: 0,
             in_barrier: BTreeSet::new(),
             fencing: false,
             in_mcmd: BTreeSet::new(),
@@ -184,6 +195,16 @@ impl JobPmi {
                 &format!("key or value longer than {KEYLEN_MAX} or {VALLEN_MAX} bytes"),
             );
         }
+        let bytes = key.len() + value.len();
+        if self.pending_bytes + bytes > PENDING_MAX_BYTES {
+            return refuse(
+                "put_result",
+                &format!(
+                    "more than {PENDING_MAX_BYTES} bytes put on this node since the last barrier"
+                ),
+            );
+        }
+        self.pending_bytes += bytes;
         self.pending.push((key.to_string(), value.to_string()));
         reply("put_result", 0, &[])
     }
@@ -221,6 +242,7 @@ impl JobPmi {
             return Outcome::Nothing;
         }
         self.fencing = true;
+        self.pending_bytes = 0;
         let pairs = std::mem::take(&mut self.pending);
         Outcome::Fence(encode_contribution(
             pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
@@ -234,8 +256,17 @@ impl JobPmi {
         let outcome = match result.and_then(|d| decode_contributions(d).map_err(|e| e.to_string()))
         {
             Ok(pairs) => {
-                self.kvs.extend(pairs);
-                reply("barrier_out", 0, &[])
+                let bytes: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
+                if self.kvs_bytes + bytes > KVS_MAX_BYTES {
+                    refuse(
+                        "barrier_out",
+                        &format!("the job's key-value space would pass {KVS_MAX_BYTES} bytes"),
+                    )
+                } else {
+                    self.kvs_bytes += bytes;
+                    self.kvs.extend(pairs);
+                    reply("barrier_out", 0, &[])
+                }
             }
             Err(e) => refuse("barrier_out", &format!("the job's barrier failed: {e}")),
         };
@@ -350,6 +381,36 @@ mod tests {
             panic!("second barrier")
         };
         assert!(empty.is_empty());
+    }
+
+    #[test]
+    fn a_rank_that_puts_without_end_gets_errors() {
+        let mut p = node(0, 1);
+        let value = "v".repeat(VALLEN_MAX);
+        let mut refused = 0;
+        for i in 0..PENDING_MAX_BYTES / VALLEN_MAX + 10 {
+            let put = format!("cmd=put key=k{i} value={value}\n");
+            if line(p.request(0, put.as_bytes())).contains("rc=-1") {
+                refused += 1;
+            }
+        }
+        let tries = PENDING_MAX_BYTES / VALLEN_MAX + 10;
+        let accepted = tries - refused;
+        assert!(refused >= 10, "{refused} puts refused");
+        assert!(
+            accepted * VALLEN_MAX <= PENDING_MAX_BYTES,
+            "{accepted} puts accepted"
+        );
+        // The barrier takes the space back.
+        let Outcome::Fence(data) = p.request(0, b"cmd=barrier_in\n") else {
+            panic!("fence")
+        };
+        assert!(data.len() <= PENDING_MAX_BYTES + 8 * (PENDING_MAX_BYTES / VALLEN_MAX));
+        p.fence_complete(Ok(&data));
+        assert_eq!(
+            line(p.request(0, b"cmd=put key=again value=1\n")),
+            "cmd=put_result rc=0\n"
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
-//! PMIx fences between the agents of a job: each node contributes its
-//! ranks' data; when every node of the job has, every node receives all the
-//! contributions concatenated in node order.  (A single-node job's fences
-//! complete inside its agent and never come here.)
+//! Fences between the agents of a job (PMIx fences, PMI-1 barriers): each
+//! node contributes its ranks' data; when every node of the job has, every
+//! node receives all the contributions concatenated in node order.  (A
+//! single-node job's fences complete inside its agent and never come here.)
 
 use score_proto::v1::{master_message, FenceComplete};
 use std::collections::BTreeMap;
