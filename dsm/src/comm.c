@@ -186,16 +186,26 @@ int dsm_progress(struct dsm *d)
  * thread sleeps meanwhile, so polling keeps nothing runnable of this rank
  * off the CPU, and it answers the peers at once (a remote read of a page
  * homed here, a barrier's arrival) where sleeping would cost each of them
- * a wake-up.  So it polls for up to spin_ns since the last message, then
- * sleeps in pm_wait() (spin 1 us).  The idle service loop (comm.c,
+ * a wake-up.  So it polls for up to spin_ns since the last message or
+ * remote operation PM served for a peer, then sleeps in pm_wait() (spin
+ * 1 us).  The idle service loop (comm.c,
  * service()) never polls: there the application computes.
  */
 void dsm_wait_until(struct dsm *d, bool (*done)(struct dsm *, const void *), const void *arg)
 {
 	uint64_t idle_since = 0, yielded = 0;
+	uint64_t served = pm_requests_served(d->pm);
 
 	while (!done(d, arg)) {
-		if (dsm_progress(d)) {
+		/* A peer's remote read of a page homed here (network devices)
+		 * is served inside PM and brings no message: it counts as
+		 * activity too, or a home that waits in a barrier while its
+		 * pages are fetched would sleep after spin_ns and cost each
+		 * later fetch a wake-up. */
+		uint64_t s = pm_requests_served(d->pm);
+
+		if (dsm_progress(d) || s != served) {
+			served = s;
 			idle_since = 0;
 			continue;
 		}

@@ -183,7 +183,9 @@ int pm_release(pm_context_t *ctx, const struct pm_msg *msg);
 /*
  * Progress: busy-poll for up to spin_us, then block until a message may
  * have arrived or send space may have been freed, pm_signal() is called,
- * or timeout_ms passes (-1 waits forever).  Returns 0 on an event,
+ * a peer's remote operation was served while it slept
+ * (pm_requests_served()), or timeout_ms passes (-1 waits forever).
+ * Returns 0 on an event,
  * -ETIMEDOUT, or -ECONNRESET when a peer has died without closing its
  * context (crashed, killed); a peer that closed and exited is simply gone
  * (see pm_peer_alive()).  Spurious wake-ups happen; callers retry their
@@ -206,6 +208,17 @@ int pm_signal(pm_context_t *ctx);
 
 /* 1 if peer is alive, 0 if it is gone (exited or died), negative on error. */
 int pm_peer_alive(pm_context_t *ctx, int peer);
+
+/*
+ * How many remote operations of its peers (remote writes, reads and
+ * atomics on its regions) ctx has taken in so far over a network device.
+ * The device serves them inside pm_recv()/pm_wait() and hands the caller
+ * nothing, so a caller that polls for its peers' sake (a DSM's service
+ * thread) sees from this count that they are still busy with it.  Between
+ * processes of one node (shm) the peer does them alone: not counted.  A
+ * load, no system call; 0 for a NULL ctx.
+ */
+uint64_t pm_requests_served(const pm_context_t *ctx);
 
 /* ------------------------------------------------------------------------
  * Remote memory.

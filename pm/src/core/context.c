@@ -442,6 +442,8 @@ static inline int wait_call(pm_context_t *ctx, int timeout_ms)
 	}
 
 	ctx->stats->waits_blocked++;
+	uint64_t served = ctx->requests_served;
+
 	for (;;) {
 		if (pm_now_ns() >= deadline)
 			return -ETIMEDOUT;
@@ -453,8 +455,13 @@ static inline int wait_call(pm_context_t *ctx, int timeout_ms)
 			return err;
 		/* The flag is looked at after every sleep: the device's sleep
 		 * only ends early for it (pm_signal_pending), it leaves the
-		 * taking to us. */
-		if (signal_taken(ctx) || dev->ops->poll(dev) || preempt_asked(ctx))
+		 * taking to us.  A peer's remote operation served meanwhile
+		 * ends the wait too: it brings the caller nothing, but a
+		 * caller that waits for its peers' sake (a DSM home) would
+		 * otherwise sleep through their whole run of reads, woken
+		 * for each (pm_requests_served). */
+		if (signal_taken(ctx) || dev->ops->poll(dev) || preempt_asked(ctx) ||
+		    ctx->requests_served != served)
 			return 0;
 	}
 }
@@ -518,6 +525,11 @@ int pm_peer_alive(pm_context_t *ctx, int peer)
 
 	pm_call_exit(ctx);
 	return ret;
+}
+
+uint64_t pm_requests_served(const pm_context_t *ctx)
+{
+	return ctx ? ctx->requests_served : 0;
 }
 
 /* ---- remote memory ---- */

@@ -216,6 +216,7 @@ struct pm_context {
 	struct pm_stats_page *page;     /* shared, read by pminfo and scored */
 	struct pm_stats *stats;         /* &page->stats */
 	char stats_path[256];
+	uint64_t requests_served;       /* pm_requests_served(): the network device's count */
 	uint32_t spin_us;
 	uint32_t shm_ring_kib;
 	uint32_t udp_ring_kib;

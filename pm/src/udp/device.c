@@ -603,7 +603,8 @@ static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 	struct udp_proto_conf conf = {
 		.jobkey = b->jobkey, .me = (uint32_t)b->rank, .size = (uint32_t)b->size,
 		.ring_bytes = ctx->udp_ring_kib * 1024u, .wnd = ctx->udp_window,
-		.stats = ctx->stats, .drain = send_batch, .drain_arg = u,
+		.stats = ctx->stats, .requests_served = &ctx->requests_served,
+		.drain = send_batch, .drain_arg = u,
 		.atomic_lock = &ctx->atomic_lock,
 	};
 

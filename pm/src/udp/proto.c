@@ -26,6 +26,7 @@ int udp_proto_init(struct udp_proto *u, const struct udp_proto_conf *c)
 	u->ring_bytes = c->ring_bytes;
 	u->wnd = c->wnd;
 	u->stats = c->stats;
+	u->requests_served = c->requests_served ? c->requests_served : &u->requests_served_own;
 	u->cap = c->cap;
 	u->atomic_lock = c->atomic_lock;
 	udp_outq_init(&u->out, c->drain, c->drain_arg);

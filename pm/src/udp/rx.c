@@ -121,6 +121,7 @@ static enum consume begin_message(struct udp_proto *u, struct udp_peer *p,
 			p->stop_need = 0;
 			return REFUSED;
 		}
+		(*u->requests_served)++;
 		if ((mh->kind == WIRE_KIND_READ_REQ && mh->total != 8) ||
 		    (mh->kind == WIRE_KIND_ATOMIC && mh->total != WIRE_ATOMIC_BYTES)) {
 			malformed(u, p, "request of the wrong size");

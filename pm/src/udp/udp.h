@@ -216,6 +216,9 @@ struct udp_proto_conf {
 	uint32_t ring_bytes;            /* send and receive ring per peer (valid) */
 	uint32_t wnd;                   /* packets in flight per peer (valid) */
 	struct pm_stats *stats;         /* where the counters go */
+	uint64_t *requests_served;      /* counts the peers' remote operations
+					   taken in (pm_requests_served); NULL:
+					   the proto's own */
 	udp_drain_fn *drain;            /* where the packets go */
 	void *drain_arg;
 	/* Where the lock of the context's atomics is (core/atomic.h: its shm
@@ -258,6 +261,8 @@ struct udp_proto {
 	_Atomic uint32_t *const *atomic_lock;   /* see udp_proto_conf */
 	_Atomic uint32_t atomic_lock_own;
 	struct pm_stats *stats;
+	uint64_t *requests_served;      /* see udp_proto_conf */
+	uint64_t requests_served_own;   /* where it points when the conf gives none */
 	struct udp_outq out;
 };
 
