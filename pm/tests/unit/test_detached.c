@@ -222,6 +222,8 @@ static void run(int fd, bool first)
 		}
 		CHECK_OK(op.status);
 		CHECK_PATTERN(copy, sizeof(copy), MAGIC_REGION);
+		/* The reader served nothing. */
+		CHECK_EQ(pm_requests_served(ctx), 0);
 		send_msg(ctx, 1, 8, 7);
 	} else {
 		pm_mr_t *mr;
@@ -233,9 +235,13 @@ static void run(int fd, bool first)
 		key = pm_mr_key(mr);
 		CHECK_OK(pm_send_buffer(ctx, 1, sizeof(key), &buf));
 		memcpy(buf, &key, sizeof(key));
+		uint64_t served = pm_requests_served(ctx);
+
 		CHECK_OK(pm_send(ctx, 1, sizeof(key)));
 		recv_msg(ctx, &m);      /* the reader is done */
 		CHECK_PATTERN(m.data, m.len, 7);
+		/* Its read request, taken in and answered inside PM. */
+		CHECK(pm_requests_served(ctx) > served);
 		CHECK_OK(pm_release(ctx, &m));
 		CHECK_OK(pm_mr_deregister(ctx, mr));
 	}
