@@ -16,8 +16,9 @@ pub const VALLEN_MAX: usize = 1024;
 /// The most a job's ranks may put, in key and value bytes, on one node
 /// between two barriers and in the whole table: a rank that puts without
 /// end gets errors, not the agent's memory.  MPICH puts a few hundred
-/// bytes per rank.
-pub const PENDING_MAX_BYTES: usize = 16 << 20;
+/// bytes per rank.  A node's puts travel to the master as one message of
+/// the agent's stream, whose gRPC limit is 4 MiB: well below it.
+pub const PENDING_MAX_BYTES: usize = 1 << 20;
 pub const KVS_MAX_BYTES: usize = 64 << 20;
 
 /// What the job looks like: its ranks are `node * ppn + local`, as scored
