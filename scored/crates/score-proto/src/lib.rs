@@ -5,6 +5,14 @@
 /// `StdinChunk.data`): a pipe's capacity, and the unit of flow control.
 pub const STDIO_CHUNK: usize = 64 * 1024;
 
+/// The most data one fence carries between an agent and the master: a
+/// node's contribution (`FenceContribution.data`) and the completion that
+/// holds every node's (`FenceComplete.data`).  Each is one message of the
+/// agent's stream, and a message above 4 MiB (gRPC's limit, and the sealed
+/// transport's) would break the stream: a larger fence fails instead, for
+/// the job's ranks alone.
+pub const FENCE_MAX_BYTES: usize = 3 << 20;
+
 #[allow(clippy::all, clippy::pedantic)]
 pub mod v1 {
     tonic::include_proto!("score.v1");

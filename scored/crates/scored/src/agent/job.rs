@@ -406,6 +406,15 @@ impl AgentJob {
             reply.complete(data);
             return None;
         }
+        if data.len() > score_proto::FENCE_MAX_BYTES {
+            tracing::warn!(
+                job = self.id,
+                bytes = data.len(),
+                limit = score_proto::FENCE_MAX_BYTES,
+                "the node's fence contribution is too large to send: the fence fails"
+            );
+            return None; // dropping the reply fails the fence for the ranks
+        }
         let seq = self.next_fence;
         self.next_fence += 1;
         self.fences.insert(seq, (reply, data.clone()));

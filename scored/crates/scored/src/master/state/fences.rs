@@ -104,8 +104,21 @@ impl State {
         else {
             return;
         };
+        // Every node's data in one message would break the agents'
+        // streams: the fence fails, for this job's ranks alone.
+        let ok = data.len() <= score_proto::FENCE_MAX_BYTES;
+        if !ok {
+            tracing::warn!(
+                job = id,
+                seq,
+                bytes = data.len(),
+                limit = score_proto::FENCE_MAX_BYTES,
+                "a fence's data is too large to send to the agents: the fence fails"
+            );
+        }
+        let data = if ok { data } else { Vec::new() };
         for name in job.info.nodes.clone() {
-            self.fence_complete_to(id, &name, seq, data.clone());
+            self.fence_result_to(id, &name, seq, data.clone(), ok);
         }
     }
 
@@ -124,15 +137,15 @@ impl State {
     }
 
     fn fence_complete_to(&mut self, id: u64, node: &str, seq: u64, data: Vec<u8>) {
+        self.fence_result_to(id, node, seq, data, true);
+    }
+
+    fn fence_result_to(&mut self, id: u64, node: &str, seq: u64, data: Vec<u8>, ok: bool) {
         self.links.send(
             &self.nodes,
             node,
             id,
-            master_message::Msg::Fence(FenceComplete {
-                seq,
-                data,
-                ok: true,
-            }),
+            master_message::Msg::Fence(FenceComplete { seq, data, ok }),
         );
     }
 }
@@ -193,6 +206,34 @@ mod tests {
             let m = h.agent_hears(n);
             assert!(
                 matches!(&m[..], [master_message::Msg::Fence(f)] if f.data == b"AB" && f.seq == 0 && f.ok)
+            );
+        }
+    }
+
+    #[test]
+    fn a_fence_too_large_for_one_message_fails_for_every_node() {
+        let mut h = harness(2);
+        let (id, _rx) = h.submit(spec(2, 1));
+        h.launch_ok(id);
+        h.agent_hears("n1");
+        h.agent_hears("n2");
+        // Each node's share fits; both together do not.
+        let half = score_proto::FENCE_MAX_BYTES / 2 + 1;
+        for n in ["n1", "n2"] {
+            h.agent_says(
+                n,
+                id,
+                agent_message::Msg::Fence(FenceContribution {
+                    seq: 0,
+                    data: vec![7; half],
+                }),
+            );
+        }
+        for n in ["n1", "n2"] {
+            let m = h.agent_hears(n);
+            assert!(
+                matches!(&m[..], [master_message::Msg::Fence(f)] if f.data.is_empty() && f.seq == 0 && !f.ok),
+                "{n}: {m:?}"
             );
         }
     }
