@@ -77,6 +77,30 @@ def pytest_runtest_setup(item):
             pass  # finished already
 
 
+def pytest_sessionstart(session):
+    """Take down the clusters of earlier runs that were killed before they
+    could (SIGKILL, the machine's session ended): clusters named as these
+    tests name them (t<pid><counter>) with no live holder process left.  A
+    concurrent run's clusters have live holders and stay."""
+    if os.geteuid() != 0:
+        return
+    import re
+
+    from vclusterlib import holder, state
+
+    for name in state.names():
+        current = state.load(name)
+        if not re.fullmatch(r"t\d{5,}", name) or current is None:
+            continue
+        layout = state.layout(current)
+        if any(holder.verify(state.holder_pid(current, n.name), name, n.name, n.netns)
+               for n in layout.nodes):
+            continue
+        proc = run_vcluster("down", "--name", name)
+        print(f"took down cluster {name}, left by a killed run: exit {proc.returncode}",
+              file=sys.stderr)
+
+
 def run_vcluster(*args, timeout=COMMAND_TIMEOUT, input=None, env=None, cwd=None):
     """Run the vcluster tool; return the CompletedProcess (text, output captured)."""
     return subprocess.run([str(VCLUSTER), *map(str, args)], input=input, env=env, cwd=cwd,
