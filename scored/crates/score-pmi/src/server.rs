@@ -29,8 +29,15 @@ pub struct JobShape {
     pub kvsname: String,
     pub nodes: u32,
     pub ppn: u32,
+    /// This node's index in the job's node list.
+    pub node: u32,
+}
+
+impl JobShape {
     /// This node's ranks.
-    pub local: Range<u32>,
+    pub fn local_ranks(&self) -> Range<u32> {
+        self.node * self.ppn..(self.node + 1) * self.ppn
+    }
 }
 
 /// What to do with a request.
@@ -68,20 +75,32 @@ pub struct JobPmi {
     in_mcmd: BTreeSet<u32>,
 }
 
-fn reply(cmd: &str, rc: i32, attrs: &[(&str, &str)]) -> Outcome {
+/// A reply line: `cmd=CMD rc=RC` and the attributes, values escaped.
+fn reply_line(cmd: &str, rc: i32, attrs: &[(&str, &str)]) -> String {
     let mut line = format!("cmd={cmd} rc={rc}");
     for (k, v) in attrs {
         line.push_str(&format!(" {k}={}", escape(v)));
     }
     line.push('\n');
-    Outcome::Reply(line)
+    line
+}
+
+/// A refusal line: rc -1 and why.
+fn refuse_line(cmd: &str, why: &str) -> String {
+    // A message without spaces reads better in MPICH's error output than
+    // an escaped one.
+    reply_line(cmd, -1, &[("msg", &why.replace(' ', "_"))])
+}
+
+fn reply(cmd: &str, rc: i32, attrs: &[(&str, &str)]) -> Outcome {
+    Outcome::Reply(reply_line(cmd, rc, attrs))
 }
 
 fn refuse(cmd: &str, why: &str) -> Outcome {
-    // A message without spaces reads better in MPICH's error output than
-    // an escaped one.
-    reply(cmd, -1, &[("msg", &why.replace(' ', "_"))])
+    Outcome::Reply(refuse_line(cmd, why))
 }
+
+const NO_NAME_SERVICE: &str = "name publishing is not served by scored";
 
 impl JobPmi {
     pub fn new(shape: JobShape) -> JobPmi {
@@ -169,12 +188,9 @@ impl JobPmi {
                     .unwrap_or(1),
                 message: req.get("message").unwrap_or("PMI_Abort").to_string(),
             },
-            "publish_name" => refuse("publish_result", "name publishing is not served by scored"),
-            "unpublish_name" => refuse(
-                "unpublish_result",
-                "name publishing is not served by scored",
-            ),
-            "lookup_name" => refuse("lookup_result", "name publishing is not served by scored"),
+            "publish_name" => refuse("publish_result", NO_NAME_SERVICE),
+            "unpublish_name" => refuse("unpublish_result", NO_NAME_SERVICE),
+            "lookup_name" => refuse("lookup_result", NO_NAME_SERVICE),
             other => refuse("error", &format!("unknown command {other}")),
         }
     }
@@ -239,7 +255,7 @@ impl JobPmi {
         if !self.in_barrier.insert(rank) {
             return refuse("barrier_out", "this rank is in the barrier already");
         }
-        if self.fencing || self.in_barrier.len() < self.shape.local.len() {
+        if self.fencing || self.in_barrier.len() < self.shape.local_ranks().len() {
             return Outcome::Nothing;
         }
         self.fencing = true;
@@ -254,25 +270,21 @@ impl JobPmi {
     /// failed: the replies to the ranks that waited in the barrier.
     pub fn fence_complete(&mut self, result: Result<&[u8], String>) -> Vec<(u32, String)> {
         self.fencing = false;
-        let outcome = match result.and_then(|d| decode_contributions(d).map_err(|e| e.to_string()))
-        {
+        let line = match result.and_then(|d| decode_contributions(d).map_err(|e| e.to_string())) {
             Ok(pairs) => {
                 let bytes: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
                 if self.kvs_bytes + bytes > KVS_MAX_BYTES {
-                    refuse(
+                    refuse_line(
                         "barrier_out",
                         &format!("the job's key-value space would pass {KVS_MAX_BYTES} bytes"),
                     )
                 } else {
                     self.kvs_bytes += bytes;
                     self.kvs.extend(pairs);
-                    reply("barrier_out", 0, &[])
+                    reply_line("barrier_out", 0, &[])
                 }
             }
-            Err(e) => refuse("barrier_out", &format!("the job's barrier failed: {e}")),
-        };
-        let Outcome::Reply(line) = outcome else {
-            unreachable!("reply() makes replies")
+            Err(e) => refuse_line("barrier_out", &format!("the job's barrier failed: {e}")),
         };
         std::mem::take(&mut self.in_barrier)
             .into_iter()
@@ -295,7 +307,7 @@ mod tests {
             kvsname: "score.7".into(),
             nodes: 2,
             ppn,
-            local: index * ppn..(index + 1) * ppn,
+            node: index,
         })
     }
 
@@ -309,34 +321,38 @@ mod tests {
     #[test]
     fn mpichs_start_up_sequence_is_answered() {
         let mut p = node(0, 2);
-        assert_eq!(
-            line(p.request(0, b"cmd=init pmi_version=1 pmi_subversion=1\n")),
-            "cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1\n"
-        );
-        assert_eq!(
-            line(p.request(0, b"cmd=get_maxes\n")),
-            "cmd=maxes rc=0 kvsname_max=256 keylen_max=64 vallen_max=1024\n"
-        );
-        assert_eq!(
-            line(p.request(0, b"cmd=get_appnum\n")),
-            "cmd=appnum rc=0 appnum=0\n"
-        );
-        assert_eq!(
-            line(p.request(0, b"cmd=get_universe_size\n")),
-            "cmd=universe_size rc=0 size=4\n"
-        );
-        assert_eq!(
-            line(p.request(0, b"cmd=get_my_kvsname\n")),
-            "cmd=my_kvsname rc=0 kvsname=score.7\n"
-        );
-        assert_eq!(
-            line(p.request(0, b"cmd=get kvsname=score.7 key=PMI_process_mapping\n")),
-            "cmd=get_result rc=0 value=(vector,(0,2,2)) found=TRUE\n"
-        );
-        assert_eq!(
-            line(p.request(1, b"cmd=finalize\n")),
-            "cmd=finalize_ack rc=0\n"
-        );
+        let exchanges: [(u32, &[u8], &str); 7] = [
+            (
+                0,
+                b"cmd=init pmi_version=1 pmi_subversion=1\n",
+                "cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1\n",
+            ),
+            (
+                0,
+                b"cmd=get_maxes\n",
+                "cmd=maxes rc=0 kvsname_max=256 keylen_max=64 vallen_max=1024\n",
+            ),
+            (0, b"cmd=get_appnum\n", "cmd=appnum rc=0 appnum=0\n"),
+            (
+                0,
+                b"cmd=get_universe_size\n",
+                "cmd=universe_size rc=0 size=4\n",
+            ),
+            (
+                0,
+                b"cmd=get_my_kvsname\n",
+                "cmd=my_kvsname rc=0 kvsname=score.7\n",
+            ),
+            (
+                0,
+                b"cmd=get kvsname=score.7 key=PMI_process_mapping\n",
+                "cmd=get_result rc=0 value=(vector,(0,2,2)) found=TRUE\n",
+            ),
+            (1, b"cmd=finalize\n", "cmd=finalize_ack rc=0\n"),
+        ];
+        for (rank, request, want) in exchanges {
+            assert_eq!(line(p.request(rank, request)), want);
+        }
     }
 
     #[test]

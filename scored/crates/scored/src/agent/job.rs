@@ -293,7 +293,7 @@ impl AgentJob {
                 kvsname: self.nspace.clone(),
                 nodes: spec.nodes,
                 ppn: spec.ppn,
-                local: node_index * spec.ppn..(node_index + 1) * spec.ppn,
+                node: node_index,
             };
             self.pmi = Some(pmi::serve(self.id, shape, pmi_conns, internal.clone()));
         }
