@@ -104,21 +104,8 @@ impl State {
         else {
             return;
         };
-        // Every node's data in one message would break the agents'
-        // streams: the fence fails, for this job's ranks alone.
-        let ok = data.len() <= score_proto::FENCE_MAX_BYTES;
-        if !ok {
-            tracing::warn!(
-                job = id,
-                seq,
-                bytes = data.len(),
-                limit = score_proto::FENCE_MAX_BYTES,
-                "a fence's data is too large to send to the agents: the fence fails"
-            );
-        }
-        let data = if ok { data } else { Vec::new() };
         for name in job.info.nodes.clone() {
-            self.fence_result_to(id, &name, seq, data.clone(), ok);
+            self.fence_complete_to(id, &name, seq, data.clone());
         }
     }
 
@@ -136,11 +123,23 @@ impl State {
         }
     }
 
+    /// Tells `node` that fence `seq` of job `id` completed with `data`.  A
+    /// completion too large for one message of the agent's stream (which
+    /// it would break) fails the fence instead, for this job's ranks alone;
+    /// every completion goes this way, a restarted master's too.
     fn fence_complete_to(&mut self, id: u64, node: &str, seq: u64, data: Vec<u8>) {
-        self.fence_result_to(id, node, seq, data, true);
-    }
-
-    fn fence_result_to(&mut self, id: u64, node: &str, seq: u64, data: Vec<u8>, ok: bool) {
+        let ok = data.len() <= score_proto::FENCE_MAX_BYTES;
+        if !ok {
+            tracing::warn!(
+                job = id,
+                node,
+                seq,
+                bytes = data.len(),
+                limit = score_proto::FENCE_MAX_BYTES,
+                "a fence's data is too large to send to the agent: the fence fails"
+            );
+        }
+        let data = if ok { data } else { Vec::new() };
         self.links.send(
             &self.nodes,
             node,
@@ -178,6 +177,15 @@ mod tests {
         assert_eq!(f.completed(7, 4), None);
     }
 
+    /// Node `node`'s contribution to fence `seq` of job `id`.
+    fn contribute(h: &mut Harness, node: &str, id: u64, seq: u64, data: Vec<u8>) {
+        h.agent_says(
+            node,
+            id,
+            agent_message::Msg::Fence(FenceContribution { seq, data }),
+        );
+    }
+
     #[test]
     fn fences_complete_when_every_node_contributed_in_node_order() {
         let mut h = harness(2);
@@ -185,23 +193,9 @@ mod tests {
         h.launch_ok(id);
         h.agent_hears("n1");
         h.agent_hears("n2");
-        h.agent_says(
-            "n2",
-            id,
-            agent_message::Msg::Fence(FenceContribution {
-                seq: 0,
-                data: b"B".to_vec(),
-            }),
-        );
+        contribute(&mut h, "n2", id, 0, b"B".to_vec());
         assert!(h.agent_hears("n1").is_empty());
-        h.agent_says(
-            "n1",
-            id,
-            agent_message::Msg::Fence(FenceContribution {
-                seq: 0,
-                data: b"A".to_vec(),
-            }),
-        );
+        contribute(&mut h, "n1", id, 0, b"A".to_vec());
         for n in ["n1", "n2"] {
             let m = h.agent_hears(n);
             assert!(
@@ -220,21 +214,17 @@ mod tests {
         // Each node's share fits; both together do not.
         let half = score_proto::FENCE_MAX_BYTES / 2 + 1;
         for n in ["n1", "n2"] {
-            h.agent_says(
-                n,
-                id,
-                agent_message::Msg::Fence(FenceContribution {
-                    seq: 0,
-                    data: vec![7; half],
-                }),
-            );
+            contribute(&mut h, n, id, 0, vec![7; half]);
         }
+        let failed = |m: &[master_message::Msg]| matches!(m, [master_message::Msg::Fence(f)] if f.data.is_empty() && f.seq == 0 && !f.ok);
         for n in ["n1", "n2"] {
             let m = h.agent_hears(n);
-            assert!(
-                matches!(&m[..], [master_message::Msg::Fence(f)] if f.data.is_empty() && f.seq == 0 && !f.ok),
-                "{n}: {m:?}"
-            );
+            assert!(failed(&m), "{n}: {m:?}");
         }
+        // A node that contributes again (it missed the completion, as after
+        // a master restart) is told the same: the fence failed.
+        contribute(&mut h, "n1", id, 0, vec![7; half]);
+        let m = h.agent_hears("n1");
+        assert!(failed(&m), "again: {m:?}");
     }
 }
