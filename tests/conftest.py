@@ -23,6 +23,7 @@ root; without it they are skipped with that reason.
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -84,17 +85,11 @@ def pytest_sessionstart(session):
     concurrent run's clusters have live holders and stay."""
     if os.geteuid() != 0:
         return
-    import re
-
     from vclusterlib import holder, state
 
     for name in state.names():
         current = state.load(name)
-        if not re.fullmatch(r"t\d{5,}", name) or current is None:
-            continue
-        layout = state.layout(current)
-        if any(holder.verify(state.holder_pid(current, n.name), name, n.name, n.netns)
-               for n in layout.nodes):
+        if not re.fullmatch(r"t\d{5,}", name) or current is None or holder.live_nodes(current):
             continue
         proc = run_vcluster("down", "--name", name)
         print(f"took down cluster {name}, left by a killed run: exit {proc.returncode}",

@@ -127,3 +127,22 @@ def test_up_interrupted_half_way_rolls_back(cluster_name):
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert "rolling back" in err and "terminated by signal 15" in err
     assert leftovers(cluster_name) == []
+
+
+def test_the_next_run_takes_down_a_cluster_left_by_a_killed_run(vcluster):
+    """Every holder dead, the namespaces left, as when a test run is killed
+    before its teardown: the next pytest session takes the cluster down at
+    its start (tests/conftest.py, pytest_sessionstart), and leaves a
+    cluster that is alive alone."""
+    from conftest import pytest_sessionstart
+
+    left, alive = vcluster(nodes=2), vcluster(nodes=1)
+    for node in left.state["nodes"]:
+        os.kill(node["holder_pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while holders_of(left.name) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert leftovers(left.name), "the killed cluster's namespaces must still be there"
+    pytest_sessionstart(None)
+    assert leftovers(left.name) == []
+    assert alive.status()["healthy"]

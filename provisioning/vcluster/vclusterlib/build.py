@@ -95,8 +95,7 @@ def _existing(name, shape, subnet, rootfs=None):
     if current is None:
         return None
     layout = state.layout(current)
-    live = [n.name for n in layout.nodes
-            if holder.verify(state.holder_pid(current, n.name), name, n.name, n.netns)]
+    live = holder.live_nodes(current)
     if not live and teardown.discover(name, include_state=False).empty():
         log.step(f"removing stale state file of cluster {name} (nothing of it is left)")
         state.remove(name)

@@ -23,7 +23,7 @@ import select
 import subprocess
 import time
 
-from . import naming, procs, system
+from . import naming, procs, state, system
 from .errors import VclusterError
 
 READY_TIMEOUT = 15
@@ -95,6 +95,13 @@ def find(cluster=None):
         if parsed and (cluster is None or parsed[0] == cluster):
             found[parsed] = pid
     return found
+
+
+def live_nodes(current):
+    """The names of the nodes of a cluster's state `current` whose holder
+    process is alive (none: whoever made the cluster is gone)."""
+    return [n.name for n in state.layout(current).nodes
+            if verify(state.holder_pid(current, n.name), current["name"], n.name, n.netns)]
 
 
 def verify(pid, cluster, node, netns):
