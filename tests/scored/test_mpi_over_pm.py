@@ -112,10 +112,9 @@ def test_a_bad_mpi_transport_is_refused(score):
 
 
 class ScrunSuite:
-    """mpi4py's suite as a scrun job (mpi4py_suite.run_suite), of 2 nodes x
-    2 ranks unless `nodes` says otherwise."""
+    """mpi4py's suite as a scrun job of `nodes` (mpi4py_suite.run_suite)."""
 
-    def __init__(self, score, argv, env, nodes="2x2"):
+    def __init__(self, score, argv, env, nodes):
         self.run = score.start(f"-nodes={nodes}", *argv, env=env)
 
     def wait(self):
@@ -126,19 +125,30 @@ class ScrunSuite:
         return f"scrun exited {self.rc}\nstderr: {self.run.stderr()[-3000:]}"
 
 
+def assert_scrun_suite_passes_over_pm_what_it_passes_over_tcp(score, testdir, env_of, nodes,
+                                                               what, **suite_args):
+    """The suite in testdir as a scrun job of `nodes` (AxB), once with the
+    environment env_of("tcp") and once with env_of("pm"): every test that
+    passes with tcp passes with pm."""
+    a, b = map(int, nodes.split("x"))
+    outcomes = {
+        provider: run_suite(
+            testdir, [], f"{what}{provider}, scrun -nodes={nodes}", a * b,
+            start=lambda argv, env=env_of(provider): ScrunSuite(score, argv, env, nodes).wait(),
+            **suite_args)
+        for provider in ("tcp", "pm")}
+    assert_pm_passes_what_tcp_passes(outcomes["pm"], outcomes["tcp"])
+
+
 @needs_mpicc
 def test_mpi4py_under_scrun_over_pm_passes_what_tcp_passes(score):
     """mpi4py's own suite as a 2x2 scrun job: over pm (scrun's default)
     every test passes that passes with libfabric's tcp provider, same job."""
     with suite_dir() as testdir:
-        outcomes = {}
-        for provider in ("tcp", "pm"):
-            env = dict(score.env, **ROOT_OK, **provider_env(provider), FI_TCP_IFACE="eth0")
-            outcomes[provider] = run_suite(
-                testdir, [], f"{provider}, scrun -nodes=2x2", 4,
-                start=lambda argv, env=env: ScrunSuite(score, argv, env).wait())
-    assert_pm_passes_what_tcp_passes(outcomes["pm"], outcomes["tcp"])
-
+        assert_scrun_suite_passes_over_pm_what_it_passes_over_tcp(
+            score, testdir, lambda provider: dict(score.env, **ROOT_OK, **provider_env(provider),
+                                                  FI_TCP_IFACE="eth0"),
+            "2x2", "")
 
 
 def test_mpi4py_under_mpich_under_scrun_over_pm_passes_what_tcp_passes(score):
@@ -156,10 +166,7 @@ def test_mpi4py_under_mpich_under_scrun_over_pm_passes_what_tcp_passes(score):
 
     python = install_mpi4py(install())
     with suite_dir(MPI4PY_VERSION, MPI4PY_SDIST_SHA256) as testdir:
-        outcomes = {}
-        for provider in ("tcp", "pm"):
-            env = dict(score.env, FI_PROVIDER=provider, FI_TCP_IFACE="eth0")
-            outcomes[provider] = run_suite(
-                testdir, [], f"MPICH, {provider}, scrun -nodes=2x1", 2, python=python,
-                start=lambda argv, env=env: ScrunSuite(score, argv, env, nodes="2x1").wait())
-    assert_pm_passes_what_tcp_passes(outcomes["pm"], outcomes["tcp"])
+        assert_scrun_suite_passes_over_pm_what_it_passes_over_tcp(
+            score, testdir,
+            lambda provider: dict(score.env, FI_PROVIDER=provider, FI_TCP_IFACE="eth0"),
+            "2x1", "MPICH, ", python=python)
