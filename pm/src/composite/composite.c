@@ -3,8 +3,13 @@
  * composite.c - PM/Composite: one context over several devices, each
  * peer routed to the device that reaches it best (shm for the same node, a
  * network device otherwise).  Seed 000, section 7.3.
+ *
+ * A detached context (no launcher) learns its peers one by one from
+ * pm_peer_insert: each goes to the first device that reaches it (shm for
+ * a process on this host, then udp), under the number the core gives.
  */
 #include "composite.h"
+#include "core/detached.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -21,6 +26,9 @@ struct composite_dev {
 	int nsub;
 	uint8_t *route;                 /* peer -> index into sub, or NO_ROUTE */
 	int next_rx;
+	/* Detached: each peer's context id and key, so that an address
+	 * inserted again gets its number back whichever device serves it. */
+	struct { uint32_t id; uint64_t key; } *known;
 };
 
 static inline struct composite_dev *to_comp(struct pm_device *dev)
@@ -57,17 +65,26 @@ static int comp_setup(struct pm_device *dev, struct pm_boot *b)
 {
 	struct composite_dev *c = to_comp(dev);
 
-	c->route = malloc((size_t)b->size);
+	bool detached = dev->ctx->detached;
+	size_t peers = detached ? PM_DETACHED_MAX : (size_t)b->size;
+
+	c->route = malloc(peers);
 	if (!c->route)
 		return -ENOMEM;
-	memset(c->route, NO_ROUTE, (size_t)b->size);
+	memset(c->route, NO_ROUTE, peers);
+	if (detached) {
+		c->known = calloc(peers, sizeof(*c->known));
+		if (!c->known)
+			return -ENOMEM;
+	}
 
 	/* Devices in order of preference; each claims the peers it serves.
-	 * The network device comes only when some peer is off this node, and
-	 * last, because it is the one that can block on file descriptors. */
+	 * The network device comes only when some peer is off this node (a
+	 * detached context's peers may be anywhere), and last, because it is
+	 * the one that can block on file descriptors. */
 	int err = add_sub(c, "shm", 0);
 
-	if (!err && b->nlocal < b->size)
+	if (!err && (detached || b->nlocal < b->size))
 		err = add_sub(c, "udp", PM_DEVICE_REMOTE_ONLY);
 	if (err)
 		return err;
@@ -98,6 +115,10 @@ static int comp_connect(struct pm_device *dev, struct pm_boot *b)
 		for (int i = 0; i < c->nsub && c->route[peer] == NO_ROUTE; i++)
 			if (c->sub[i]->ops->device_of(c->sub[i], peer))
 				c->route[peer] = (uint8_t)i;
+	if (c->known) {         /* detached: peer 0 is itself */
+		c->known[0].id = dev->ctx->detached_id;
+		c->known[0].key = b->jobkey;
+	}
 	return 0;
 }
 
@@ -116,6 +137,7 @@ static void comp_destroy(struct pm_device *dev)
 	for (int i = 0; i < c->nsub; i++)
 		c->sub[i]->ops->destroy(c->sub[i]);
 	free(c->route);
+	free(c->known);
 	free(c);
 }
 
@@ -338,6 +360,44 @@ static void comp_resumed(struct pm_device *dev)
 		c->sub[i]->ops->resumed(c->sub[i]);
 }
 
+/* ---- detached contexts ---- */
+
+/* The address is the one device's that has one (the network's); it
+ * carries the pid through which shm reaches us (core/detached.h). */
+static int comp_address(const struct pm_device *dev, void *buf, size_t *len)
+{
+	const struct composite_dev *c = (const struct composite_dev *)dev;
+
+	for (int i = 0; i < c->nsub; i++)
+		if (c->sub[i]->ops->address)
+			return c->sub[i]->ops->address(c->sub[i], buf, len);
+	return -ENOTSUP;
+}
+
+static int comp_insert(struct pm_device *dev, const struct pm_daddr *d, int *peer)
+{
+	struct composite_dev *c = to_comp(dev);
+	int err = -EHOSTUNREACH;
+
+	for (int p = 0; p < dev->ctx->size; p++) {
+		if (c->known[p].id == d->id && c->known[p].key == d->key) {
+			*peer = p;
+			return 0;
+		}
+	}
+	for (int i = 0; i < c->nsub && err == -EHOSTUNREACH; i++) {
+		struct pm_device *sub = c->sub[i];
+
+		err = sub->ops->insert ? sub->ops->insert(sub, d, peer) : -EHOSTUNREACH;
+		if (!err && c->route[*peer] == NO_ROUTE) {
+			c->route[*peer] = (uint8_t)i;
+			c->known[*peer].id = d->id;
+			c->known[*peer].key = d->key;
+		}
+	}
+	return err;
+}
+
 static struct pm_device *comp_create(struct pm_context *ctx, unsigned flags)
 {
 	struct composite_dev *c = calloc(1, sizeof(*c));
@@ -376,4 +436,6 @@ const struct pm_device_ops pm_composite_ops = {
 	.drain_poll = comp_drain_poll,
 	.hold = comp_hold,
 	.resumed = comp_resumed,
+	.address = comp_address,
+	.insert = comp_insert,
 };

@@ -5,9 +5,11 @@
  */
 #include "pm_internal.h"
 #include "atomic.h"
+#include "detached.h"
 #include "stats.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/random.h"
 
 #include <endian.h>
 #include <errno.h>
@@ -15,7 +17,7 @@
 #include <string.h>
 
 #define PM_DEFAULT_DEVICE       "composite"  /* a name in the device table */
-#define PM_DETACHED_DEVICE      "udp"        /* the one that serves detached contexts */
+#define PM_DETACHED_DEVICE      "composite"  /* shm on this host, udp beyond */
 /* Long enough to cover a 1 MiB single-copy transfer by a peer (about
  * 100 us) without sleeping; short enough not to burn a core for nothing. */
 #define PM_DEFAULT_SPIN_US      200
@@ -99,13 +101,13 @@ int pm_open(pm_context_t **out, const struct pm_open_attr *attr)
 	device = attr->device ? attr->device : getenv("PM_DEVICE");
 	if (!device || !*device)
 		device = detached ? PM_DETACHED_DEVICE : PM_DEFAULT_DEVICE;
-	if (detached && strcmp(device, PM_DETACHED_DEVICE) != 0) {
-		/* shm needs the peers' locality, which only a launcher tells,
-		 * and composite is shm beside udp: later, with a host id. */
-		if (!pm_device_find(device))
-			return -ENODEV;
-		pm_log(-1, "device %s: a detached context runs on %s only", device,
-		       PM_DETACHED_DEVICE);
+	const struct pm_device_ops *ops = pm_device_find(device);
+
+	if (detached && !ops)
+		return -ENODEV;
+	if (detached && !ops->address) {
+		/* shm alone has no address that says where the process is. */
+		pm_log(-1, "device %s: a detached context runs on composite or udp", device);
 		return -ENOTSUP;
 	}
 	ctx = calloc(1, sizeof(*ctx));
@@ -113,6 +115,19 @@ int pm_open(pm_context_t **out, const struct pm_open_attr *attr)
 		return -ENOMEM;
 	ctx->control_slot = -1;
 	ctx->detached = detached;
+	if (detached) {
+		/* Public, and only needs to differ from that of another context
+		 * that reuses a port or a pid; never 0 (core/detached.h). */
+		uint64_t r = 0;
+
+		err = pm_random_u64(&r);
+		if (err) {
+			free(ctx);
+			return err;
+		}
+		ctx->detached_id = (uint32_t)r ? (uint32_t)r : 1;
+		ctx->host_id = pm_host_id();
+	}
 	err = knob(attr->spin_us, "PM_SPIN_US", PM_DEFAULT_SPIN_US, &ctx->spin_us);
 	if (!err)
 		err = knob(attr->shm_ring_kib, "PM_SHM_RING_KIB", PM_DEFAULT_RING_KIB,
@@ -263,8 +278,15 @@ int pm_address(const pm_context_t *ctx, void *buf, size_t *len)
 
 static inline int detached_insert(pm_context_t *ctx, const void *addr, size_t len, int *peer)
 {
-	int err = ctx->dev->ops->insert(ctx->dev, addr, len, peer);
+	struct pm_daddr d;
+	int err = pm_daddr_decode(addr, len, &d);
 
+	if (err)
+		return err;
+	*peer = ctx->size;     /* a new peer's; the device checks the room */
+	err = ctx->dev->ops->insert(ctx->dev, &d, peer);
+	if (err == -EHOSTUNREACH)
+		err = -ENETUNREACH;
 	if (!err && *peer == ctx->size) {
 		ctx->size++;
 		ctx->page->size = ctx->size;    /* for pminfo */

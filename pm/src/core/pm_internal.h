@@ -69,6 +69,7 @@ void pm_boot_close(struct pm_boot *b);
 /* ---- devices ---- */
 
 struct pm_device;
+struct pm_daddr;
 
 struct pm_device_ops {
 	const char *name;
@@ -124,12 +125,15 @@ struct pm_device_ops {
 	int (*peer_alive)(struct pm_device *dev, int peer);
 
 	/* Detached contexts (NULL ops: the device cannot serve them).
-	 * address: this context's address (docs/pm/wire.md, "Addresses"),
-	 * as pm_address(); insert: the peer number of the context at addr,
-	 * a new one (ctx->size, which the core then counts) when it was not
-	 * inserted before, as pm_peer_insert(). */
+	 * address: this context's address (core/detached.h), as
+	 * pm_address(); a device that has none leaves it to the others.
+	 * insert: the context at d, decoded by the core.  *peer comes in as
+	 * the number a new peer gets (ctx->size, which the core then counts)
+	 * and goes out as the peer's number, the one it got at its first
+	 * insertion if it had one; -EHOSTUNREACH: this device does not reach
+	 * it (composite asks the next one). */
 	int (*address)(const struct pm_device *dev, void *buf, size_t *len);
-	int (*insert)(struct pm_device *dev, const void *addr, size_t len, int *peer);
+	int (*insert)(struct pm_device *dev, const struct pm_daddr *d, int *peer);
 
 	/* Make [addr, addr+len) reachable by peers under key in window slot
 	 * idx; key 0 hides the slot. */
@@ -211,6 +215,12 @@ struct pm_stats_page;
 struct pm_context {
 	int rank, size;
 	bool detached;                  /* PM_OPEN_DETACHED: size grows by insert */
+	/* A detached context's identity in its address (core/detached.h):
+	 * its id, drawn at pm_open(), its host's pm_host_id(), and its pid
+	 * once a shm device lets other processes reach it (else 0). */
+	uint32_t detached_id;
+	uint32_t host_id;
+	uint32_t detached_pid;
 	struct pm_boot boot;
 	struct pm_device *dev;
 	struct pm_stats_page *page;     /* shared, read by pminfo and scored */

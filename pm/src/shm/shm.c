@@ -10,10 +10,19 @@
  * address spaces.  The segment's name is removed as soon as every peer has
  * mapped it, so nothing is left in /dev/shm when a process dies.
  *
+ * A detached context (no launcher: its peers come from pm_peer_insert)
+ * has no names at all: its segment is a memfd with a ring for each of up
+ * to PM_DETACHED_MAX senders.  A sender on the same host finds it among
+ * the receiver's open files by the pid and context id of its address,
+ * claims a free ring in its table and writes there; the receiver finds
+ * which ring is whose by the claim (pid and context id) once it has
+ * inserted the sender too.  Until then the messages wait in the ring.
+ *
  * Layout and protocol: docs/pm/shm.md.
  */
 #include "shm.h"
 #include "core/atomic.h"
+#include "core/detached.h"
 #include "core/ring.h"
 #include "util/clock.h"
 #include "util/futex.h"
@@ -21,6 +30,7 @@
 
 #include <errno.h>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -39,7 +49,8 @@
 
 #define SHM_MAGIC        "PMSHM001"
 #define SHM_KEY          "pm.shm"
-#define SHM_VERSION      2      /* 2: the atomics lock */
+#define SHM_VERSION      3      /* 2: the atomics lock; 3: detached claims */
+#define SHM_SLOTS        PM_DETACHED_MAX /* rings of a detached context */
 #define SHM_BLOCK_SLICE_MS 100  /* how often a sleeper checks peers' health */
 
 struct shm_window {
@@ -66,7 +77,15 @@ struct shm_seg {
 	_Atomic uint32_t atomic_lock;           /* pid of whoever runs an atomic
 						   on the owner's regions, or 0
 						   (core/atomic.h) */
+	/* Detached (nrings == SHM_SLOTS): who owns it, checked by a sender
+	 * that found it by pid and id, and how many rings are claimed. */
+	uint32_t id;
+	uint64_t key;
+	_Atomic uint32_t nclaimed;
 	_Alignas(64) struct shm_window win[PM_MAX_WINDOWS];
+	/* Detached: ring i's sender, pid << 32 | context id, 0 while free.
+	 * Claimed in order and never freed, so the claimed ones are a prefix. */
+	_Alignas(64) _Atomic uint64_t claim[SHM_SLOTS];
 };
 
 /* What a process publishes through the bootstrap. */
@@ -87,6 +106,14 @@ struct shm_peer {
 	bool want_space;
 	bool dead;
 	bool broken;                    /* sent a malformed record: ignored */
+	/* Detached: its claim tag (pid << 32 | id) and key; its ring in its
+	 * segment, mapped alone (seg is then its header only); whether its
+	 * ring in ours is found yet (rx reads an empty ring until then). */
+	uint64_t tag;
+	uint64_t key;
+	void *ring_map;
+	size_t ring_map_len;
+	bool rx_found;
 };
 
 struct shm_dev {
@@ -102,6 +129,14 @@ struct shm_dev {
 	int wake_fd;                    /* 127.0.0.1 socket, or -1 (futex only) */
 	int next_rx;                    /* round-robin start of recv */
 	uint64_t ring_bytes;
+	/* Detached: the segment's memfd, open for the life of the context (a
+	 * sender finds it in /proc/<pid>/fd); the peers whose ring in ours is
+	 * not found yet, and the claims looked at so far. */
+	bool detached;
+	int memfd;
+	int pending;
+	uint32_t seen_claims;
+	uint32_t scanned;
 };
 
 static inline struct shm_dev *to_shm(struct pm_device *dev)
@@ -114,14 +149,20 @@ static size_t rings_offset(void)
 	return (sizeof(struct shm_seg) + 4095) & ~(size_t)4095;
 }
 
+/* Rings start on pages: a detached sender maps its ring alone. */
+static size_t ring_stride(uint64_t ring_bytes)
+{
+	return (ring_footprint(ring_bytes) + 4095) & ~(size_t)4095;
+}
+
 static size_t seg_bytes(uint32_t nrings, uint64_t ring_bytes)
 {
-	return rings_offset() + nrings * ring_footprint(ring_bytes);
+	return rings_offset() + nrings * ring_stride(ring_bytes);
 }
 
 static void *seg_ring(struct shm_seg *seg, int i)
 {
-	return (uint8_t *)seg + rings_offset() + (size_t)i * ring_footprint(seg->ring_bytes);
+	return (uint8_t *)seg + rings_offset() + (size_t)i * ring_stride(seg->ring_bytes);
 }
 
 static void seg_name(char *buf, size_t len, uint64_t jobkey, int rank)
@@ -165,6 +206,36 @@ static bool peer_died(struct shm_peer *p)
 
 /* ---- opening ---- */
 
+/* Header fields of a fresh segment of nrings rings; the magic goes last,
+ * when everything else is there for a peer to check. */
+static void seg_init(struct shm_seg *seg, uint32_t nrings, uint64_t ring_bytes, int rank)
+{
+	seg->version = SHM_VERSION;
+	seg->nrings = nrings;
+	seg->ring_bytes = ring_bytes;
+	seg->pid = getpid();
+	seg->rank = rank;
+}
+
+static void seg_publish(struct shm_seg *seg)
+{
+	atomic_thread_fence(memory_order_release);
+	memcpy(seg->magic, SHM_MAGIC, sizeof(seg->magic));
+}
+
+/* A peer's segment (seg_len bytes of it mapped, size bytes in all) is its
+ * word about itself: check that it is what the peer's address told. */
+static bool seg_fits(const struct shm_seg *seg, size_t seg_len, size_t size, uint32_t nrings,
+		     pid_t pid)
+{
+	return seg_len >= sizeof(struct shm_seg) &&
+	       memcmp(seg->magic, SHM_MAGIC, sizeof(seg->magic)) == 0 &&
+	       seg->version == SHM_VERSION && seg->nrings == nrings && seg->pid == pid &&
+	       ring_size_valid(seg->ring_bytes) && size >= seg_bytes(seg->nrings, seg->ring_bytes);
+}
+
+static int setup_detached(struct shm_dev *s, struct pm_boot *b);
+
 static int shm_setup(struct pm_device *dev, struct pm_boot *b)
 {
 	struct shm_dev *s = to_shm(dev);
@@ -176,6 +247,8 @@ static int shm_setup(struct pm_device *dev, struct pm_boot *b)
 		       ctx->shm_ring_kib);
 		return -EINVAL;
 	}
+	if (ctx->detached)
+		return setup_detached(s, b);
 	s->nlocal = b->nlocal;
 	s->local_of = malloc((size_t)b->size * sizeof(int));
 	s->peers = calloc((size_t)b->nlocal, sizeof(*s->peers));
@@ -219,15 +292,10 @@ static int shm_setup(struct pm_device *dev, struct pm_boot *b)
 		s->me = NULL;
 		return -errno;
 	}
-	s->me->version = SHM_VERSION;
-	s->me->nrings = (uint32_t)s->nlocal;
-	s->me->ring_bytes = s->ring_bytes;
-	s->me->pid = getpid();
-	s->me->rank = b->rank;
+	seg_init(s->me, (uint32_t)s->nlocal, s->ring_bytes, b->rank);
 	for (int i = 0; i < s->nlocal; i++)
 		ring_init(seg_ring(s->me, i), s->ring_bytes);
-	atomic_thread_fence(memory_order_release);
-	memcpy(s->me->magic, SHM_MAGIC, sizeof(s->me->magic));
+	seg_publish(s->me);
 
 	/* Every executor of this context's atomics, its udp progress
 	 * included, takes the lock that its shm peers can reach. */
@@ -269,22 +337,21 @@ static int map_peer(struct shm_dev *s, struct pm_boot *b, struct shm_peer *p)
 		p->seg = NULL;
 		return -errno;
 	}
-	/* The segment is the peer's word about itself: check it fits. */
-	if (p->seg_len < sizeof(struct shm_seg) ||
-	    memcmp(p->seg->magic, SHM_MAGIC, sizeof(p->seg->magic)) != 0 ||
-	    p->seg->version != SHM_VERSION || p->seg->nrings != (uint32_t)s->nlocal ||
-	    p->seg->pid != addr.pid ||
-	    !ring_size_valid(p->seg->ring_bytes) ||
-	    p->seg_len < seg_bytes(p->seg->nrings, p->seg->ring_bytes))
+	if (!seg_fits(p->seg, p->seg_len, p->seg_len, (uint32_t)s->nlocal, addr.pid))
 		return -EPROTO;
 	p->pid = addr.pid;
 	p->pidfd = pidfd_open_compat(p->pid);
 	return 0;
 }
 
+static int connect_detached(struct shm_dev *s);
+
 static int shm_connect(struct pm_device *dev, struct pm_boot *b)
 {
 	struct shm_dev *s = to_shm(dev);
+
+	if (s->detached)
+		return connect_detached(s);
 
 	for (int i = 0; i < s->nlocal; i++) {
 		struct shm_peer *p = &s->peers[i];
@@ -331,11 +398,15 @@ static void shm_destroy(struct pm_device *dev)
 
 		if (p->seg && p->seg != s->me)
 			munmap(p->seg, p->seg_len);
+		if (p->ring_map)
+			munmap(p->ring_map, p->ring_map_len);
 		if (p->pidfd >= 0)
 			close(p->pidfd);
 	}
 	if (s->wake_fd >= 0)
 		close(s->wake_fd);
+	if (s->memfd >= 0)
+		close(s->memfd);
 	if (s->me)
 		munmap(s->me, s->me_len);
 	free(s->peers);
@@ -456,9 +527,14 @@ static int shm_send(struct pm_device *dev, int peer, size_t len)
 	return err;
 }
 
+static void find_claims(struct shm_dev *s);
+
 static int shm_recv(struct pm_device *dev, struct pm_msg *msg)
 {
 	struct shm_dev *s = to_shm(dev);
+
+	if (__builtin_expect(s->pending != 0, 0))
+		find_claims(s);
 
 	for (int k = 0; k < s->nlocal; k++) {
 		int i = s->next_rx + k < s->nlocal ? s->next_rx + k : s->next_rx + k - s->nlocal;
@@ -507,6 +583,8 @@ static int shm_release(struct pm_device *dev, const struct pm_msg *msg)
 
 static bool shm_event(struct shm_dev *s)
 {
+	if (s->pending)
+		find_claims(s);
 	for (int i = 0; i < s->nlocal; i++) {
 		struct shm_peer *p = &s->peers[i];
 
@@ -803,6 +881,256 @@ static void shm_resumed(struct pm_device *dev)
 	(void)dev;              /* no timers */
 }
 
+/* ---- detached contexts ---- */
+
+/* A ring that never has anything: a peer's rx until its ring is found. */
+static _Alignas(64) uint8_t no_ring[RING_HDR_BYTES];
+
+static uint64_t claim_tag(uint32_t pid, uint32_t id)
+{
+	return (uint64_t)pid << 32 | id;
+}
+
+static int setup_detached(struct shm_dev *s, struct pm_boot *b)
+{
+	struct pm_context *ctx = s->base.ctx;
+	char name[32];
+
+	s->detached = true;
+	s->local_of = malloc(PM_DETACHED_MAX * sizeof(int));
+	s->peers = calloc(SHM_SLOTS, sizeof(*s->peers));
+	if (!s->local_of || !s->peers)
+		return -ENOMEM;
+	for (int r = 0; r < PM_DETACHED_MAX; r++)
+		s->local_of[r] = -1;
+
+	/* Found by senders under this name in /proc/<pid>/fd (find_segment);
+	 * a memfd leaves nothing behind in any directory. */
+	snprintf(name, sizeof(name), "pm.%08" PRIx32, ctx->detached_id);
+	s->memfd = memfd_create(name, MFD_CLOEXEC);
+	if (s->memfd < 0)
+		return -errno;
+	/* A ring for every peer there may be, in address space only: the
+	 * pages of a ring no one claims are never touched. */
+	s->me_len = seg_bytes(SHM_SLOTS, s->ring_bytes);
+	if (ftruncate(s->memfd, (off_t)s->me_len) < 0)
+		return -errno;
+	s->me = mmap(NULL, s->me_len, PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd, 0);
+	if (s->me == MAP_FAILED) {
+		s->me = NULL;
+		return -errno;
+	}
+	seg_init(s->me, SHM_SLOTS, s->ring_bytes, 0);
+	s->me->id = ctx->detached_id;
+	s->me->key = b->jobkey;
+	seg_publish(s->me);     /* fresh memory: every ring is empty already */
+	ctx->atomic_lock = &s->me->atomic_lock;
+	ctx->detached_pid = (uint32_t)getpid();
+	return 0;
+}
+
+/* The memfd of the detached context id in process pid, reopened through
+ * /proc as a file of a process we may trace (what process_vm_readv needs
+ * anyway); -EHOSTUNREACH when there is no such file to reach. */
+static int find_segment(uint32_t pid, uint32_t id)
+{
+	char dir[32], path[32 + sizeof(((struct dirent *)0)->d_name)], want[48], link[64];
+	int fd = -EHOSTUNREACH;
+	struct dirent *e;
+
+	snprintf(dir, sizeof(dir), "/proc/%" PRIu32 "/fd", pid);
+	int wlen = snprintf(want, sizeof(want), "/memfd:pm.%08" PRIx32 " (deleted)", id);
+	DIR *d = opendir(dir);
+
+	if (!d)
+		return -EHOSTUNREACH;
+	while ((e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		ssize_t n = readlink(path, link, sizeof(link));
+
+		if (n != wlen || memcmp(link, want, (size_t)n) != 0)
+			continue;
+		fd = open(path, O_RDWR | O_CLOEXEC);
+		if (fd < 0)
+			fd = -EHOSTUNREACH;
+		break;
+	}
+	closedir(d);
+	return fd;
+}
+
+/* Claim a free ring of seg for the sender tag: its index, or -ENOSPC. */
+static int claim_ring(struct shm_seg *seg, uint64_t tag)
+{
+	for (int i = 0; i < SHM_SLOTS; i++) {
+		uint64_t free_slot = 0;
+
+		if (atomic_compare_exchange_strong(&seg->claim[i], &free_slot, tag)) {
+			atomic_fetch_add_explicit(&seg->nclaimed, 1, memory_order_release);
+			return i;
+		}
+	}
+	return -ENOSPC;
+}
+
+/* Map the header of the segment of the context at d, check it is that
+ * context's, claim a ring there and map it: p's tx. */
+static int map_detached(struct shm_dev *s, struct shm_peer *p, const struct pm_daddr *d)
+{
+	struct pm_context *ctx = s->base.ctx;
+	uint64_t mine = claim_tag(ctx->detached_pid, ctx->detached_id);
+	int fd = find_segment(d->pid, d->id);
+	struct stat st;
+	int err = 0, slot;
+
+	if (fd < 0)
+		return fd;
+	if (fstat(fd, &st) < 0)
+		err = -errno;
+	else if (st.st_uid != geteuid() || (size_t)st.st_size < rings_offset())
+		err = -EHOSTUNREACH;    /* not a segment of ours to write into */
+	if (!err) {
+		p->seg = mmap(NULL, rings_offset(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p->seg == MAP_FAILED) {
+			p->seg = NULL;
+			err = -errno;
+		} else {
+			p->seg_len = rings_offset();
+		}
+	}
+	if (!err && !seg_fits(p->seg, p->seg_len, (size_t)st.st_size, SHM_SLOTS, (pid_t)d->pid))
+		err = -EHOSTUNREACH;
+	if (!err && (p->seg->id != d->id || p->seg->key != d->key))
+		err = -EADDRNOTAVAIL;   /* its id, or its key, is another's */
+	slot = err ? err : claim_ring(p->seg, mine);
+	if (slot < 0) {
+		err = slot;
+	} else {
+		p->ring_map_len = ring_stride(p->seg->ring_bytes);
+		p->ring_map = mmap(NULL, p->ring_map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+				   (off_t)(rings_offset() + (size_t)slot * p->ring_map_len));
+		if (p->ring_map == MAP_FAILED) {
+			p->ring_map = NULL;
+			err = -errno;
+		} else {
+			ring_producer_attach(&p->tx, p->ring_map, p->seg->ring_bytes);
+		}
+	}
+	close(fd);
+	return err;
+}
+
+/* The ring p writes to us, if it has claimed one. */
+static void find_rx(struct shm_dev *s, struct shm_peer *p)
+{
+	for (int i = 0; i < SHM_SLOTS; i++) {
+		uint64_t c = atomic_load_explicit(&s->me->claim[i], memory_order_acquire);
+
+		if (c == 0)
+			return;
+		if (c == p->tag) {
+			ring_consumer_attach(&p->rx, seg_ring(s->me, i), s->ring_bytes);
+			p->rx_found = true;
+			s->pending--;
+			return;
+		}
+	}
+}
+
+/* Some peer claimed a ring in our segment since we last looked. */
+static void find_claims(struct shm_dev *s)
+{
+	uint32_t n = atomic_load_explicit(&s->me->nclaimed, memory_order_acquire);
+
+	if (n == s->seen_claims)
+		return;
+	s->seen_claims = n;
+	for (int i = 0; i < s->nlocal && s->pending; i++)
+		if (!s->peers[i].rx_found)
+			find_rx(s, &s->peers[i]);
+}
+
+/* Undo a failed map_detached. */
+static void forget_peer(struct shm_peer *p)
+{
+	if (p->seg)
+		munmap(p->seg, p->seg_len);
+	if (p->ring_map)
+		munmap(p->ring_map, p->ring_map_len);
+	if (p->pidfd >= 0)
+		close(p->pidfd);
+	memset(p, 0, sizeof(*p));
+}
+
+static int shm_insert(struct pm_device *dev, const struct pm_daddr *d, int *peer)
+{
+	struct shm_dev *s = to_shm(dev);
+	struct pm_context *ctx = dev->ctx;
+
+	/* Only where the pid means the same process (core/detached.h). */
+	if (!s->detached || d->pid == 0 || d->host != ctx->host_id)
+		return -EHOSTUNREACH;
+
+	uint64_t tag = claim_tag(d->pid, d->id);
+
+	for (int i = 0; i < s->nlocal; i++) {
+		if (s->peers[i].tag != tag)
+			continue;
+		if (s->peers[i].key != d->key)
+			return -EADDRNOTAVAIL;
+		*peer = s->peers[i].rank;
+		return 0;
+	}
+	if (s->nlocal >= SHM_SLOTS || *peer >= PM_DETACHED_MAX)
+		return -ENOSPC;
+
+	struct shm_peer *p = &s->peers[s->nlocal];
+	bool self = d->pid == ctx->detached_pid && d->id == ctx->detached_id;
+	int err = 0;
+
+	memset(p, 0, sizeof(*p));
+	p->rank = *peer;
+	p->pid = (pid_t)d->pid;
+	p->pidfd = -1;
+	p->tag = tag;
+	p->key = d->key;
+	if (self) {
+		int slot = d->key == s->me->key ? claim_ring(s->me, tag) : -EADDRNOTAVAIL;
+
+		if (slot < 0)
+			return slot;
+		p->seg = s->me;
+		ring_producer_attach(&p->tx, seg_ring(s->me, slot), s->ring_bytes);
+	} else {
+		err = map_detached(s, p, d);
+		if (err) {
+			forget_peer(p);
+			return err;
+		}
+		p->pidfd = pidfd_open_compat(p->pid);
+		ring_bell(s, p->seg);   /* a sleeping receiver looks for the claim */
+	}
+	ring_consumer_attach(&p->rx, no_ring, RING_MIN_BYTES);
+	s->pending++;
+	find_rx(s, p);
+	s->local_of[*peer] = s->nlocal++;
+	return 0;
+}
+
+/* The context itself is its peer 0, on its own segment like any other. */
+static int connect_detached(struct shm_dev *s)
+{
+	struct pm_context *ctx = s->base.ctx;
+	struct pm_daddr me = { .id = ctx->detached_id, .key = s->me->key, .host = ctx->host_id,
+			       .pid = ctx->detached_pid };
+	int peer = 0;
+
+	s->me_local = 0;
+	return shm_insert(&s->base, &me, &peer);
+}
+
 static struct pm_device *shm_create(struct pm_context *ctx, unsigned flags)
 {
 	struct shm_dev *s = calloc(1, sizeof(*s));
@@ -813,6 +1141,7 @@ static struct pm_device *shm_create(struct pm_context *ctx, unsigned flags)
 	s->base.ops = &pm_shm_ops;
 	s->base.ctx = ctx;
 	s->wake_fd = -1;
+	s->memfd = -1;
 	return &s->base;
 }
 
@@ -844,4 +1173,5 @@ const struct pm_device_ops pm_shm_ops = {
 	.drain_poll = shm_drain_poll,
 	.hold = shm_hold,
 	.resumed = shm_resumed,
+	.insert = shm_insert,
 };

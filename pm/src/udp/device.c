@@ -9,6 +9,7 @@
  * with sendmmsg, in GSO runs where the kernel can.
  */
 #include "device.h"
+#include "core/detached.h"
 #include "stats.h"
 #include "udp.h"
 #include "util/clock.h"
@@ -96,7 +97,6 @@ struct udp_dev {
 	/* What this process published (its NICs' endpoints, buffers): a
 	 * detached context's address is made from it (udp_address). */
 	struct udp_blob self;
-	uint64_t host_id;               /* detached: this host's (host_id()) */
 };
 
 static inline struct udp_dev *to_udp(struct pm_device *dev)
@@ -553,30 +553,6 @@ static int open_socket(struct udp_dev *u, int i, uint16_t *port, uint32_t *rcvbu
 	return 0;
 }
 
-/* 64-bit FNV-1a of the kernel's boot id and the UTS name: the same for
- * every process under one kernel and host name (a node of the virtual
- * cluster has its own), so that shm between detached contexts can tell
- * peers on this host (not used yet: udp only). */
-static uint64_t host_id(void)
-{
-	char buf[128] = "";
-	uint64_t h = 0xcbf29ce484222325ull;
-	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
-
-	if (f) {
-		if (!fgets(buf, sizeof(buf), f))
-			buf[0] = '\0';
-		fclose(f);
-	}
-	size_t n = strlen(buf);
-
-	gethostname(buf + n, sizeof(buf) - n - 1);
-	buf[sizeof(buf) - 1] = '\0';
-	for (const unsigned char *c = (const unsigned char *)buf; *c; c++)
-		h = (h ^ *c) * 0x100000001b3ull;
-	return h;
-}
-
 static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 {
 	struct udp_dev *u = to_udp(dev);
@@ -609,17 +585,10 @@ static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 	};
 
 	if (ctx->detached) {
-		/* The singleton bootstrap drew the key (b->jobkey) from
-		 * getrandom; the context id is public and only needs to differ
-		 * from that of another context on a reused port. */
-		uint64_t r;
-		int rerr = pm_random_u64(&r);
-
-		if (rerr)
-			return rerr;
-		conf.me = (uint32_t)r;
+		/* The singleton bootstrap drew the key (b->jobkey), the core
+		 * the context id (pm_open). */
+		conf.me = ctx->detached_id;
 		conf.cap = PM_DETACHED_MAX;
-		u->host_id = host_id();
 	}
 
 	if (!ring_size_valid(conf.ring_bytes) || conf.wnd < 8 || (conf.wnd & (conf.wnd - 1)) ||
@@ -673,15 +642,13 @@ static bool is_local(const struct pm_boot *b, int rank)
 }
 
 /* Pair our NICs with the peer's on the same networks. */
-/* NICs of ours that a detached context's address can name (udp_address):
- * packets sent from any other would come from a socket the peer never
- * inserted, and be dropped. */
-#define UDP_ADDR_NICS_MAX 3
 
 static int make_paths(struct udp_dev *u, struct udp_peer *p, const struct udp_blob *blob)
 {
 	unsigned mtu = UDP_PKT_MAX;
-	int ours = u->base.ctx->detached && u->nnics > UDP_ADDR_NICS_MAX ? UDP_ADDR_NICS_MAX
+	/* A detached context sends only from the NICs its address names:
+	 * packets from any other socket would be dropped as unknown. */
+	int ours = u->base.ctx->detached && u->nnics > PM_DADDR_NICS_MAX ? PM_DADDR_NICS_MAX
 									 : u->nnics;
 
 	p->npaths = 0;
@@ -760,143 +727,78 @@ static void udp_ready(struct pm_device *dev)
 	(void)dev;
 }
 
-/* ---- detached contexts: addresses ----
- *
- * {kind 2, NICs, ring, rcvbuf, context id, key, host id, each NIC's IPv4
- * address, port and MTU}, little-endian but for the address and port,
- * which are in network order as in a sockaddr_in (docs/pm/wire.md,
- * "Addresses").  The peer's prefix is not carried: a path pairs each of
- * our NICs with the peer's first NIC inside our NIC's network.
- */
-#define UDP_ADDR_DETACHED  2
-#define UDP_ADDR_HDR       24
-#define UDP_ADDR_NIC       8
-#define UDP_ADDR_NICS      ((PM_ADDRESS_MAX - UDP_ADDR_HDR) / UDP_ADDR_NIC)
-
-_Static_assert(UDP_ADDR_NICS == UDP_ADDR_NICS_MAX, "three NICs in an address");
-
-static unsigned log2_floor(uint32_t v)
-{
-	unsigned l = 0;
-
-	while (v >>= 1)
-		l++;
-	return l;
-}
-
-static void put_le(uint8_t *p, uint64_t v, int bytes)
-{
-	for (int i = 0; i < bytes; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int bytes)
-{
-	uint64_t v = 0;
-
-	for (int i = bytes; i-- > 0;)
-		v = v << 8 | p[i];
-	return v;
-}
+/* ---- detached contexts: addresses (core/detached.h) ---- */
 
 static int udp_address(const struct pm_device *dev, void *buf, size_t *len)
 {
 	const struct udp_dev *u = (const struct udp_dev *)dev;
-	uint32_t n = u->self.nnics < UDP_ADDR_NICS ? u->self.nnics : UDP_ADDR_NICS;
-	size_t need = UDP_ADDR_HDR + (size_t)n * UDP_ADDR_NIC;
-	uint8_t a[PM_ADDRESS_MAX] = { 0 };
+	const struct pm_context *ctx = dev->ctx;
+	struct pm_daddr d = {
+		.id = u->pr.me, .key = u->pr.jobkey, .host = ctx->host_id,
+		.pid = ctx->detached_pid, .ring_bytes = u->self.ring_bytes,
+		.rcvbuf = u->self.rcvbuf, .nnics = u->self.nnics,
+	};
+	uint8_t a[PM_ADDRESS_MAX];
+
+	for (uint32_t i = 0; i < d.nnics && i < PM_DADDR_NICS_MAX; i++)
+		d.nic[i] = (struct pm_daddr_nic){ .addr = u->self.nic[i].addr,
+						  .port = u->self.nic[i].port,
+						  .mtu = u->self.nic[i].mtu };
+
+	size_t need = pm_daddr_encode(&d, a);
 
 	if (*len < need) {
 		*len = need;
 		return -ENOBUFS;
-	}
-	a[0] = UDP_ADDR_DETACHED;
-	a[1] = (uint8_t)n;
-	a[2] = (uint8_t)log2_floor(u->self.ring_bytes);
-	a[3] = (uint8_t)(u->self.rcvbuf ? log2_floor(u->self.rcvbuf) : 0);
-	put_le(a + 4, u->pr.me, 4);
-	put_le(a + 8, u->pr.jobkey, 8);
-	put_le(a + 16, u->host_id, 8);
-	for (uint32_t i = 0; i < n; i++) {
-		uint8_t *e = a + UDP_ADDR_HDR + i * UDP_ADDR_NIC;
-
-		memcpy(e, &u->self.nic[i].addr, 4);
-		memcpy(e + 4, &u->self.nic[i].port, 2);
-		put_le(e + 6, u->self.nic[i].mtu, 2);
 	}
 	memcpy(buf, a, need);
 	*len = need;
 	return 0;
 }
 
-/* An address, checked to the last byte, as a blob (what the bootstrap
- * would have told of the peer), its context id and key. */
-static int address_decode(const uint8_t *a, size_t len, struct udp_blob *blob, uint32_t *id,
-			  uint64_t *key)
+/* What the bootstrap would have told of the peer at d. */
+static void blob_of(const struct pm_daddr *d, struct udp_blob *blob)
 {
-	if (len >= 1 && a[0] == 1)
-		return -EADDRNOTAVAIL;  /* a context of a launcher's job (core/context.c) */
-	if (len < UDP_ADDR_HDR || a[0] != UDP_ADDR_DETACHED)
-		return -EINVAL;
-
-	uint32_t n = a[1];
-	size_t used = UDP_ADDR_HDR + (size_t)n * UDP_ADDR_NIC;
-
-	if (n == 0 || n > UDP_ADDR_NICS || len < used || a[3] > 31 ||
-	    !ring_size_valid(a[2] < 32 ? 1ull << a[2] : 0))
-		return -EINVAL;
-	for (size_t i = used; i < len; i++)     /* zero padding, nothing else */
-		if (a[i])
-			return -EINVAL;
-	*blob = (struct udp_blob){ .nnics = n, .ring_bytes = 1u << a[2],
-				   .rcvbuf = a[3] ? 1u << a[3] : 0 };
-	*id = (uint32_t)get_le(a + 4, 4);
-	*key = get_le(a + 8, 8);
-	for (uint32_t i = 0; i < n; i++) {
-		const uint8_t *e = a + UDP_ADDR_HDR + i * UDP_ADDR_NIC;
-		struct udp_nic_addr *nic = &blob->nic[i];
-
-		memcpy(&nic->addr, e, 4);
-		memcpy(&nic->port, e + 4, 2);
-		nic->mtu = (uint16_t)get_le(e + 6, 2);
-		nic->prefix = 32;       /* not carried: ours decides (make_paths) */
-		if (nic->addr == 0 || nic->port == 0 || nic->mtu < 576)
-			return -EINVAL;
-	}
-	return 0;
+	*blob = (struct udp_blob){ .nnics = d->nnics, .ring_bytes = d->ring_bytes,
+				   .rcvbuf = d->rcvbuf };
+	for (uint32_t i = 0; i < d->nnics; i++)
+		blob->nic[i] = (struct udp_nic_addr){
+			.addr = d->nic[i].addr, .port = d->nic[i].port, .mtu = d->nic[i].mtu,
+			.prefix = 32,   /* not carried: ours decides (make_paths) */
+		};
 }
 
-static int udp_insert(struct pm_device *dev, const void *addr, size_t len, int *peer)
+static int udp_insert(struct pm_device *dev, const struct pm_daddr *d, int *peer)
 {
 	struct udp_dev *u = to_udp(dev);
 	struct udp_blob blob;
-	uint32_t id;
-	uint64_t key;
-	int err = address_decode(addr, len, &blob, &id, &key);
 
-	if (err)
-		return err;
+	blob_of(d, &blob);
 
 	/* Inserted before (itself included): the same number.  A context is
 	 * its first socket and its id; one that claims both with another key
 	 * is not the context we know. */
-	int known = udp_source_peer(&u->pr, blob.nic[0].addr, blob.nic[0].port, id);
+	int known = udp_source_peer(&u->pr, blob.nic[0].addr, blob.nic[0].port, d->id);
 
 	if (known >= 0) {
-		if (u->pr.peers[known].key != key)
+		if (u->pr.peers[known].key != d->key)
 			return -EADDRNOTAVAIL;
 		*peer = known;
 		return 0;
 	}
-	if (u->pr.size >= u->pr.cap)
+	/* The number is the context's: under composite, the peers that
+	 * another device serves leave holes here, as in a job. */
+	int n = *peer;
+
+	if (n < (int)u->pr.size || (uint32_t)n >= u->pr.cap)
 		return -ENOSPC;
 
-	struct udp_peer *p = &u->pr.peers[u->pr.size];
+	struct udp_peer *p = &u->pr.peers[n];
 
 	memset(p, 0, sizeof(*p));
-	p->rank = (int)u->pr.size;
-	p->key = key;
-	p->id = id;
+	p->rank = n;
+	p->key = d->key;
+	p->id = d->id;
 	p->max_inflight = (uint64_t)(blob.rcvbuf ? blob.rcvbuf : 65536) / 2 * blob.nnics;
 	if (p->max_inflight > UDP_INFLIGHT_MAX)
 		p->max_inflight = UDP_INFLIGHT_MAX;
@@ -908,13 +810,13 @@ static int udp_insert(struct pm_device *dev, const void *addr, size_t len, int *
 		return -ENETUNREACH;
 	}
 	u->pr.now_ns = pm_now_ns();
-	err = udp_peer_open(&u->pr, p);
+	int err = udp_peer_open(&u->pr, p);
+
 	if (err) {
 		memset(p, 0, sizeof(*p));
 		return err;
 	}
-	u->pr.size++;
-	*peer = p->rank;
+	u->pr.size = (uint32_t)n + 1;
 	return 0;
 }
 

@@ -3,12 +3,16 @@
  * test_detached.c - detached contexts (PM_OPEN_DETACHED): two processes
  * started without any launcher find each other by the addresses they
  * exchange over a socketpair, as libfabric's fi_pingpong does over its own
- * TCP socket, and talk over udp on loopback: messages both ways, every
- * size up to the largest, a remote read.  A packet sent before its
- * receiver inserted the sender is dropped, counted, and delivered once the
- * receiver has (Go-Back-N resends it).  Then what must be refused:
- * malformed and foreign addresses, packets without the receiver's key or
- * from a socket it does not know, devices other than udp.
+ * TCP socket, and talk: messages both ways, every size up to the largest,
+ * a remote read.  Once over udp on loopback (PM_DEVICE=udp): a packet sent
+ * before its receiver inserted the sender is dropped, counted, and
+ * delivered once the receiver has (Go-Back-N resends it).  Once on the
+ * default device, composite, which reaches a process of this host through
+ * shm: a message sent before the receiver inserted the sender waits in its
+ * ring, nothing dropped.  Contexts of one process reach each other the
+ * same way, and a composite context reaches a udp-only one over udp.  Then
+ * what must be refused: malformed and foreign addresses, packets without
+ * the receiver's key or from a socket it does not know, shm alone.
  *
  * Every wait is bounded (BUDGET_NS); the parent kills and reaps the child
  * on any failure of its own.
@@ -66,16 +70,34 @@ static void write_all(int fd, const void *buf, size_t len)
 	CHECK_EQ(write(fd, buf, len), (long long)len);
 }
 
-static pm_context_t *open_detached(void)
+/* Byte offsets of a detached address (docs/pm/wire.md, "Addresses"). */
+enum { A_KIND = 0, A_NICS = 1, A_ID = 4, A_KEY = 8, A_HOST = 16, A_PID = 20, A_NIC0 = 24 };
+
+/* A detached context on device (NULL: the default, composite). */
+static pm_context_t *open_detached(const char *device)
 {
-	struct pm_open_attr attr = { .flags = PM_OPEN_DETACHED };
+	struct pm_open_attr attr = { .flags = PM_OPEN_DETACHED, .device = device };
 	pm_context_t *ctx = NULL;
+	unsigned char a[PM_ADDRESS_MAX];
+	size_t len = sizeof(a);
+	uint32_t pid;
+	bool udp_only = device && strcmp(device, "udp") == 0;
 
 	CHECK_OK(pm_open(&ctx, &attr));
 	CHECK_EQ(pm_rank(ctx), 0);
 	CHECK_EQ(pm_size(ctx), 1);
-	CHECK(strcmp(pm_peer_device(ctx, 0), "udp") == 0);
+	/* Itself: over loopback alone, else in its own shm segment. */
+	CHECK(strcmp(pm_peer_device(ctx, 0), udp_only ? "udp" : "shm") == 0);
+	/* Its address names its process only when shm can reach it. */
+	CHECK_OK(pm_address(ctx, a, &len));
+	memcpy(&pid, a + A_PID, 4);
+	CHECK_EQ(pid, udp_only ? 0 : (uint32_t)getpid());
 	return ctx;
+}
+
+static bool on_shm(const char *device)
+{
+	return !device || strcmp(device, "udp") != 0;
 }
 
 /* Send one message of len bytes with pattern seed to peer, within the budget. */
@@ -116,17 +138,19 @@ static uint64_t drops(pm_context_t *ctx)
 
 /*
  * One side of the exchange.  The child (second) holds back its insertion
- * until the parent's first message has reached it and been dropped.
+ * until the parent's first message has reached it: over udp it is dropped,
+ * on shm it waits unseen in the ring.
  */
-static void run(int fd, bool first)
+static void run(int fd, bool first, const char *device)
 {
-	pm_context_t *ctx = open_detached();
+	pm_context_t *ctx = open_detached(device);
+	bool shm = on_shm(device);
 	unsigned char me[PM_ADDRESS_MAX], other[PM_ADDRESS_MAX];
 	size_t len = sizeof(me);
 	int peer = -1;
 	char go = 'g';
 
-	check_set_tag("%s", first ? "parent" : "child");
+	check_set_tag("%s %s", first ? "parent" : "child", device ? device : "composite");
 	CHECK_OK(pm_address(ctx, me, &len));
 	CHECK(len >= 32 && len <= PM_ADDRESS_MAX);
 	write_all(fd, &len, sizeof(len));
@@ -149,12 +173,20 @@ static void run(int fd, bool first)
 		struct pm_msg m;
 
 		read_all(fd, &go, 1);
-		while (drops(ctx) == before) {
+		while (!shm && drops(ctx) == before) {
 			CHECK_MSG(check_now_ns() < end, "the early packet was never dropped");
 			CHECK_ERR(pm_recv(ctx, &m), -EAGAIN);
 			pm_wait(ctx, 10);
 		}
+		/* On shm it is in our segment already, but not ours to see
+		 * before its sender is our peer; and nothing was dropped. */
 		CHECK_ERR(pm_recv(ctx, &m), -EAGAIN);
+		int w = pm_wait(ctx, 50);
+
+		CHECK(w == 0 || w == -ETIMEDOUT);
+		CHECK_ERR(pm_recv(ctx, &m), -EAGAIN);
+		if (shm)
+			CHECK_EQ(drops(ctx), before);
 		CHECK_OK(pm_peer_insert(ctx, other, olen, &peer));
 		CHECK_EQ(peer, 1);
 	}
@@ -166,7 +198,7 @@ static void run(int fd, bool first)
 	CHECK_OK(pm_peer_insert(ctx, me, len, &again));
 	CHECK_EQ(again, 0);
 	CHECK_EQ(pm_size(ctx), 2);
-	CHECK(strcmp(pm_peer_device(ctx, 1), "udp") == 0);
+	CHECK(strcmp(pm_peer_device(ctx, 1), shm ? "shm" : "udp") == 0);
 
 	struct pm_msg m;
 
@@ -240,8 +272,12 @@ static void run(int fd, bool first)
 		CHECK_OK(pm_send(ctx, 1, sizeof(key)));
 		recv_msg(ctx, &m);      /* the reader is done */
 		CHECK_PATTERN(m.data, m.len, 7);
-		/* Its read request, taken in and answered inside PM. */
-		CHECK(pm_requests_served(ctx) > served);
+		/* Its read request, taken in and answered inside PM (over
+		 * udp); on shm the reader copied by itself. */
+		if (shm)
+			CHECK_EQ(pm_requests_served(ctx), served);
+		else
+			CHECK(pm_requests_served(ctx) > served);
 		CHECK_OK(pm_release(ctx, &m));
 		CHECK_OK(pm_mr_deregister(ctx, mr));
 	}
@@ -251,7 +287,7 @@ static void run(int fd, bool first)
 	CHECK_OK(pm_close(ctx));
 }
 
-static void test_two_processes(void)
+static void test_two_processes(const char *device)
 {
 	int sv[2];
 
@@ -261,11 +297,11 @@ static void test_two_processes(void)
 	CHECK(child >= 0);
 	if (child == 0) {
 		close(sv[0]);
-		run(sv[1], false);
+		run(sv[1], false, device);
 		_exit(0);
 	}
 	close(sv[1]);
-	run(sv[0], true);
+	run(sv[0], true, device);
 
 	int status = 0;
 	uint64_t end = check_now_ns() + BUDGET_NS;
@@ -280,12 +316,9 @@ static void test_two_processes(void)
 	close(sv[0]);
 }
 
-/* Byte offsets of a detached address (docs/pm/wire.md, "Addresses"). */
-enum { A_KIND = 0, A_NICS = 1, A_ID = 4, A_KEY = 8, A_NIC0 = 24 };
-
 static void test_bad_addresses(void)
 {
-	pm_context_t *a = open_detached(), *b = open_detached(), *job;
+	pm_context_t *a = open_detached("udp"), *b = open_detached("udp"), *job;
 	unsigned char addr[PM_ADDRESS_MAX], bad[PM_ADDRESS_MAX], jaddr[PM_ADDRESS_MAX];
 	size_t len = sizeof(addr), jlen = sizeof(jaddr);
 	int peer = -1;
@@ -355,7 +388,7 @@ static void test_bad_addresses(void)
  */
 static void test_foreign_packets(void)
 {
-	pm_context_t *ctx = open_detached();
+	pm_context_t *ctx = open_detached("udp");
 	unsigned char addr[PM_ADDRESS_MAX];
 	size_t len = sizeof(addr);
 	uint64_t key;
@@ -404,6 +437,100 @@ static void test_foreign_packets(void)
 	CHECK_OK(pm_close(ctx));
 }
 
+/* Insert each of two contexts into the other: their numbers for each other. */
+static void pair(pm_context_t *a, pm_context_t *b, int *a_to_b, int *b_to_a)
+{
+	unsigned char aa[PM_ADDRESS_MAX], ba[PM_ADDRESS_MAX];
+	size_t alen = sizeof(aa), blen = sizeof(ba);
+
+	CHECK_OK(pm_address(a, aa, &alen));
+	CHECK_OK(pm_address(b, ba, &blen));
+	CHECK_OK(pm_peer_insert(a, ba, blen, a_to_b));
+	CHECK_OK(pm_peer_insert(b, aa, alen, b_to_a));
+}
+
+/* A message of len bytes from one context of this process to another,
+ * progressing both (a udp receiver must acknowledge), within the budget. */
+static void pass(pm_context_t *from, int to_peer, pm_context_t *to, int from_peer, size_t len,
+		 uint64_t seed)
+{
+	uint64_t end = check_now_ns() + BUDGET_NS;
+	struct pm_msg m;
+	void *buf;
+	int err;
+
+	while ((err = pm_send_buffer(from, to_peer, len, &buf)) == -EAGAIN) {
+		CHECK_MSG(check_now_ns() < end, "no send space");
+		pm_wait(to, 0);
+	}
+	CHECK_OK(err);
+	check_fill(buf, len, seed);
+	CHECK_OK(pm_send(from, to_peer, len));
+	while ((err = pm_recv(to, &m)) == -EAGAIN) {
+		CHECK_MSG(check_now_ns() < end, "no message came");
+		pm_wait(from, 0);
+		pm_wait(to, 1);
+	}
+	CHECK_OK(err);
+	CHECK_EQ(m.peer, from_peer);
+	CHECK_EQ(m.len, (long long)len);
+	CHECK_PATTERN(m.data, m.len, seed);
+	CHECK_OK(pm_release(to, &m));
+}
+
+/*
+ * Three contexts of one process: two composite ones reach each other
+ * through shm, and either reaches a udp-only one (its address names no
+ * process) over udp, both ways.  Inserting again gives the same numbers.
+ */
+static void test_same_process(void)
+{
+	pm_context_t *a = open_detached(NULL), *b = open_detached("composite");
+	pm_context_t *u = open_detached("udp");
+	int ab, ba, au, ua, again;
+
+	check_set_tag("one process");
+	pair(a, b, &ab, &ba);
+	CHECK_EQ(ab, 1);
+	CHECK_EQ(ba, 1);
+	CHECK(strcmp(pm_peer_device(a, ab), "shm") == 0);
+	CHECK(strcmp(pm_peer_device(b, ba), "shm") == 0);
+	pair(a, u, &au, &ua);
+	CHECK_EQ(au, 2);
+	CHECK_EQ(ua, 1);
+	CHECK(strcmp(pm_peer_device(a, au), "udp") == 0);
+	CHECK(strcmp(pm_peer_device(u, ua), "udp") == 0);
+	pair(a, b, &again, &ba);
+	CHECK_EQ(again, ab);
+	CHECK_EQ(pm_size(a), 3);
+
+	for (unsigned r = 0; r < 8; r++) {
+		size_t n = 1 + r * 4099;
+
+		pass(a, ab, b, ba, n, 10 + r);
+		pass(b, ba, a, ab, n, 20 + r);
+		pass(a, au, u, ua, n, 30 + r);
+		pass(u, ua, a, au, n, 40 + r);
+	}
+	/* A remote write into b's region through shm. */
+	static uint8_t region[65536], src[sizeof(region)];
+	pm_mr_t *mr;
+	struct pm_op op;
+
+	CHECK_OK(pm_mr_register(b, region, sizeof(region), &mr));
+	check_fill(src, sizeof(src), 77);
+	CHECK_OK(pm_write(a, ab, src, sizeof(src), pm_mr_key(mr), 0, &op));
+	while (!pm_test(a, &op))
+		pm_wait(a, 1);
+	CHECK_OK(op.status);
+	CHECK_PATTERN(region, sizeof(region), 77);
+	CHECK_OK(pm_mr_deregister(b, mr));
+
+	CHECK_OK(pm_close(u));
+	CHECK_OK(pm_close(b));
+	CHECK_OK(pm_close(a));
+}
+
 static void test_open_errors(void)
 {
 	struct pm_open_attr attr = { .flags = PM_OPEN_DETACHED };
@@ -412,20 +539,23 @@ static void test_open_errors(void)
 	check_set_tag("open");
 	attr.device = "shm";
 	CHECK_ERR(pm_open(&ctx, &attr), -ENOTSUP);
-	attr.device = "composite";
-	CHECK_ERR(pm_open(&ctx, &attr), -ENOTSUP);
 	attr.device = "nonesuch";
 	CHECK_ERR(pm_open(&ctx, &attr), -ENODEV);
 	CHECK(ctx == NULL);
 	attr.device = NULL;
 	attr.flags = 0x80;
 	CHECK_ERR(pm_open(&ctx, &attr), -EINVAL);
-	/* PM_DEVICE chooses too, and udp is the one. */
+	/* PM_DEVICE chooses too: composite and udp are the ones. */
 	setenv("PM_DEVICE", "shm", 1);
 	attr.flags = PM_OPEN_DETACHED;
 	CHECK_ERR(pm_open(&ctx, &attr), -ENOTSUP);
 	setenv("PM_DEVICE", "udp", 1);
 	CHECK_OK(pm_open(&ctx, &attr));
+	CHECK(strcmp(pm_peer_device(ctx, 0), "udp") == 0);
+	CHECK_OK(pm_close(ctx));
+	setenv("PM_DEVICE", "composite", 1);
+	CHECK_OK(pm_open(&ctx, &attr));
+	CHECK(strcmp(pm_peer_device(ctx, 0), "shm") == 0);
 	CHECK_OK(pm_close(ctx));
 	unsetenv("PM_DEVICE");
 }
@@ -443,7 +573,9 @@ int main(void)
 	test_open_errors();
 	test_bad_addresses();
 	test_foreign_packets();
-	test_two_processes();
+	test_same_process();
+	test_two_processes("udp");
+	test_two_processes(NULL);
 	printf("detached: ok\n");
 	return 0;
 }
