@@ -50,6 +50,7 @@ static int name_to_peer(pm_context_t *pm, const void *addr, struct pmfi_av_entry
 	if (!pmfi_name_valid(addr, sizeof(n)))
 		return -FI_EINVAL;
 	memcpy(&n, addr, sizeof(n));
+	int before = pm_size(pm);
 	int err = pm_peer_insert(pm, n.pm, sizeof(n.pm), &peer);
 
 	switch (err) {
@@ -61,6 +62,8 @@ static int name_to_peer(pm_context_t *pm, const void *addr, struct pmfi_av_entry
 	case -ENOMEM: return -FI_ENOMEM;
 	default: return -FI_EINVAL;
 	}
+	if (peer >= before)     /* new to a detached context: say how it goes */
+		PMFI_INFO("PM peer %d: through PM's %s device", peer, pm_peer_device(pm, peer));
 	out->peer = peer;
 	out->ep = le16toh(n.ep);
 	return 0;

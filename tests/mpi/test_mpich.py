@@ -2,9 +2,10 @@
 into a venv under build/ by mpich.py), its own mpicc and hydra mpiexec, the
 provider pm loaded by the wheel's libfabric from FI_PROVIDER_PATH
 (docs/mpi/guide.md, "MPICH").  hydra speaks PMI, not PMIx, so every rank
-opens a detached PM context over udp and finds its peers by fi_av_insert of
-the names MPICH exchanged through PMI; MPIR_CVAR_NOLOCAL=1 sends the
-traffic between ranks of one node through the provider too.  PM's counters
+opens a detached PM context (PM's composite device: shm to the ranks on its
+host, udp to the others) and finds its peers by fi_av_insert of the names
+MPICH exchanged through PMI; MPIR_CVAR_NOLOCAL=1 sends the traffic between
+ranks of one node through the provider too.  PM's counters
 (pminfo --json) show it went through PM.
 
 Across two virtual-cluster nodes hydra starts its proxies through `vcluster
@@ -49,30 +50,39 @@ def programs(mpich):
 
 
 def mpiexec(mpich, nranks, argv, timeout=60, **pm_env):
-    """The wheel's mpiexec on this host over pm (PM's udp on loopback), in
-    its own session: Run kills it, its proxies and ranks by its PID."""
+    """The wheel's mpiexec on this host over pm (PM's shm between the
+    ranks; udp, when PM_DEVICE=udp asks for it, on loopback), in its own
+    session: Run kills it, its proxies and ranks by its PID."""
     env = mpich_env(PM_UDP_NICS="127.0.0.1", **pm_env)
     return Run([mpich / "bin" / "mpiexec", "-n", nranks, *argv], env=env, timeout=timeout)
 
 
-@pytest.mark.parametrize("nranks", [2, 4])
-def test_mpich_program_over_pm_on_one_node(mpich, programs, stats_dir, nranks):
+@pytest.mark.parametrize("device, nranks", [("shm", 2), ("shm", 4), ("udp", 2)])
+def test_mpich_program_over_pm_on_one_node(mpich, programs, stats_dir, device, nranks):
     """The token ring, every size from 0 to 4 MiB to both neighbours (eager
     and the provider's rendezvous, bytes checked), any-source receives and
-    collectives; meanwhile pminfo sees one detached udp context per rank,
-    each with peers for the whole job, that has moved the large messages
-    by PM's remote reads."""
+    collectives; meanwhile pminfo sees one detached context per rank, each
+    with peers for the whole job, that has moved the large messages by PM's
+    remote reads: by default on PM's composite device, whose udp sockets
+    then carry nothing (shm between the ranks of the host); with
+    PM_DEVICE=udp, over loopback."""
+    extra = {"PM_DEVICE": "udp"} if device == "udp" else {}
     run = mpiexec(mpich, nranks, [programs["mpi_transfer"], "--linger-ms", "3000"],
-                  PM_STATS_DIR=stats_dir)
+                  PM_STATS_DIR=stats_dir, **extra)
     ctxs = watch(run, stats_dir, nranks, "rma_reads")
     assert run.returncode == 0, run.describe()
     assert f"mpi_transfer: {nranks} ranks passed" in run.stdout, run.describe()
     assert ctxs is not None, \
         f"pminfo never showed {nranks} PM contexts that had read remotely\n{run.describe()}"
     for c in ctxs:
-        assert c["device"] == "udp" and c["job"].startswith("detached."), c
+        assert c["job"].startswith("detached."), c
         assert c["size"] == nranks, c          # itself and every peer inserted
         assert c["counters"]["msgs_recv"] > 0 and c["counters"]["drops"] == 0, c
+        udp_packets = sum(n["rx_packets"] + n["tx_packets"] for n in c["nics"])
+        if device == "shm":
+            assert c["device"] == "composite" and udp_packets == 0, c
+        else:
+            assert c["device"] == "udp" and udp_packets > 0, c
     assert len({c["pid"] for c in ctxs}) == nranks, ctxs
 
 
@@ -137,14 +147,27 @@ def test_mpi4py_under_mpich_across_two_nodes_passes_what_tcp_passes(mpich, two_n
     x 1 rank, under hydra: with pm (detached contexts, PM's udp over both
     NICs of each node) every test passes that passes with the tcp provider
     of the wheel's own libfabric (on eth0), under the same MPICH settings
-    and exclusions (mpi4py_runner.py).  Between detached contexts PM has no
-    shm device yet, so a run on one host would take the same udp path over
-    loopback; tests/scored/test_mpi_over_pm.py runs the suite under scrun."""
+    and exclusions (mpi4py_runner.py); the next test runs it on one host
+    (shm), and tests/scored/test_mpi_over_pm.py under scrun."""
     python = install_mpi4py(mpich)
     prefix = hydra_across(mpich, two_nodes, rsh, 1)
     with suite_dir(MPI4PY_VERSION, MPI4PY_SDIST_SHA256) as testdir:
         tcp = run_suite(testdir, prefix, "MPICH, tcp, hydra, 2 nodes x 1", 2, python=python,
                         env=mpich_env(FI_PROVIDER="tcp", FI_TCP_IFACE="eth0"))
         pm = run_suite(testdir, prefix, "MPICH, pm, hydra, 2 nodes x 1 (udp over 2 NICs)", 2,
+                       python=python, env=mpich_env())
+    assert_pm_passes_what_tcp_passes(pm, tcp)
+
+
+def test_mpi4py_under_mpich_on_one_node_passes_what_tcp_passes(mpich):
+    """The same suite with 2 ranks on this host under hydra: with pm the
+    ranks' detached contexts reach each other through PM's shm (composite
+    device), against the wheel's tcp provider on loopback."""
+    python = install_mpi4py(mpich)
+    prefix = [mpich / "bin" / "mpiexec", "-n", 2]
+    with suite_dir(MPI4PY_VERSION, MPI4PY_SDIST_SHA256) as testdir:
+        tcp = run_suite(testdir, prefix, "MPICH, tcp, hydra, one node x 2", 2, python=python,
+                        env=mpich_env(FI_PROVIDER="tcp", FI_TCP_IFACE="lo"))
+        pm = run_suite(testdir, prefix, "MPICH, pm, hydra, one node x 2 (shm)", 2,
                        python=python, env=mpich_env())
     assert_pm_passes_what_tcp_passes(pm, tcp)

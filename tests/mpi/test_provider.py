@@ -250,14 +250,14 @@ def listening(port, tcp_table):
     return False
 
 
-def run_pingpong(args, stats_dir, limit=90.0, vc=None, nodes=None):
+def run_pingpong(args, stats_dir, limit=90.0, vc=None, nodes=None, **pm_env):
     """fi_pingpong's server and client over pm, on 127.0.0.1 or, with vc, the
     server on nodes[0] and the client on nodes[1] (reaching the server by its
     first network); both must end by themselves within limit seconds.
     Returns (server, client) as (returncode, stdout, stderr)."""
     assert shutil.which("fi_pingpong"), "fi_pingpong is missing (libfabric-bin)"
     port = free_tcp_port()
-    env = by_hand_env(stats_dir)
+    env = {**by_hand_env(stats_dir), **pm_env}
     base = ["fi_pingpong", "-p", "pm", "-e", "rdm", *args]
     if vc:
         del env["PM_UDP_NICS"]          # every NIC of the node: trunking
@@ -299,11 +299,14 @@ def run_pingpong(args, stats_dir, limit=90.0, vc=None, nodes=None):
                 p.wait()
 
 
-def assert_pingpong_passed(server, client):
+def assert_pingpong_passed(server, client, device="udp"):
+    """Both ended well over detached contexts, each reaching the other
+    through PM's `device` (the provider says so at FI_LOG_LEVEL=info)."""
     for role, (rc, out, err) in (("server", server), ("client", client)):
         assert rc == 0, f"{role} failed ({rc}):\n{out}\n{err[-3000:]}"
         assert "usec/xfer" in out, f"{role} printed no results:\n{out}\n{err[-3000:]}"
         assert "PM context opened detached" in err, f"{role}:\n{err[-3000:]}"
+        assert f"PM peer 1: through PM's {device} device" in err, f"{role}:\n{err[-3000:]}"
     # What the client counted is what the server counted (fi_pingpong
     # prints "#sent" and "=#ack" when they agree).
     rows = [l for l in client[1].splitlines() if l[:1].isdigit()]
@@ -316,13 +319,17 @@ def assert_pingpong_passed(server, client):
     # Many small messages each way, tagged this time (fi_tsend/fi_trecv).
     ["-m", "tagged", "-S", "1024", "-I", "2000", "-c"],
 ], ids=["msg-all-sizes", "tagged-1k"])
-def test_fi_pingpong_between_two_processes_started_by_hand(stats_dir, args):
+@pytest.mark.parametrize("device", ["shm", "udp"])
+def test_fi_pingpong_between_two_processes_started_by_hand(stats_dir, args, device):
     """fi_pingpong -p pm -e rdm completes in both directions: each side
     sends and receives every iteration, and with -c checks every byte it
     receives; addresses come from fi_getname/fi_av_insert and there is no
-    PMIx launcher (detached PM contexts)."""
-    server, client = run_pingpong(args, stats_dir)
-    assert_pingpong_passed(server, client)
+    PMIx launcher (detached PM contexts).  By default the two processes of
+    this host reach each other through PM's shm (composite device);
+    PM_DEVICE=udp takes loopback."""
+    pm_env = {"PM_DEVICE": "udp"} if device == "udp" else {}
+    server, client = run_pingpong(args, stats_dir, **pm_env)
+    assert_pingpong_passed(server, client, device)
 
 
 def test_fi_pingpong_across_nodes_over_two_nics(two_nodes, stats_dir):
