@@ -62,8 +62,10 @@ struct pm_open_attr {
  * A detached context: opened without any launcher, even under one, it is a
  * job of its own whose peers are whatever contexts the program inserts
  * with pm_peer_insert(), by the addresses they exchanged by any means of
- * their own (a socket, a file, MPICH's PMI).  udp device only (no device,
- * PM_DEVICE or "udp"; another device is -ENOTSUP).  pm_rank() is 0 and
+ * their own (a socket, a file, MPICH's PMI).  On the composite device (the
+ * default) a peer in a process of the same host is reached through shm,
+ * any other through udp; on "udp", every peer through udp; shm alone is
+ * -ENOTSUP (its address would not say where the process is).  pm_rank() is 0 and
  * pm_size() is 1 + the peers inserted so far: peer 0 is the context itself,
  * the others are numbered 1, 2, ... in the order of their first insertion.
  * At most PM_DETACHED_MAX peers, itself included.  Its address carries a
@@ -83,7 +85,7 @@ struct pm_open_attr {
  *
  * Errors: -ENODEV unknown device, -ENETUNREACH a peer no device reaches,
  * -EPROTO bootstrap failed, -ENOMEM, -EINVAL unknown flags, -ENOTSUP a
- * detached context on another device than udp.
+ * detached context on the shm device alone.
  */
 int pm_open(pm_context_t **ctx, const struct pm_open_attr *attr);
 

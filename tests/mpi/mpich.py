@@ -6,7 +6,8 @@ over PM (docs/mpi/guide.md, "MPICH").
 The wheel is MPICH's ch4 device with an ofi netmod and its own libfabric
 (2.5.1), which loads external providers from FI_PROVIDER_PATH; its launcher
 is hydra's `mpiexec`, which speaks PMI, not PMIx, so the provider opens
-detached PM contexts (udp) whose peers come from fi_av_insert.
+detached PM contexts (shm within a host, udp between hosts) whose peers
+come from fi_av_insert.
 """
 
 import os

@@ -910,6 +910,9 @@ static int setup_detached(struct shm_dev *s, struct pm_boot *b)
 	s->memfd = memfd_create(name, MFD_CLOEXEC);
 	if (s->memfd < 0)
 		return -errno;
+	/* A memfd is made 0777; only /proc's rules would keep others out. */
+	if (fchmod(s->memfd, 0600) < 0)
+		return -errno;
 	/* A ring for every peer there may be, in address space only: the
 	 * pages of a ring no one claims are never touched. */
 	s->me_len = seg_bytes(SHM_SLOTS, s->ring_bytes);
