@@ -140,6 +140,8 @@ struct pmdsm_stats {
 	uint64_t fault_ns, fetch_ns, release_ns, barrier_ns, lock_ns;
 	uint64_t read_ahead_pages; /* of pages_fetched, those fetched beside a
 	                              faulted page (PMDSM_READ_AHEAD)          */
+	uint64_t home_shared;      /* pages homed here whose writes began to be
+	                              watched: another rank fetched them        */
 };
 
 /*

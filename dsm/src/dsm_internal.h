@@ -71,6 +71,9 @@ enum page_state {
 	                           PROT_READ                                */
 	PAGE_WRITE,             /* valid and written: PROT_READ|PROT_WRITE,
 	                           a twin unless the page is homed here     */
+	PAGE_OWN,               /* homed here and fetched by no other rank
+	                           yet: PROT_READ|PROT_WRITE, writes not
+	                           watched (no copy to tell of them)        */
 };
 
 /* One allocation of the heap (the allocator keeps them sorted). */
@@ -105,6 +108,17 @@ struct dsm {
 	int memfd;
 	pm_mr_t *mr;
 	uint64_t *rkeys;        /* every rank's key of its alias */
+	/* A byte per page that another rank sets here (a remote write)
+	 * before it first fetches the page from us: then a copy exists and
+	 * our writes to it must be watched (sync.c, share_home_pages).  Its
+	 * registration, every rank's key of its own, the pages this rank
+	 * has told their homes of, and how many of ours are still PAGE_OWN. */
+	volatile uint8_t *copied;
+	size_t copied_len;
+	pm_mr_t *copied_mr;
+	uint64_t *copied_keys;
+	struct pageset told;
+	uint32_t nown;
 	uint8_t *state;         /* enum page_state per page */
 	uint16_t *home;         /* home rank per page */
 	struct dsm_extent extents[DSM_MAX_ALLOCS];

@@ -57,31 +57,70 @@ static bool op_done(struct dsm *d, const void *op)
 	return pm_test(d->pm, (struct pm_op *)(uintptr_t)op) != 0;
 }
 
-void dsm_fetch(struct dsm *d, uint32_t first, uint32_t n)
+/* A remote operation on pages [first, first + n) of their home, started
+ * (waiting while PM says -EAGAIN: quiesced by gang scheduling, or too many
+ * operations in flight), or the end of the rank. */
+static void start_op(struct dsm *d, const char *what, bool write, uint32_t first, uint32_t n,
+		     void *local, size_t len, uint64_t rkey, uint64_t roffset, struct pm_op *op)
 {
-	int home = d->home[first];
-	size_t len = (size_t)n << DSM_PAGE_SHIFT;
-	uint64_t t0 = dsm_now_ns();
-	struct pm_op op;
-	int err;
+	int home = d->home[first], err;
 
-	while ((err = pm_read(d->pm, home, dsm_page_alias(d, first), len, d->rkeys[home],
-			      (uint64_t)first << DSM_PAGE_SHIFT, &op)) == -EAGAIN) {
-		/* Quiesced (gang scheduling) or too many operations: progress. */
+	while ((err = write ? pm_write(d->pm, home, local, len, rkey, roffset, op)
+			    : pm_read(d->pm, home, local, len, rkey, roffset, op)) == -EAGAIN) {
 		dsm_progress(d);
 		dsm_pm_wait(d, 10);
 	}
 	if (err == -EPIPE)
 		dsm_peer_gone(d, err);
 	if (err)
-		dsm_fatal("fetching pages %u..%u from their home, rank %d: %s", first,
-			  first + n - 1, home, pm_strerror(err));
-	dsm_wait_until(d, op_done, &op);
-	if (op.status == -EPIPE || op.status == -ECONNRESET)
-		dsm_peer_gone(d, op.status);
-	if (op.status)
-		dsm_fatal("fetching pages %u..%u from their home, rank %d: %s", first,
-			  first + n - 1, home, pm_strerror(op.status));
+		dsm_fatal("%s pages %u..%u, homed at rank %d: %s", what, first, first + n - 1,
+			  home, pm_strerror(err));
+}
+
+static void finish_op(struct dsm *d, const char *what, uint32_t first, uint32_t n,
+		      struct pm_op *op)
+{
+	dsm_wait_until(d, op_done, op);
+	if (op->status == -EPIPE || op->status == -ECONNRESET)
+		dsm_peer_gone(d, op->status);
+	if (op->status)
+		dsm_fatal("%s pages %u..%u, homed at rank %d: %s", what, first, first + n - 1,
+			  d->home[first], pm_strerror(op->status));
+}
+
+/* The byte of each page in its home's `copied` table (sync.c,
+ * share_home_pages). */
+static const uint8_t copied_bytes[DSM_READ_AHEAD_MAX] = {
+	[0 ... DSM_READ_AHEAD_MAX - 1] = 1,
+};
+
+void dsm_fetch(struct dsm *d, uint32_t first, uint32_t n)
+{
+	int home = d->home[first];
+	size_t len = (size_t)n << DSM_PAGE_SHIFT;
+	uint64_t t0 = dsm_now_ns();
+	struct pm_op op, told;
+	bool tell = false;
+
+	/* The first fetch of a page from its home tells the home that a copy
+	 * exists here, before the read: PM applies one peer's remote
+	 * operations in order, so the home's table says so before the copy is
+	 * taken.  Both operations go out at once; the read's answer comes
+	 * after the write's. */
+	for (uint32_t p = first; p < first + n; p++) {
+		if (!pageset_has(&d->told, p)) {
+			pageset_add(&d->told, p);
+			tell = true;
+		}
+	}
+	if (tell)
+		start_op(d, "telling the home of a copy of", true, first, n, (void *)copied_bytes,
+			 n, d->copied_keys[home], first, &told);
+	start_op(d, "fetching", false, first, n, dsm_page_alias(d, first), len, d->rkeys[home],
+		 (uint64_t)first << DSM_PAGE_SHIFT, &op);
+	if (tell)
+		finish_op(d, "telling the home of a copy of", first, n, &told);
+	finish_op(d, "fetching", first, n, &op);
 	d->st->pages_fetched += n;
 	d->st->read_ahead_pages += n - 1;
 	d->st->fetch_bytes += len;

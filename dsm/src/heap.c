@@ -55,6 +55,14 @@ int dsm_heap_open(struct dsm *d, size_t size)
 		goto fail_errno;
 	d->heap_size = size;
 	d->npages = (uint32_t)(size >> DSM_PAGE_SHIFT);
+	/* Written by the other ranks (remote writes): a page of its own. */
+	d->copied_len = (d->npages + DSM_PAGE - 1) & ~(size_t)(DSM_PAGE - 1);
+	d->copied = mmap(NULL, d->copied_len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (d->copied == MAP_FAILED) {
+		d->copied = NULL;
+		goto fail_errno;
+	}
 	d->state = calloc(d->npages, 1);
 	d->home = calloc(d->npages, sizeof(*d->home));
 	if (!d->state || !d->home) {
@@ -80,6 +88,9 @@ void dsm_heap_close(struct dsm *d)
 		munmap(d->alias, d->heap_size);
 	if (d->twins && d->twins != MAP_FAILED)
 		munmap(d->twins, d->heap_size);
+	if (d->copied)
+		munmap((void *)d->copied, d->copied_len);
+	d->copied = NULL;
 	if (d->memfd > 0)
 		close(d->memfd);
 	free(d->state);
@@ -166,25 +177,26 @@ void *dsm_heap_alloc(struct dsm *d, size_t size, enum pmdsm_placement placement)
 		uint32_t p = e->first + k;
 
 		d->home[p] = home_of(d, placement, k, size);
-		d->state[p] = d->home[p] == d->rank ? PAGE_READ : PAGE_INVALID;
+		d->state[p] = d->home[p] == d->rank ? PAGE_OWN : PAGE_INVALID;
 	}
-	/* Pages homed here are valid at once (zero); write detection finds
-	 * what this rank writes to them: write faults, or the kernel's record
-	 * of written pages (uffd-async, which watches all of them). */
-	if (dsm_uffd(d))
-		dsm_wp_arm(d, e->first, pages);
+	/* Pages homed here are valid at once (zero) and no other rank has a
+	 * copy: they are open, and their writes go unwatched until another
+	 * rank fetches one (sync.c, share_home_pages).  Pages homed elsewhere
+	 * stay closed; with uffd-async they are armed, so that the kernel
+	 * records their writes once they are fetched and opened. */
 	for (uint32_t k = 0; k < pages;) {
-		uint32_t run = 0;
+		uint32_t p = e->first + k, run = 0;
+		bool own = d->home[p] == d->rank;
 
-		while (k + run < pages && d->home[e->first + k + run] == d->rank)
+		while (k + run < pages && (d->home[p + run] == d->rank) == own)
 			run++;
-		if (run) {
-			dsm_protect(d, e->first + k, run,
-				    dsm_uffd(d) ? PROT_READ | PROT_WRITE : PROT_READ);
-			k += run;
-		} else {
-			k++;
+		if (own) {
+			dsm_protect(d, p, run, PROT_READ | PROT_WRITE);
+			d->nown += run;
+		} else if (dsm_uffd(d)) {
+			dsm_wp_arm(d, p, run);
 		}
+		k += run;
 	}
 	return d->base + ((size_t)e->first << DSM_PAGE_SHIFT);
 }
@@ -215,6 +227,13 @@ void dsm_heap_free(struct dsm *d, int index)
 	/* Zero it (the next allocation is zero-filled) and give the memory
 	 * back; its pages are nobody's until allocated again. */
 	dsm_protect(d, e->first, e->pages, PROT_NONE);
+	for (uint32_t p = e->first; p < e->first + e->pages; p++) {
+		d->nown -= d->state[p] == PAGE_OWN;
+		pageset_del(&d->told, p);
+	}
+	/* Whoever fetches these pages after the next allocation tells us
+	 * again (a late byte only makes a page shared sooner: no harm). */
+	memset((void *)(d->copied + e->first), 0, e->pages);
 	if (fallocate(d->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
 		      (off_t)len) < 0)
 		memset(d->alias + off, 0, len);

@@ -154,7 +154,7 @@ static const char *const stat_names[] = {
 	STAT(twins), STAT(diffs_sent), STAT(diff_bytes), STAT(diffs_applied),
 	STAT(invalidations), STAT(barriers), STAT(locks), STAT(lock_remote), STAT(wp_scans),
 	STAT(dropped), STAT(fault_ns), STAT(fetch_ns), STAT(release_ns), STAT(barrier_ns),
-	STAT(lock_ns), STAT(read_ahead_pages),
+	STAT(lock_ns), STAT(read_ahead_pages), STAT(home_shared),
 };
 #undef STAT
 #define NSTATS (sizeof(struct pmdsm_stats) / sizeof(uint64_t))
@@ -214,19 +214,26 @@ static int open_pm(struct dsm *d)
 		return -EMSGSIZE;
 	}
 	err = pm_mr_register(d->pm, d->alias, d->heap_size, &d->mr);
+	if (!err)
+		err = pm_mr_register(d->pm, (void *)d->copied, d->copied_len, &d->copied_mr);
 	if (err)
 		return err;
 	d->rkeys = calloc((size_t)d->size, sizeof(*d->rkeys));
-	if (!d->rkeys)
+	d->copied_keys = calloc((size_t)d->size, sizeof(*d->copied_keys));
+	if (!d->rkeys || !d->copied_keys)
 		return -ENOMEM;
 	d->rkeys[d->rank] = pm_mr_key(d->mr);
+	d->copied_keys[d->rank] = pm_mr_key(d->copied_mr);
 	err = dsm_sync_open(d);
 	if (err)
 		return err;
-	/* Every rank's key, for remote reads of the pages it homes. */
+	/* Every rank's keys: of its alias, for remote reads of the pages it
+	 * homes, and of its table of pages copied elsewhere. */
+	uint64_t keys[2] = { d->rkeys[d->rank], d->copied_keys[d->rank] };
+
 	for (int r = 0; r < d->size; r++)
 		if (r != d->rank)
-			dsm_send(d, r, MSG_HELLO, 0, &d->rkeys[d->rank], sizeof(uint64_t));
+			dsm_send(d, r, MSG_HELLO, 0, keys, sizeof(keys));
 	dsm_wait_until(d, hellos_in, NULL);
 	return 0;
 }
@@ -236,6 +243,9 @@ static void close_pm(struct dsm *d)
 {
 	if (d->mr)
 		pm_mr_deregister(d->pm, d->mr);
+	if (d->copied_mr)
+		pm_mr_deregister(d->pm, d->copied_mr);
+	d->copied_mr = NULL;
 	if (d->pm)
 		pm_close(d->pm);
 	d->mr = NULL;
@@ -248,6 +258,7 @@ static void destroy(struct dsm *d)
 	dsm_wp_close(d);
 	dsm_heap_close(d);
 	free(d->rkeys);
+	free(d->copied_keys);
 	free(d);
 }
 

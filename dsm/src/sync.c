@@ -57,6 +57,7 @@ int dsm_sync_open(struct dsm *d)
 	if (!d->batches || !d->batched || !d->batch_bufs)
 		return -ENOMEM;
 	err = pageset_init(&d->dirty, d->npages);
+	err = err ?: pageset_init(&d->told, d->npages);
 	err = err ?: pageset_init(&d->epoch_notices, d->npages);
 	err = err ?: pageset_init(&d->mgr_union, d->npages);
 	err = err ?: pageset_init(&d->depart_notices, d->npages);
@@ -83,6 +84,7 @@ void dsm_sync_close(struct dsm *d)
 	d->locks = NULL;
 	d->held = NULL;
 	pageset_fini(&d->dirty);
+	pageset_fini(&d->told);
 	pageset_fini(&d->epoch_notices);
 	pageset_fini(&d->mgr_union);
 	pageset_fini(&d->depart_notices);
@@ -151,9 +153,54 @@ static bool diffs_acked(struct dsm *d, const void *arg)
 	return d->diffs_unacked == 0;
 }
 
+/*
+ * Pages homed here that another rank has fetched since we last looked: it
+ * set their byte in our `copied` table (a remote write) before its read,
+ * and PM applies one peer's remote operations in order, so the byte was
+ * there before the copy was taken.  From now on their writes are watched,
+ * so that their notices reach the copy; and what we wrote to them unwatched
+ * may be newer than the copy (written after it was taken), so they are
+ * named in this release's notices, once, whether written or not.
+ */
+static void share_home_pages(struct dsm *d)
+{
+	if (!d->nown)
+		return;
+	atomic_thread_fence(memory_order_acquire);
+	for (uint32_t i = 0; i < d->nextents; i++) {
+		const struct dsm_extent *e = &d->extents[i];
+		uint32_t end = e->first + e->pages;
+
+		for (uint32_t p = e->first; e->used && p < end;) {
+			uint32_t run = 0;
+
+			while (p + run < end && d->state[p + run] == PAGE_OWN && d->copied[p + run])
+				run++;
+			if (!run) {
+				p++;
+				continue;
+			}
+			for (uint32_t q = p; q < p + run; q++) {
+				d->state[q] = PAGE_READ;
+				pageset_add(&d->epoch_notices, q);
+			}
+			/* segv: closed for writing; uffd-async: open, armed. */
+			if (dsm_uffd(d))
+				dsm_wp_arm(d, p, run);
+			else
+				dsm_protect(d, p, run, PROT_READ);
+			d->nown -= run;
+			d->st->home_shared += run;
+			p += run;
+		}
+	}
+}
+
 void dsm_release(struct dsm *d)
 {
 	uint64_t t0 = dsm_now_ns();
+
+	share_home_pages(d);
 
 	/* uffd-async: the kernel's record, protected again by the same call;
 	 * the pages stay open and their twins become the next baseline.
@@ -469,8 +516,9 @@ void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t 
 
 	switch (h->type) {
 	case MSG_HELLO:
-		if (len == sizeof(uint64_t) && peer != d->rank) {
+		if (len == 2 * sizeof(uint64_t) && peer != d->rank) {
 			memcpy(&d->rkeys[peer], p, sizeof(uint64_t));
+			memcpy(&d->copied_keys[peer], p + sizeof(uint64_t), sizeof(uint64_t));
 			d->hello_seen++;
 		} else {
 			dsm_log("dropped a malformed hello from rank %d", peer);

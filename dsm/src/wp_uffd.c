@@ -115,38 +115,53 @@ void dsm_wp_arm(struct dsm *d, uint32_t first, uint32_t n)
 			  strerror(errno));
 }
 
-void dsm_wp_collect(struct dsm *d)
+/* The written pages of [first, first + n), protected again. */
+static void scan(struct dsm *d, uint32_t first, uint32_t npages)
 {
 	struct page_region regions[64];
-	uintptr_t start = (uintptr_t)d->base, end = start + d->heap_size;
+	uintptr_t start = (uintptr_t)d->base + ((size_t)first << DSM_PAGE_SHIFT);
+	uintptr_t end = start + ((size_t)npages << DSM_PAGE_SHIFT);
 
-	/* Only the allocated part of the heap can have been written. */
+	while (start < end) {
+		struct pm_scan_arg arg = {
+			.size = sizeof(arg),
+			.flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
+			.start = start, .end = end,
+			.vec = (uintptr_t)regions, .vec_len = 64,
+			.category_mask = PAGE_IS_WRITTEN,
+			.return_mask = PAGE_IS_WRITTEN,
+		};
+		long n = ioctl(d->pagemap, PAGEMAP_SCAN, &arg);
+
+		if (n < 0)
+			dsm_fatal("PAGEMAP_SCAN of the shared heap: %s", strerror(errno));
+		for (long r = 0; r < n; r++)
+			for (uintptr_t a = regions[r].start; a < regions[r].end; a += DSM_PAGE)
+				pageset_add(&d->dirty,
+					    (uint32_t)((a - (uintptr_t)d->base) >> DSM_PAGE_SHIFT));
+		d->st->wp_scans++;
+		start = arg.walk_end;
+	}
+}
+
+void dsm_wp_collect(struct dsm *d)
+{
+	/* Only the allocated part of the heap can have been written, and of
+	 * it not the pages homed here that no other rank copies (PAGE_OWN):
+	 * they are never armed, so a scan would find them "written" and arm
+	 * them. */
 	for (uint32_t i = 0; i < d->nextents; i++) {
 		const struct dsm_extent *e = &d->extents[i];
+		uint32_t end = e->first + e->pages;
 
-		if (!e->used)
-			continue;
-		start = (uintptr_t)d->base + ((size_t)e->first << DSM_PAGE_SHIFT);
-		end = start + ((size_t)e->pages << DSM_PAGE_SHIFT);
-		while (start < end) {
-			struct pm_scan_arg arg = {
-				.size = sizeof(arg),
-				.flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
-				.start = start, .end = end,
-				.vec = (uintptr_t)regions, .vec_len = 64,
-				.category_mask = PAGE_IS_WRITTEN,
-				.return_mask = PAGE_IS_WRITTEN,
-			};
-			long n = ioctl(d->pagemap, PAGEMAP_SCAN, &arg);
+		for (uint32_t p = e->first; e->used && p < end;) {
+			uint32_t run = 0;
 
-			if (n < 0)
-				dsm_fatal("PAGEMAP_SCAN of the shared heap: %s", strerror(errno));
-			for (long r = 0; r < n; r++)
-				for (uintptr_t a = regions[r].start; a < regions[r].end; a += DSM_PAGE)
-					pageset_add(&d->dirty, (uint32_t)((a - (uintptr_t)d->base) >>
-									  DSM_PAGE_SHIFT));
-			d->st->wp_scans++;
-			start = arg.walk_end;
+			while (p + run < end && d->state[p + run] != PAGE_OWN)
+				run++;
+			if (run)
+				scan(d, p, run);
+			p += run + 1;
 		}
 	}
 }

@@ -14,7 +14,9 @@
  *   its lock, reading the value the previous holder wrote; after a barrier
  *   every counter must hold the sum of everyone's additions.
  *
- * and, with 2 ranks or more, read-ahead phases (read_ahead_check): pages
+ * and, with 2 ranks or more, a home's writes to pages another rank copied
+ * before the home knew (home_copy_check), and read-ahead phases
+ * (read_ahead_check): pages
  * fetched beside a faulted one hold the home's values, are invalidated by
  * the next barrier's write notices like any other, have the twin that
  * keeps another rank's write to the same page, and read-ahead stops at a
@@ -164,6 +166,90 @@ static void heap_check(const struct options *o)
 			     draw(o->seed, i, 5, 5));
 	call(pmdsm_barrier(), "pmdsm_barrier");
 	call(pmdsm_free(h), "pmdsm_free");
+}
+
+/* ---- a home's writes to pages another rank has copied ---- */
+
+/*
+ * A fresh allocation's pages are copied nowhere yet, so their home's writes
+ * go unwatched (docs/dsm/design.md, "Pages no other rank copies").  Rank 1
+ * copies rank 0's pages (reads a word of each) under a lock and sets a flag
+ * there; rank 0, holding the lock once it sees the flag, writes another
+ * word of each page in the same interval, before any release of its own
+ * could learn of the copies.  After a barrier rank 1 must read rank 0's
+ * values: the release that ends that interval names the pages it found
+ * copied.  Then rank 0 writes a third word, its writes watched now, and
+ * after a barrier rank 1 reads that too.  Other ranks only take part in
+ * the barriers.
+ */
+#define HC_PAGES 8u
+#define HC_WORDS (4096u / sizeof(uint64_t))
+#define HC_LOCK 0u
+#define HC_WAIT_S 20
+
+static void home_copy_check(const struct options *o)
+{
+	if (size < 2)
+		return;
+
+	/* Block placement: rank r homes pages [r * HC_PAGES, (r + 1) * HC_PAGES). */
+	uint64_t *a = pmdsm_alloc((size_t)size * HC_PAGES * 4096u, PMDSM_BLOCK);
+	uint64_t *flag = pmdsm_malloc(sizeof(uint64_t));
+
+	if (!a || !flag)
+		fail("pmdsm_alloc: %s", strerror(errno));
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	if (rank == 1) {
+		uint64_t sum = 0;
+
+		call(pmdsm_lock(HC_LOCK), "pmdsm_lock");
+		for (unsigned p = 0; p < HC_PAGES; p++)
+			sum += a[p * HC_WORDS];
+		*flag = 1;
+		call(pmdsm_unlock(HC_LOCK), "pmdsm_unlock");
+		if (sum != 0)
+			fail("seed %" PRIu64 ": a fresh allocation read %" PRIu64 ", not zeros",
+			     o->seed, sum);
+	} else if (rank == 0) {
+		time_t end = time(NULL) + HC_WAIT_S;
+
+		for (;;) {
+			call(pmdsm_lock(HC_LOCK), "pmdsm_lock");
+			if (*flag)
+				break;
+			call(pmdsm_unlock(HC_LOCK), "pmdsm_unlock");
+			if (time(NULL) > end)
+				fail("rank 1 never copied rank 0's pages within %d s", HC_WAIT_S);
+		}
+		for (unsigned p = 0; p < HC_PAGES; p++)
+			a[p * HC_WORDS + 1] = draw(o->seed, p, 6, 1);
+		call(pmdsm_unlock(HC_LOCK), "pmdsm_unlock");
+	}
+	for (unsigned phase = 1; phase <= 2; phase++) {
+		call(pmdsm_barrier(), "pmdsm_barrier");
+		for (unsigned p = 0; rank == 1 && p < HC_PAGES; p++)
+			if (a[p * HC_WORDS + phase] != draw(o->seed, p, 6, phase))
+				fail("seed %" PRIu64 ": word %u of page %u (homed at rank 0) is %#"
+				     PRIx64 ", expected %#" PRIx64 ": rank 0's write %s was lost",
+				     o->seed, phase, p, a[p * HC_WORDS + phase],
+				     draw(o->seed, p, 6, phase), phase == 1 ?
+				     "after rank 1 copied the page, before rank 0 knew" :
+				     "to a page it knew copied");
+		if (phase == 1 && rank == 0)
+			for (unsigned p = 0; p < HC_PAGES; p++)
+				a[p * HC_WORDS + 2] = draw(o->seed, p, 6, 2);
+	}
+	if (rank == 0) {
+		struct pmdsm_stats st;
+
+		call(pmdsm_stats_get(&st, sizeof(st)), "pmdsm_stats_get");
+		if (st.home_shared < HC_PAGES)
+			fail("rank 0 counted %" PRIu64 " of its pages copied elsewhere, fewer than "
+			     "the %u rank 1 read", st.home_shared, HC_PAGES);
+	}
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	call(pmdsm_free(flag), "pmdsm_free");
+	call(pmdsm_free(a), "pmdsm_free");
 }
 
 /* ---- read-ahead ---- */
@@ -417,6 +503,7 @@ int main(int argc, char **argv)
 		lock_rounds(&o, ctr, expect_ctr, r);
 	}
 	read_ahead_check(&o);
+	home_copy_check(&o);
 	if (o.heap)
 		heap_check(&o);
 

@@ -31,18 +31,21 @@ int main(void)
 	d->state = calloc(d->npages, 1);
 	d->home = calloc(d->npages, sizeof(*d->home));
 	d->rkeys = calloc(2, sizeof(*d->rkeys));
+	d->copied_keys = calloc(2, sizeof(*d->copied_keys));
 	CHECK_OK(dsm_sync_open(d));
 	dsm_ctx = d;
 
-	/* A hello of the wrong size: dropped, no key. */
-	uint64_t key = 0x1234;
+	/* A hello of the wrong size (the first version's one key): dropped,
+	 * no key.  Then the alias's key and the copied table's. */
+	uint64_t keys[2] = { 0x1234, 0x5678 };
 
-	handle(d, 0, MSG_HELLO, 0, 0, &key, 4);
+	handle(d, 0, MSG_HELLO, 0, 0, keys, sizeof(keys[0]));
 	CHECK_EQ(d->st->dropped, 1);
 	CHECK_EQ(d->hello_seen, 0);
-	handle(d, 0, MSG_HELLO, 0, 0, &key, sizeof(key));
+	handle(d, 0, MSG_HELLO, 0, 0, keys, sizeof(keys));
 	CHECK_EQ(d->hello_seen, 1);
 	CHECK_U64(d->rkeys[0], ==, 0x1234);
+	CHECK_U64(d->copied_keys[0], ==, 0x5678);
 
 	/* Notices: a partial run, a page beyond the heap, a lock out of range. */
 	uint8_t partial[5] = { 1, 0, 0, 0, 1 };
@@ -95,6 +98,7 @@ int main(void)
 	free(d->state);
 	free(d->home);
 	free(d->rkeys);
+	free(d->copied_keys);
 	free(d);
 	return 0;
 }
