@@ -257,6 +257,12 @@ struct pm_op {
  * which learn it from the peer.  Other errors at start: -EAGAIN quiesced or
  * too many operations outstanding, -EPIPE peer gone.  A zero-length
  * operation completes at once.
+ *
+ * Order: the remote operations (writes, reads, atomics) that one context
+ * starts to one peer take effect at the peer in the order they were
+ * started: a read started after a write sees the write without waiting for
+ * it to complete (shm does each at once; udp carries them in one ordered
+ * stream and the peer applies each as it comes).  libpmdsm relies on it.
  */
 int pm_write(pm_context_t *ctx, int peer, const void *src, size_t len,
 	     uint64_t rkey, uint64_t roffset, struct pm_op *op);
