@@ -526,6 +526,27 @@ static void test_same_process(void)
 	CHECK_PATTERN(region, sizeof(region), 77);
 	CHECK_OK(pm_mr_deregister(b, mr));
 
+	/* Over udp: a read started right after a write, without waiting for
+	 * it, sees it (one peer's remote operations take effect in order). */
+	static uint8_t back[sizeof(region)];
+	struct pm_op wop, rop;
+	uint64_t end = check_now_ns() + BUDGET_NS;
+
+	memset(region, 0, sizeof(region));
+	check_fill(src, sizeof(src), 78);
+	CHECK_OK(pm_mr_register(u, region, sizeof(region), &mr));
+	CHECK_OK(pm_write(a, au, src, sizeof(src), pm_mr_key(mr), 0, &wop));
+	CHECK_OK(pm_read(a, au, back, sizeof(back), pm_mr_key(mr), 0, &rop));
+	while (!pm_test(a, &rop) || !pm_test(a, &wop)) {
+		CHECK_MSG(check_now_ns() < end, "the write and read never completed");
+		pm_wait(u, 0);
+		pm_wait(a, 1);
+	}
+	CHECK_OK(wop.status);
+	CHECK_OK(rop.status);
+	CHECK_PATTERN(back, sizeof(back), 78);
+	CHECK_OK(pm_mr_deregister(u, mr));
+
 	CHECK_OK(pm_close(u));
 	CHECK_OK(pm_close(b));
 	CHECK_OK(pm_close(a));
