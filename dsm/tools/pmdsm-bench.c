@@ -185,8 +185,10 @@ static void usage_full(void)
 "                  (segv: a fault, a twin, mprotect; uffd-async: the kernel's\n"
 "                  record, PAGEMAP_SCAN at the release, the twin refreshed),\n"
 "                  the diff sent home and acknowledged.  Time / N.\n"
-"    write-home    the same on N pages homed at rank 1: write detection\n"
-"                  alone, no twin, no diff.\n"
+"    write-home    the same on N pages homed at rank 1, which rank 0 has\n"
+"                  copied (read) at the start: write detection alone, no\n"
+"                  twin, no diff.  (Pages no other rank copies are not\n"
+"                  watched at all: writing them costs nothing.)\n"
 "    read          rank 1 reads one word of each of N pages homed at rank 0\n"
 "                  that rank 0 has written since (invalid in rank 1's\n"
 "                  cache), in order: a sequential sweep, what it costs per\n"
@@ -1061,6 +1063,14 @@ static int run_dsm(struct bench *b)
 	b->order = calloc(b->pages, sizeof(*b->order));
 	if (!b->order)
 		die("cannot allocate %u words", b->pages);
+	/* Rank 0 copies the pages rank 1 homes, once: rank 1 then watches its
+	 * writes to them, which write-home measures (a page that no other rank
+	 * copies costs its home nothing).  Rank 1's release at the second
+	 * barrier finds them copied. */
+	if (b->rank == 0)
+		touch(b, b->pages, b->pages);
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	call(pmdsm_barrier(), "pmdsm_barrier");
 	if (b->rank == 0) {
 		serve(b);
 	} else {
