@@ -142,6 +142,10 @@ struct pmdsm_stats {
 	                              faulted page (PMDSM_READ_AHEAD)          */
 	uint64_t home_shared;      /* pages homed here whose writes began to be
 	                              watched: another rank fetched them        */
+	uint64_t prefetched_pages; /* of pages_fetched, those fetched again at a
+	                              barrier (PMDSM_PREFETCH)                  */
+	uint64_t prefetch_used;    /* of those, pages touched before the next
+	                              barrier (the others are not fetched again) */
 };
 
 /*

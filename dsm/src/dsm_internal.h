@@ -45,6 +45,12 @@
 #define DSM_READ_AHEAD_DEFAULT 16u
 #define DSM_READ_AHEAD_MAX 256u
 
+/* Prefetch at a barrier (sync.c): at most this many of the pages that the
+ * departure's notices drop from this rank's cache are fetched again before
+ * the barrier returns, unless PMDSM_PREFETCH says otherwise (0: none). */
+#define DSM_PREFETCH_DEFAULT 64u
+#define DSM_PREFETCH_MAX 4096u
+
 /* How long the service thread polls for an answer the application waits
  * for (comm.c, dsm_await) before it sleeps, unless PMDSM_SPIN_US says
  * otherwise (0: sleep at once); PM's own pm_wait() spins as long. */
@@ -74,6 +80,9 @@ enum page_state {
 	PAGE_OWN,               /* homed here and fetched by no other rank
 	                           yet: PROT_READ|PROT_WRITE, writes not
 	                           watched (no copy to tell of them)        */
+	PAGE_PREFETCHED,        /* fetched at a barrier, not touched since:
+	                           PROT_NONE; the first access makes it
+	                           valid without a fetch                    */
 };
 
 /* One allocation of the heap (the allocator keeps them sorted). */
@@ -130,6 +139,10 @@ struct dsm {
 	 * in pages (1: none), the window of the last fetch, and the page after
 	 * it (a fault there is sequential and doubles the window). */
 	uint32_t ra_max, ra_window, ra_next;
+
+	/* Prefetch at a barrier (sync.c): the most pages, and room for them. */
+	uint32_t prefetch_max;
+	uint32_t *prefetch;
 
 	/* Pages written since the last release (their diffs or, homed here,
 	 * their notices are owed), and every page known written this epoch
@@ -288,6 +301,12 @@ int dsm_fault_install(struct dsm *d);
 /* Bring pages [first, first+n) up to date from their home, in one remote
  * read (they are contiguous, homed at one rank, not here). */
 void dsm_fetch(struct dsm *d, uint32_t first, uint32_t n);
+/* Fetch pages (ascending, INVALID, not homed here), runs of them at once,
+ * and make them valid as a fault would: on the service thread while the
+ * application waits (a barrier). */
+void dsm_prefetch(struct dsm *d, const uint32_t *pages, uint32_t n);
+/* Pages [first, first + n), just fetched, become valid (fault.c). */
+void dsm_pages_valid(struct dsm *d, uint32_t first, uint32_t n);
 
 /* ---- wp_uffd.c: write detection uffd-async ---- */
 

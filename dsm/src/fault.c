@@ -94,36 +94,93 @@ static const uint8_t copied_bytes[DSM_READ_AHEAD_MAX] = {
 	[0 ... DSM_READ_AHEAD_MAX - 1] = 1,
 };
 
-void dsm_fetch(struct dsm *d, uint32_t first, uint32_t n)
-{
-	int home = d->home[first];
-	size_t len = (size_t)n << DSM_PAGE_SHIFT;
-	uint64_t t0 = dsm_now_ns();
+/* A fetch of pages [first, first + n), all homed at one rank, in flight. */
+struct fetch_op {
+	uint32_t first, n;
+	bool tell;
 	struct pm_op op, told;
-	bool tell = false;
+};
 
-	/* The first fetch of a page from its home tells the home that a copy
-	 * exists here, before the read: PM applies one peer's remote
-	 * operations in order, so the home's table says so before the copy is
-	 * taken.  Both operations go out at once; the read's answer comes
-	 * after the write's. */
-	for (uint32_t p = first; p < first + n; p++) {
+/*
+ * The first fetch of a page from its home tells the home that a copy exists
+ * here, before the read: PM applies one peer's remote operations in order,
+ * so the home's table says so before the copy is taken.  Both operations go
+ * out at once; the read's answer comes after the write's.
+ */
+static void fetch_start(struct dsm *d, struct fetch_op *f)
+{
+	int home = d->home[f->first];
+
+	f->tell = false;
+	for (uint32_t p = f->first; p < f->first + f->n; p++) {
 		if (!pageset_has(&d->told, p)) {
 			pageset_add(&d->told, p);
-			tell = true;
+			f->tell = true;
 		}
 	}
-	if (tell)
-		start_op(d, "telling the home of a copy of", true, first, n, (void *)copied_bytes,
-			 n, d->copied_keys[home], first, &told);
-	start_op(d, "fetching", false, first, n, dsm_page_alias(d, first), len, d->rkeys[home],
-		 (uint64_t)first << DSM_PAGE_SHIFT, &op);
-	if (tell)
-		finish_op(d, "telling the home of a copy of", first, n, &told);
-	finish_op(d, "fetching", first, n, &op);
-	d->st->pages_fetched += n;
+	if (f->tell)
+		start_op(d, "telling the home of a copy of", true, f->first, f->n,
+			 (void *)copied_bytes, f->n, d->copied_keys[home], f->first, &f->told);
+	start_op(d, "fetching", false, f->first, f->n, dsm_page_alias(d, f->first),
+		 (size_t)f->n << DSM_PAGE_SHIFT, d->rkeys[home],
+		 (uint64_t)f->first << DSM_PAGE_SHIFT, &f->op);
+}
+
+static void fetch_finish(struct dsm *d, struct fetch_op *f)
+{
+	if (f->tell)
+		finish_op(d, "telling the home of a copy of", f->first, f->n, &f->told);
+	finish_op(d, "fetching", f->first, f->n, &f->op);
+	d->st->pages_fetched += f->n;
+	d->st->fetch_bytes += (uint64_t)f->n << DSM_PAGE_SHIFT;
+}
+
+void dsm_fetch(struct dsm *d, uint32_t first, uint32_t n)
+{
+	uint64_t t0 = dsm_now_ns();
+	struct fetch_op f = { .first = first, .n = n };
+
+	fetch_start(d, &f);
+	fetch_finish(d, &f);
 	d->st->read_ahead_pages += n - 1;
-	d->st->fetch_bytes += len;
+	d->st->fetch_ns += dsm_now_ns() - t0;
+}
+
+/* Runs of pages fetched at once by dsm_prefetch: PM's operations in
+ * flight stay few (the udp device keeps a table of them). */
+#define PREFETCH_RUNS 16u
+
+void dsm_prefetch(struct dsm *d, const uint32_t *pages, uint32_t n)
+{
+	struct fetch_op ops[PREFETCH_RUNS];
+	uint64_t t0 = dsm_now_ns();
+	uint32_t i = 0;
+
+	while (i < n) {
+		uint32_t nops = 0;
+
+		/* Up to PREFETCH_RUNS runs of consecutive pages of one home,
+		 * at most a read-ahead window each (DSM_READ_AHEAD_MAX). */
+		while (i < n && nops < PREFETCH_RUNS) {
+			uint32_t run = 1;
+
+			while (i + run < n && pages[i + run] == pages[i] + run &&
+			       d->home[pages[i + run]] == d->home[pages[i]] &&
+			       run < DSM_READ_AHEAD_MAX)
+				run++;
+			ops[nops] = (struct fetch_op){ .first = pages[i], .n = run };
+			fetch_start(d, &ops[nops++]);
+			i += run;
+		}
+		/* Closed until touched: a page touched becomes valid at a
+		 * local fault (no fetch) and is fetched again at the next
+		 * barrier that drops it; one never touched is not. */
+		for (uint32_t k = 0; k < nops; k++) {
+			fetch_finish(d, &ops[k]);
+			memset(d->state + ops[k].first, PAGE_PREFETCHED, ops[k].n);
+			d->st->prefetched_pages += ops[k].n;
+		}
+	}
 	d->st->fetch_ns += dsm_now_ns() - t0;
 }
 
@@ -146,7 +203,7 @@ static void start_write(struct dsm *d, uint32_t page)
  * records the write).  The faulted page and the pages read ahead beside
  * it all go through here, so a page read ahead is exactly what it would
  * have been had it faulted itself. */
-static void pages_valid(struct dsm *d, uint32_t first, uint32_t n)
+void dsm_pages_valid(struct dsm *d, uint32_t first, uint32_t n)
 {
 	for (uint32_t p = first; p < first + n; p++) {
 		d->state[p] = PAGE_READ;
@@ -251,12 +308,22 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 			/* Opened for the write at once (one fault, not two). */
 			start_write(d, page);
 			if (f.n > 1)
-				pages_valid(d, page + 1, f.n - 1);
+				dsm_pages_valid(d, page + 1, f.n - 1);
 		} else {
-			pages_valid(d, page, f.n);
+			dsm_pages_valid(d, page, f.n);
 		}
 		break;
 	}
+	case PAGE_PREFETCHED:
+		/* Its copy is here already (dsm_prefetch). */
+		d->st->prefetch_used++;
+		if (write && !dsm_uffd(d)) {
+			d->state[page] = PAGE_READ;
+			start_write(d, page);
+		} else {
+			dsm_pages_valid(d, page, 1);
+		}
+		break;
 	case PAGE_READ:
 		start_write(d, page);
 		break;

@@ -154,7 +154,8 @@ static const char *const stat_names[] = {
 	STAT(twins), STAT(diffs_sent), STAT(diff_bytes), STAT(diffs_applied),
 	STAT(invalidations), STAT(barriers), STAT(locks), STAT(lock_remote), STAT(wp_scans),
 	STAT(dropped), STAT(fault_ns), STAT(fetch_ns), STAT(release_ns), STAT(barrier_ns),
-	STAT(lock_ns), STAT(read_ahead_pages), STAT(home_shared),
+	STAT(lock_ns), STAT(read_ahead_pages), STAT(home_shared), STAT(prefetched_pages),
+	STAT(prefetch_used),
 };
 #undef STAT
 #define NSTATS (sizeof(struct pmdsm_stats) / sizeof(uint64_t))
@@ -276,8 +277,11 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 	uint32_t spin_us;
 	enum dsm_service_sched sched;
 	uint32_t log_counters;
+	uint32_t prefetch;
 
 	err = err ?: read_ahead_env(&read_ahead);
+	err = err ?: uint_env("PMDSM_PREFETCH", DSM_PREFETCH_DEFAULT, DSM_PREFETCH_MAX,
+			      "a number of pages (0: no prefetch at barriers)", &prefetch);
 	err = err ?: uint_env("PMDSM_SPIN_US", DSM_SPIN_US_DEFAULT, DSM_SPIN_US_MAX,
 			      "a number of microseconds", &spin_us);
 	err = err ?: service_sched_env(&sched);
@@ -296,6 +300,7 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 	d->pm_device = device;
 	d->write_detect = wd;
 	d->ra_max = read_ahead;
+	d->prefetch_max = prefetch;
 	d->spin_ns = (uint64_t)spin_us * 1000u;
 	d->service_sched = sched;
 	d->log_stats = log_counters;

@@ -56,6 +56,9 @@ int dsm_sync_open(struct dsm *d)
 	d->batch_bufs = calloc((size_t)d->size, DSM_DIFF_BATCH);
 	if (!d->batches || !d->batched || !d->batch_bufs)
 		return -ENOMEM;
+	d->prefetch = calloc(d->prefetch_max ? d->prefetch_max : 1, sizeof(*d->prefetch));
+	if (!d->prefetch)
+		return -ENOMEM;
 	err = pageset_init(&d->dirty, d->npages);
 	err = err ?: pageset_init(&d->told, d->npages);
 	err = err ?: pageset_init(&d->epoch_notices, d->npages);
@@ -78,6 +81,8 @@ void dsm_sync_close(struct dsm *d)
 	free(d->batches);
 	free(d->batched);
 	free(d->batch_bufs);
+	free(d->prefetch);
+	d->prefetch = NULL;
 	d->batches = NULL;
 	d->batched = NULL;
 	d->batch_bufs = NULL;
@@ -263,6 +268,27 @@ void dsm_invalidate(struct dsm *d, const struct pageset *set)
 
 /* ---- barriers ---- */
 
+/*
+ * Prefetch at a barrier: the pages this rank had valid that the departure's
+ * notices drop (at most prefetch_max), which it is likely to read again:
+ * a stencil's boundary rows in every sweep.  Fetched before the barrier
+ * returns, while the other ranks are in it too, their service threads
+ * polling, rather than at a read fault while the home's application
+ * computes and its service thread waits for the core (docs/dsm/design.md,
+ * "Prefetch at barriers").  Coherent as any fetch after the acquire.
+ */
+static uint32_t prefetch_list(struct dsm *d, const struct pageset *drop)
+{
+	uint32_t n = 0;
+
+	for (uint32_t p = pageset_next(drop, 0); p != PAGESET_NONE && n < d->prefetch_max;
+	     p = pageset_next(drop, p + 1))
+		if (d->home[p] != d->rank &&
+		    (d->state[p] == PAGE_READ || d->state[p] == PAGE_WRITE))
+			d->prefetch[n++] = p;
+	return n;
+}
+
 /* Rank 0: every rank arrived: the union of their notices goes out with
  * the departure. */
 static void barrier_complete(struct dsm *d)
@@ -310,7 +336,11 @@ int dsm_barrier(struct dsm *d)
 		dsm_send(d, 0, MSG_BARRIER_ARRIVE, d->epoch, NULL, 0);
 	}
 	dsm_wait_until(d, departed, NULL);
+
+	uint32_t again = prefetch_list(d, &d->depart_notices);
+
 	dsm_invalidate(d, &d->depart_notices);
+	dsm_prefetch(d, d->prefetch, again);
 	pageset_clear(&d->depart_notices);
 	pageset_clear(&d->epoch_notices);
 	d->epoch++;

@@ -14,7 +14,9 @@
  *   its lock, reading the value the previous holder wrote; after a barrier
  *   every counter must hold the sum of everyone's additions.
  *
- * and, with 2 ranks or more, a home's writes to pages another rank copied
+ * (with 2 ranks or more, the pages a barrier drops that a rank read come
+ * back at the barrier: prefetch, checked by the counters at the end) and,
+ * with 2 ranks or more, a home's writes to pages another rank copied
  * before the home knew (home_copy_check), and read-ahead phases
  * (read_ahead_check): pages
  * fetched beside a faulted one hold the home's values, are invalidated by
@@ -451,6 +453,43 @@ static void usage(FILE *f)
 		"  --quiet        no JSON line\n");
 }
 
+/*
+ * Every barrier round drops pages that ranks read in the round before: with
+ * prefetch on, some come back at the barrier and are read before the next
+ * (a rank's own share may all be dropped again by a lock's notices first,
+ * so the job's sum is what is checked, gathered through the DSM itself).
+ */
+static void prefetch_check(const struct options *o, const struct pmdsm_stats *st)
+{
+	const char *pf = getenv("PMDSM_PREFETCH");
+
+	if (size < 2 || o->rounds < 2 || (pf && strcmp(pf, "0") == 0))
+		return;
+
+	uint64_t *used = pmdsm_alloc((size_t)size * 2 * sizeof(uint64_t), PMDSM_CYCLIC);
+
+	if (!used)
+		fail("pmdsm_alloc: %s", strerror(errno));
+	call(pmdsm_lock(0), "pmdsm_lock");
+	used[2 * rank] = st->prefetched_pages;
+	used[2 * rank + 1] = st->prefetch_used;
+	call(pmdsm_unlock(0), "pmdsm_unlock");
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	if (rank == 0) {
+		uint64_t fetched = 0, read = 0;
+
+		for (int r = 0; r < size; r++) {
+			fetched += used[2 * r];
+			read += used[2 * r + 1];
+		}
+		if (fetched == 0 || read == 0)
+			fail("seed %" PRIu64 ": %" PRIu64 " pages prefetched at barriers, %" PRIu64
+			     " of them read: prefetch did not work", o->seed, fetched, read);
+	}
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	call(pmdsm_free(used), "pmdsm_free");
+}
+
 int main(int argc, char **argv)
 {
 	struct options o = { .seed = 1, .rounds = 8, .bytes = 64 << 10, .counters = 512,
@@ -510,6 +549,7 @@ int main(int argc, char **argv)
 	struct pmdsm_stats st;
 
 	call(pmdsm_stats_get(&st, sizeof(st)), "pmdsm_stats_get");
+	prefetch_check(&o, &st);
 	call(pmdsm_finalize(), "pmdsm_finalize");
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (rank == 0 && !o.quiet)
