@@ -266,18 +266,28 @@ def dsm():
                    description="Whole pages fetched from their homes, and the diffs sent to them."),
         timeseries("Pages and diffs", [(per_node("pages_fetched"), "pages fetched {{node}}"),
                                        (per_node("read_ahead_pages"), "of them read ahead {{node}}"),
+                                       (per_node("prefetched_pages"),
+                                        "of them prefetched at barriers {{node}}"),
+                                       (per_node("prefetch_used"), "prefetched and read {{node}}"),
                                        (per_node("diffs_sent"), "diffs sent {{node}}"),
                                        (per_node("diffs_applied"), "diffs applied {{node}}")],
                    unit="ops", description="Read ahead: pages fetched beside a faulted one "
                                            "(PMDSM_READ_AHEAD), part of the pages fetched. "
+                                           "Prefetched: pages a barrier dropped, fetched again "
+                                           "before it returned (PMDSM_PREFETCH), and of those "
+                                           "the ones read since. "
                                            "Diffs applied: diffs other ranks sent to pages homed "
                                            "on this node."),
         timeseries("Coherence work", [(per_node("twins"), "twins {{node}}"),
                                       (per_node("invalidations"), "invalidations {{node}}"),
-                                      (per_node("wp_scans"), "PAGEMAP_SCAN {{node}}")],
+                                      (per_node("wp_scans"), "PAGEMAP_SCAN {{node}}"),
+                                      (per_node("home_shared"),
+                                       "home pages first copied elsewhere {{node}}")],
                    unit="ops", description="Twins: copies of pages before a write. Invalidations: "
                                            "cached pages dropped at an acquire. PAGEMAP_SCAN: "
-                                           "write detection uffd-async."),
+                                           "write detection uffd-async. Home pages first copied "
+                                           "elsewhere: pages homed on the node whose writes "
+                                           "began to be watched."),
         timeseries("Synchronization", [(per_node("barriers"), "barriers {{node}}"),
                                        (per_node("locks"), "locks {{node}}"),
                                        (per_node("lock_remote"), "locks managed elsewhere {{node}}")],
