@@ -330,8 +330,10 @@ static inline bool dsm_uffd(const struct dsm *d)
 /* Release: diffs of written pages to their homes (acknowledged), written
  * pages protected again, their numbers added to epoch_notices. */
 void dsm_release(struct dsm *d);
-/* Acquire: drop cached pages named in set. */
-void dsm_invalidate(struct dsm *d, const struct pageset *set);
+/* Acquire: drop cached pages named in set (a page written here since the
+ * last release sends its diff first); written_since_release false: the
+ * application has not run since (a barrier), nothing new to look for. */
+void dsm_invalidate(struct dsm *d, const struct pageset *set, bool written_since_release);
 int dsm_barrier(struct dsm *d);
 int dsm_lock(struct dsm *d, unsigned l);
 int dsm_unlock(struct dsm *d, unsigned l);

@@ -238,11 +238,13 @@ void dsm_release(struct dsm *d)
 	d->st->release_ns += dsm_now_ns() - t0;
 }
 
-void dsm_invalidate(struct dsm *d, const struct pageset *set)
+void dsm_invalidate(struct dsm *d, const struct pageset *set, bool written_since_release)
 {
 	bool flushed = false;
 
-	if (dsm_uffd(d) && set->count)
+	/* uffd-async: the pages written since the last release are the
+	 * kernel's to tell, unless nothing ran since (a barrier). */
+	if (dsm_uffd(d) && set->count && written_since_release)
 		dsm_wp_collect(d);
 	for (uint32_t p = pageset_next(set, 0); p != PAGESET_NONE; p = pageset_next(set, p + 1)) {
 		if (d->home[p] == d->rank || d->state[p] == PAGE_INVALID ||
@@ -339,7 +341,8 @@ int dsm_barrier(struct dsm *d)
 
 	uint32_t again = prefetch_list(d, &d->depart_notices);
 
-	dsm_invalidate(d, &d->depart_notices);
+	/* The application has waited in the barrier since its release. */
+	dsm_invalidate(d, &d->depart_notices, false);
 	dsm_prefetch(d, d->prefetch, again);
 	pageset_clear(&d->depart_notices);
 	pageset_clear(&d->epoch_notices);
@@ -449,7 +452,7 @@ int dsm_lock(struct dsm *d, unsigned l)
 	}
 	dsm_wait_until(d, granted, &l);
 	d->granted_lock = -1;
-	dsm_invalidate(d, &d->grant_notices);
+	dsm_invalidate(d, &d->grant_notices, true);
 	/* What came before the grant is passed on by our next release. */
 	pageset_union(&d->epoch_notices, &d->grant_notices);
 	pageset_clear(&d->grant_notices);
