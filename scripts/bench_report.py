@@ -769,6 +769,9 @@ def render_slurm_gang(doc, path):
              ", ".join(map(str, summ["scored_retransmits"])), *ratio_cells("ratio")],
             ["Slurm GANG (SUSPEND,GANG, 5 s slices)", spread_cell(summ["slurm_s"], 1),
              ", ".join(map(str, summ["slurm_retransmits"])), "", ""]]
+    if "score_gang_alone_s" in summ:
+        rows.append(["one job alone (`srun --score-gang`, just before the pair below)",
+                     spread_cell(summ["score_gang_alone_s"], 1), "", "", ""])
     if "score_gang_s" in summ:
         rows.append(["scored, `srun --score-gang`", spread_cell(summ["score_gang_s"], 1),
                      ", ".join(map(str, summ["score_gang_retransmits"])),
@@ -777,7 +780,9 @@ def render_slurm_gang(doc, path):
                       "target"], rows, ["---", "---:", "---:", "---:", "---"]))
     if "score_gang_vs_alone" in summ:
         v = summ["score_gang_vs_alone"]
-        out += ["", f"Two `srun --score-gang` jobs against one job alone, round by round: "
+        alone = ("one `srun --score-gang` job alone just before them"
+                 if "score_gang_alone_s" in summ else "one job alone")
+        out += ["", f"Two `srun --score-gang` jobs against {alone}, round by round: "
                 f"{spread_cell(v, 3)} (target {target_text(v['op'], v['bound'])}: never the stall "
                 f"of two plain sruns under Slurm's gang scheduling) {verdict_cell(v)}."]
     if "first_turn_ratio" in summ:
