@@ -14,7 +14,7 @@
 
 void pmfi_cq_write(struct pmfi_cq *cq, const struct fi_cq_tagged_entry *e, fi_addr_t src)
 {
-	size_t i = (cq->head + cq->count) % cq->size;
+	size_t i = (cq->head + cq->count) & cq->mask;
 
 	cq->ring[i] = *e;
 	cq->src[i] = src;
@@ -96,7 +96,7 @@ static ssize_t take(struct pmfi_cq *cq, void *buf, size_t count, fi_addr_t *src)
 		memcpy((char *)buf + n * sz, e, sz);
 		if (src)
 			src[n] = cq->src[cq->head];
-		cq->head = (cq->head + 1) % cq->size;
+		cq->head = (cq->head + 1) & cq->mask;
 		cq->count--;
 		n++;
 	}
@@ -264,8 +264,17 @@ int pmfi_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr, struct fid_
 	/* Room for what can complete at once: every posted receive and send. */
 	if (cq->size < PMFI_TX_SIZE + PMFI_RX_SIZE)
 		cq->size = PMFI_TX_SIZE + PMFI_RX_SIZE;
-	cq->ring = calloc(cq->size, sizeof(*cq->ring));
-	cq->src = calloc(cq->size, sizeof(*cq->src));
+	size_t slots = 1;
+
+	if (cq->size > PMFI_CQ_SIZE_MAX) {
+		free(cq);
+		return -FI_EINVAL;
+	}
+	while (slots < cq->size)
+		slots <<= 1;
+	cq->mask = slots - 1;
+	cq->ring = calloc(slots, sizeof(*cq->ring));
+	cq->src = calloc(slots, sizeof(*cq->src));
 	if (!cq->ring || !cq->src) {
 		free(cq->ring);
 		free(cq->src);

@@ -45,6 +45,7 @@
 #define PMFI_TX_SIZE     1024
 #define PMFI_RX_SIZE     1024
 #define PMFI_CQ_SIZE     4096
+#define PMFI_CQ_SIZE_MAX (1u << 24)     /* entries of one CQ: 1 GiB of ring */
 #define PMFI_MAX_MSG     ((size_t)UINT32_MAX)
 #define PMFI_MR_KEY_SIZE 8
 /* Endpoints that may be live at once in a process, sharing its PM context
@@ -279,7 +280,9 @@ struct pmfi_cq {
 	enum fi_cq_format format;
 	struct fi_cq_tagged_entry *ring;
 	fi_addr_t *src;         /* source of each entry (fi_cq_readfrom) */
-	size_t size, head, count;
+	size_t size, head, count;       /* size: completions it holds at most */
+	size_t mask;            /* the ring's slots - 1 (a power of two >= size:
+	                           no division on the data path) */
 	struct pmfi_list errs;  /* struct pmfi_cq_err, in order */
 	struct pmfi_cq_err *last_err; /* handed out by readerr, freed at next */
 	struct pmfi_ep *eps[4]; /* bound endpoints, progressed by reads */
