@@ -14,7 +14,6 @@
 #include "udp.h"
 #include "util/clock.h"
 #include "util/log.h"
-#include "util/random.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
