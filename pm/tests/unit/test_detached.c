@@ -350,6 +350,13 @@ static void test_bad_addresses(void)
 	memcpy(bad, addr, len);
 	memset(bad + A_NIC0, 0, 4);
 	CHECK_ERR(pm_peer_insert(a, bad, len, &peer), -EINVAL);
+	/* No context has id 0, and no pid is above 2^31 - 1. */
+	memcpy(bad, addr, len);
+	memset(bad + A_ID, 0, 4);
+	CHECK_ERR(pm_peer_insert(a, bad, len, &peer), -EINVAL);
+	memcpy(bad, addr, len);
+	bad[A_PID + 3] = 0x80;
+	CHECK_ERR(pm_peer_insert(a, bad, len, &peer), -EINVAL);
 	/* Zero padding up to PM_ADDRESS_MAX is fine (the provider's names). */
 	memset(bad, 0, sizeof(bad));
 	memcpy(bad, addr, len);
