@@ -4,8 +4,11 @@ at), with no flag and nothing of PM in the program; `--mpi own` leaves Open
 MPI's own transports.  The agents' metrics show the job's PM contexts and
 counters while it runs (docs/mpi/guide.md)."""
 
+import os
 import re
 import shutil
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -82,10 +85,30 @@ def test_mpich_abort_fails_the_job_and_says_which_rank(score):
     program = ("from mpi4py import MPI; import time\n"
                "c = MPI.COMM_WORLD\n"
                "c.Abort(7) if c.rank == 1 else time.sleep(60)")
-    run = score.start("-nodes=2x1", str(install_mpi4py(install())), "-c", program,
-                      env=score.env)
-    assert run.wait(45) == 7, run.stderr()
-    assert re.search(r"rank 1 on n\d+ aborted with status 7", run.stderr()), run.stderr()
+    with mpich_shm_removed_after():
+        run = score.start("-nodes=2x1", str(install_mpi4py(install())), "-c", program,
+                          env=score.env)
+        assert run.wait(45) == 7, run.stderr()
+        assert re.search(r"rank 1 on n\d+ aborted with status 7", run.stderr()), run.stderr()
+
+
+@contextmanager
+def mpich_shm_removed_after():
+    """MPICH leaves its node segments (/dev/shm/mpich_shm_*) behind when its
+    ranks are killed rather than finalized, as an aborted job's are (the
+    virtual cluster's nodes share the host's /dev/shm): remove the ones that
+    appeared meanwhile and are ours, whatever the test's outcome."""
+    shm = Path("/dev/shm")
+    before = {p.name for p in shm.glob("mpich_shm_*")}
+    try:
+        yield
+    finally:
+        for p in shm.glob("mpich_shm_*"):
+            try:
+                if p.name not in before and p.lstat().st_uid == os.getuid():
+                    p.unlink()
+            except FileNotFoundError:
+                pass
 
 
 @needs_mpicc
