@@ -92,7 +92,12 @@ rm -f "$WORK"/*.deb "$WORK"/*.changes "$WORK"/*.buildinfo
 changes=$(ls "$OUT"/score_"$version"_*.changes)
 
 say "lintian $changes"
-lintian --info --display-info --pedantic --fail-on none "$changes" >"$OUT/lintian.txt" 2>&1 || true
+# lintian leaves its scratch directories (mldbm-elf-*) in TMPDIR: ours.
+rm -rf "$WORK/lintian-tmp"
+mkdir -p "$WORK/lintian-tmp"
+TMPDIR="$WORK/lintian-tmp" lintian --info --display-info --pedantic --fail-on none "$changes" \
+  >"$OUT/lintian.txt" 2>&1 || true
+rm -rf "$WORK/lintian-tmp"
 if grep -E '^[EW]: ' "$OUT/lintian.txt" >&2; then
   die "lintian reports the errors or warnings above ($OUT/lintian.txt)"
 fi

@@ -271,7 +271,19 @@ class Score:
                 wait_for(lambda: not [j for j in self.jobs() if j["state"] in ACTIVE],
                          CLEANUP_TIMEOUT, f"jobs {active} to end after the test")
         finally:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            remove_tree(self.workdir)
+
+
+def remove_tree(path, tries=10):
+    """rmtree, again while the directory is still there (bounded): a job's
+    process that is ending may create a file in it while the first pass
+    runs, and then the last rmdir fails (one empty score-test-* directory
+    was left per CI run)."""
+    for _ in range(tries):
+        shutil.rmtree(path, ignore_errors=True)
+        if not Path(path).exists():
+            return
+        time.sleep(0.2)
 
 
 def build_program(dest_dir, name, cc=("cc",), flags=()):
