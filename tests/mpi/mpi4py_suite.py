@@ -28,9 +28,10 @@ MPI4PY_SHA256 = "17858f2ebc623220d0120d1fa8d428d033dde749c4bc35b33d81a66ad7f9348
 PYTHON = "/usr/bin/python3"
 RUNNER = Path(__file__).resolve().parent / "mpi4py_runner.py"
 SIMPLE_INDEX = "https://pypi.org/simple/mpi4py/"
-# The whole suite takes some 10-30 s per run here; a hang (a regression)
-# must not take the suite down with it.
-RUN_TIMEOUT = 300
+# The whole suite takes some 10-30 s per run here; a hang (a regression, or
+# a reference provider's) must not take the suite down with it, nor use up
+# make test's half hour: 4 x the slowest run.
+RUN_TIMEOUT = 120
 
 
 def debian_mpi4py_version():
