@@ -142,32 +142,35 @@ def test_mpich_across_two_nodes_over_two_nics(mpich, programs, two_nodes, rsh):
         assert "mpi_transfer: 4 ranks passed" in run.stdout, run.describe()
 
 
+def assert_suite_passes_over_pm_what_it_passes_over_tcp(mpich, prefix, shape, pm_path,
+                                                        tcp_iface):
+    """mpi4py 4.1.1's suite under hydra (`prefix`: mpiexec and its shape),
+    once over the tcp provider of the wheel's own libfabric on tcp_iface and
+    once over pm (`pm_path` says which of PM's devices carry it), the same
+    MPICH settings and exclusions otherwise (mpi4py_runner.py): every test
+    that passes with tcp passes with pm."""
+    python = install_mpi4py(mpich)
+    with suite_dir(MPI4PY_VERSION, MPI4PY_SDIST_SHA256) as testdir:
+        tcp = run_suite(testdir, prefix, f"MPICH, tcp, hydra, {shape}", 2, python=python,
+                        env=mpich_env(FI_PROVIDER="tcp", FI_TCP_IFACE=tcp_iface))
+        pm = run_suite(testdir, prefix, f"MPICH, pm, hydra, {shape} ({pm_path})", 2,
+                       python=python, env=mpich_env())
+    assert_pm_passes_what_tcp_passes(pm, tcp)
+
+
 def test_mpi4py_under_mpich_across_two_nodes_passes_what_tcp_passes(mpich, two_nodes, rsh):
     """mpi4py 4.1.1's suite under the MPICH wheel on 2 virtual-cluster nodes
     x 1 rank, under hydra: with pm (detached contexts, PM's udp over both
     NICs of each node) every test passes that passes with the tcp provider
-    of the wheel's own libfabric (on eth0), under the same MPICH settings
-    and exclusions (mpi4py_runner.py); the next test runs it on one host
-    (shm), and tests/scored/test_mpi_over_pm.py under scrun."""
-    python = install_mpi4py(mpich)
-    prefix = hydra_across(mpich, two_nodes, rsh, 1)
-    with suite_dir(MPI4PY_VERSION, MPI4PY_SDIST_SHA256) as testdir:
-        tcp = run_suite(testdir, prefix, "MPICH, tcp, hydra, 2 nodes x 1", 2, python=python,
-                        env=mpich_env(FI_PROVIDER="tcp", FI_TCP_IFACE="eth0"))
-        pm = run_suite(testdir, prefix, "MPICH, pm, hydra, 2 nodes x 1 (udp over 2 NICs)", 2,
-                       python=python, env=mpich_env())
-    assert_pm_passes_what_tcp_passes(pm, tcp)
+    of the wheel's own libfabric (on eth0); the next test runs it on one
+    host (shm), and tests/scored/test_mpi_over_pm.py under scrun."""
+    assert_suite_passes_over_pm_what_it_passes_over_tcp(
+        mpich, hydra_across(mpich, two_nodes, rsh, 1), "2 nodes x 1", "udp over 2 NICs", "eth0")
 
 
 def test_mpi4py_under_mpich_on_one_node_passes_what_tcp_passes(mpich):
     """The same suite with 2 ranks on this host under hydra: with pm the
     ranks' detached contexts reach each other through PM's shm (composite
     device), against the wheel's tcp provider on loopback."""
-    python = install_mpi4py(mpich)
-    prefix = [mpich / "bin" / "mpiexec", "-n", 2]
-    with suite_dir(MPI4PY_VERSION, MPI4PY_SDIST_SHA256) as testdir:
-        tcp = run_suite(testdir, prefix, "MPICH, tcp, hydra, one node x 2", 2, python=python,
-                        env=mpich_env(FI_PROVIDER="tcp", FI_TCP_IFACE="lo"))
-        pm = run_suite(testdir, prefix, "MPICH, pm, hydra, one node x 2 (shm)", 2,
-                       python=python, env=mpich_env())
-    assert_pm_passes_what_tcp_passes(pm, tcp)
+    assert_suite_passes_over_pm_what_it_passes_over_tcp(
+        mpich, [mpich / "bin" / "mpiexec", "-n", 2], "one node x 2", "shm", "lo")
