@@ -15,5 +15,6 @@ const struct pm_device_ops *const pm_devices[] = {
 	&pm_composite_ops,
 	&pm_shm_ops,
 	&pm_udp_ops,
+	&pm_eth_ops,
 	NULL,
 };

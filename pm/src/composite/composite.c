@@ -61,6 +61,15 @@ static int add_sub(struct composite_dev *c, const char *name, unsigned flags)
 	return 0;
 }
 
+/* The device for peers on other nodes: PM_NET_DEVICE names it (udp, or
+ * eth for raw Ethernet frames); udp by default. */
+static const char *network_device(void)
+{
+	const char *net = getenv("PM_NET_DEVICE");
+
+	return net && *net ? net : "udp";
+}
+
 static int comp_setup(struct pm_device *dev, struct pm_boot *b)
 {
 	struct composite_dev *c = to_comp(dev);
@@ -85,7 +94,7 @@ static int comp_setup(struct pm_device *dev, struct pm_boot *b)
 	int err = add_sub(c, "shm", 0);
 
 	if (!err && (detached || b->nlocal < b->size))
-		err = add_sub(c, "udp", PM_DEVICE_REMOTE_ONLY);
+		err = add_sub(c, network_device(), PM_DEVICE_REMOTE_ONLY);
 	if (err)
 		return err;
 	for (int i = 0; i < c->nsub && !err; i++)

@@ -7,9 +7,15 @@
  * rx.c), which does none: it reads the sockets and hands each datagram to
  * the core, runs the core's timers, and sends what the core queued (outq.c)
  * with sendmmsg, in GSO runs where the kernel can.
+ *
+ * The eth device is this one with raw Ethernet frames in place of UDP
+ * datagrams (eth/link.h): the same protocol, trunking and waiting; only
+ * the NICs' I/O differs (send_batch, receive, opening).
  */
 #include "device.h"
 #include "core/detached.h"
+#include "eth/frame.h"
+#include "eth/link.h"
 #include "stats.h"
 #include "udp.h"
 #include "util/clock.h"
@@ -88,10 +94,15 @@ struct udp_dev {
 	/* Per NIC: consecutive receive passes that found data (receive). */
 	unsigned rx_streak[UDP_MAX_NICS];
 	bool remote_only;               /* under composite: peers off this node */
+	/* The eth device: raw frames through links[i] (whose packet socket
+	 * is fds[i], for waiting); the udp device: UDP sockets. */
+	bool eth;
+	struct eth_link links[UDP_MAX_NICS];
 	/* pm_signal() writes the eventfd while the owner sleeps in pm_wait()
 	 * (udp_wake): the sockets alone would not end the poll. */
 	int wake_fd;
 	_Atomic uint32_t sleeping;
+	int rx_nic;                     /* the NIC receive_eth is reading */
 	struct pm_stats_nic *nic_stats; /* in the statistics page */
 	/* What this process published (its NICs' endpoints, buffers): a
 	 * detached context's address is made from it (udp_address). */
@@ -297,6 +308,31 @@ static void flush_gso(struct udp_dev *u, int nic, struct udp_out *out, int n)
 	}
 }
 
+/* The eth device's batch: one frame per packet, to the MAC and port of
+ * the packet's path. */
+static void flush_eth(struct udp_dev *u, int nic, struct udp_out *out, int n)
+{
+	struct eth_send s[UDP_BATCH];
+	int done = 0;
+
+	for (int i = 0; i < n; i++) {
+		const struct udp_path *pa = &u->pr.peers[out[i].peer].paths[out[i].path];
+
+		s[i] = (struct eth_send){ .mac = pa->mac, .port = ntohs(pa->to.sin_port),
+					  .iov = out[i].iov, .niov = out[i].niov };
+	}
+	while (done < n) {
+		int err;
+
+		done += eth_link_send(&u->links[nic], s + done, n - done, &err);
+		if (done < n && err) {
+			/* Lost, as a frame a switch drops: Go-Back-N resends it. */
+			udp_proto_send_failed(&u->pr, &out[done], -err);
+			done++;
+		}
+	}
+}
+
 /* The core's drain: a NIC's batch goes out (outq.c). */
 static void send_batch(void *arg, int nic, struct udp_out *out, int n)
 {
@@ -306,7 +342,9 @@ static void send_batch(void *arg, int nic, struct udp_out *out, int n)
 		u->nic_stats[nic].tx_packets++;
 		u->nic_stats[nic].tx_bytes += out_bytes(&out[i]);
 	}
-	if (u->gso[nic] && n > 1)
+	if (u->eth)
+		flush_eth(u, nic, out, n);
+	else if (u->gso[nic] && n > 1)
 		flush_gso(u, nic, out, n);
 	else
 		flush_plain(u, nic, out, n, 0);
@@ -474,6 +512,48 @@ static bool receive(struct udp_dev *u)
 	return got;
 }
 
+/* A PM packet out of an eth frame, to the core as a datagram from the
+ * address and port in the frame's link header. */
+static void deliver_frame(void *arg, const uint8_t *pkt, size_t len, uint32_t from_addr,
+			  uint16_t from_port)
+{
+	struct udp_dev *u = arg;
+	struct sockaddr_in from = { .sin_family = AF_INET, .sin_addr.s_addr = from_addr,
+				    .sin_port = from_port };
+
+	u->nic_stats[u->rx_nic].rx_packets++;
+	u->nic_stats[u->rx_nic].rx_bytes += len;
+	udp_proto_input(&u->pr, u->rx_nic, pkt, len, &from);
+}
+
+/* The eth device's receive: its rings, a batch per NIC in turn, as
+ * receive() reads the sockets; no system call. */
+static bool receive_eth(struct udp_dev *u)
+{
+	bool got = false, more = true;
+
+	for (int round = 0; round < UDP_RX_ROUNDS && more; round++) {
+		more = false;
+		for (int nic = 0; nic < u->nnics; nic++) {
+			uint64_t dropped = 0;
+
+			u->rx_nic = nic;
+			int r = eth_link_receive(&u->links[nic], UDP_BATCH, deliver_frame, u, &dropped);
+
+			for (uint64_t d = 0; d < dropped; d++) {
+				u->nic_stats[nic].rx_packets++;
+				udp_proto_drop(&u->pr, WIRE_BAD_LEN);
+			}
+			if (r <= 0)
+				continue;
+			got = true;
+			udp_flush(u);
+			more |= r == UDP_BATCH;
+		}
+	}
+	return got;
+}
+
 /* Nothing to do yet: now and then, let others run.  When every core
  * busy-polls, the kernel's deferred network processing (ksoftirqd), which
  * is what brings the next packet, would starve; on one machine playing a
@@ -497,7 +577,7 @@ static void progress(struct udp_dev *u)
 	u->pr.now_ns = pm_now_ns();
 	/* Handling what came may have taken a while: the timers want the time
 	 * after it.  An empty pass took next to none. */
-	if (receive(u))
+	if (u->eth ? receive_eth(u) : receive(u))
 		u->pr.now_ns = pm_now_ns();
 	udp_proto_timers(&u->pr);
 	udp_flush(u);
@@ -552,6 +632,24 @@ static int open_socket(struct udp_dev *u, int i, uint16_t *port, uint32_t *rcvbu
 	return 0;
 }
 
+/* NIC i of the eth device: its packet socket and ring, its port and MAC
+ * published in pub. */
+static int open_eth(struct udp_dev *u, int i, struct udp_nic_addr *pub, uint32_t *rcvbuf)
+{
+	char err[256] = "";
+	int e = eth_link_open(&u->links[i], &u->nics[i], err, sizeof(err));
+
+	if (e) {
+		pm_log(u->base.ctx->rank, "eth: %s", err);
+		return e;
+	}
+	u->fds[i] = u->links[i].fd;
+	pub->port = htons(u->links[i].port);
+	memcpy(pub->mac, u->links[i].mac, sizeof(pub->mac));
+	*rcvbuf = eth_link_capacity(&u->links[i], u->nics[i].mtu);
+	return 0;
+}
+
 static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 {
 	struct udp_dev *u = to_udp(dev);
@@ -574,6 +672,12 @@ static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 		return e;
 	}
 	u->nnics = n;
+	if (u->eth && ctx->detached) {
+		/* Its address (core/detached.h) has no room for MACs. */
+		pm_log(ctx->rank, "eth: serves the contexts of a job; a detached context runs on "
+		       "composite with udp (PM_NET_DEVICE=udp)");
+		return -ENOTSUP;
+	}
 
 	struct udp_proto_conf conf = {
 		.jobkey = b->jobkey, .me = (uint32_t)b->rank, .size = (uint32_t)b->size,
@@ -609,13 +713,16 @@ static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 		snprintf(u->nic_stats[i].name, sizeof(u->nic_stats[i].name), "%s", u->nics[i].name);
 		u->nic_stats[i].addr = u->nics[i].addr;
 		uint32_t rcvbuf = 0;
-		int e = open_socket(u, i, &blob.nic[i].port, &rcvbuf);
+		int e = u->eth ? open_eth(u, i, &blob.nic[i], &rcvbuf)
+			       : open_socket(u, i, &blob.nic[i].port, &rcvbuf);
 
 		if (!e && (blob.rcvbuf == 0 || rcvbuf < blob.rcvbuf))
 			blob.rcvbuf = rcvbuf;
 
 		if (e) {
-			pm_log(ctx->rank, "udp: socket on %s: %s", u->nics[i].name, strerror(-e));
+			if (!u->eth)
+				pm_log(ctx->rank, "udp: socket on %s: %s", u->nics[i].name,
+				       strerror(-e));
 			return e;
 		}
 		blob.nic[i].addr = u->nics[i].addr;
@@ -623,8 +730,9 @@ static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 		blob.nic[i].prefix = u->nics[i].prefix;
 	}
 	/* Sized once the sockets said whether GRO is on: 2 MiB of address
-	 * space with it, touched only as far as batches are long. */
-	int rerr = rx_batch_init(u);
+	 * space with it, touched only as far as batches are long.  The eth
+	 * device reads its frames where the kernel put them. */
+	int rerr = u->eth ? 0 : rx_batch_init(u);
 
 	if (rerr)
 		return rerr;
@@ -663,6 +771,7 @@ static int make_paths(struct udp_dev *u, struct udp_peer *p, const struct udp_bl
 			pa->to = (struct sockaddr_in){ .sin_family = AF_INET,
 						       .sin_addr.s_addr = a->addr,
 						       .sin_port = a->port };
+			memcpy(pa->mac, a->mac, sizeof(pa->mac));
 			pa->up = true;
 			mtu = u->nics[i].mtu < mtu ? u->nics[i].mtu : mtu;
 			mtu = a->mtu < mtu ? a->mtu : mtu;
@@ -671,8 +780,8 @@ static int make_paths(struct udp_dev *u, struct udp_peer *p, const struct udp_bl
 	}
 	if (p->npaths == 0)
 		return -ENETUNREACH;
-	/* IPv4 and UDP headers, then ours. */
-	p->frag = (uint16_t)(mtu - 20 - 8 - WIRE_HDR_BYTES);
+	/* IPv4 and UDP headers, or the eth link header, then ours. */
+	p->frag = (uint16_t)(mtu - (u->eth ? ETH_LINK_HDR_BYTES : 20 + 8) - WIRE_HDR_BYTES);
 	return 0;
 }
 
@@ -685,8 +794,15 @@ static int udp_connect(struct pm_device *dev, struct pm_boot *b)
 		struct udp_blob blob;
 		size_t len = sizeof(blob);
 
-		if (u->remote_only && is_local(b, r))
+		if ((u->remote_only || u->eth) && is_local(b, r)) {
+			/* A frame never comes back to the NIC that sent it: the
+			 * eth device reaches other nodes only (composite puts
+			 * shm beside it). */
+			if (u->eth && !u->remote_only && r == b->rank)
+				pm_log(dev->ctx->rank, "eth: reaches processes on other nodes only; "
+				       "run it under composite (PM_NET_DEVICE=eth)");
 			continue;
+		}
 		int err = b->ops->get(b, r, UDP_KEY, &blob, &len);
 
 		if (err || len != sizeof(blob) || blob.nnics == 0 || blob.nnics > UDP_MAX_NICS) {
@@ -871,7 +987,9 @@ static void udp_destroy(struct pm_device *dev)
 		linger(u);
 	udp_proto_fini(&u->pr);
 	for (int i = 0; i < u->nnics; i++)
-		if (u->fds[i] >= 0)
+		if (u->eth)
+			eth_link_close(&u->links[i]);
+		else if (u->fds[i] >= 0)
 			close(u->fds[i]);
 	if (u->wake_fd >= 0)
 		close(u->wake_fd);
@@ -1177,46 +1295,63 @@ static void udp_resumed(struct pm_device *dev)
 	udp_proto_resumed(&u->pr);
 }
 
-static struct pm_device *udp_create(struct pm_context *ctx, unsigned flags)
+static struct pm_device *create(struct pm_context *ctx, unsigned flags, bool eth)
 {
 	struct udp_dev *u = calloc(1, sizeof(*u));
 
 	if (!u)
 		return NULL;
-	u->base.ops = &pm_udp_ops;
+	u->base.ops = eth ? &pm_eth_ops : &pm_udp_ops;
 	u->base.ctx = ctx;
 	u->remote_only = flags & PM_DEVICE_REMOTE_ONLY;
+	u->eth = eth;
 	u->wake_fd = -1;
+	for (int i = 0; i < UDP_MAX_NICS; i++)
+		u->links[i] = (struct eth_link){ .fd = -1, .port_fd = -1 };
 	return &u->base;
 }
 
-const struct pm_device_ops pm_udp_ops = {
-	.name = "udp",
-	.create = udp_create,
-	.setup = udp_setup,
-	.connect = udp_connect,
-	.ready = udp_ready,
-	.destroy = udp_destroy,
-	.device_of = udp_device_of,
-	.max_message = udp_max_message,
-	.send_buffer = udp_send_buffer,
-	.send = udp_send,
-	.recv = udp_recv,
-	.recv_queued = udp_recv_queued,
-	.release = udp_release,
-	.sleep = udp_sleep,
-	.poll = udp_poll,
-	.block = udp_block_op,
-	.wake = udp_wake,
-	.peer_alive = udp_peer_alive,
-	.address = udp_address,
-	.insert = udp_insert,
-	.expose = udp_expose,
-	.rma = udp_rma,
-	.atomic = udp_atomic,
-	.test = udp_test,
-	.drain = udp_drain,
-	.drain_poll = udp_drain_poll,
-	.hold = udp_hold,
+static struct pm_device *udp_create(struct pm_context *ctx, unsigned flags)
+{
+	return create(ctx, flags, false);
+}
+
+static struct pm_device *eth_create(struct pm_context *ctx, unsigned flags)
+{
+	return create(ctx, flags, true);
+}
+
+/* The two devices differ in their name and in how they are created. */
+#define UDP_DEVICE_OPS(name_, create_) \
+	.name = name_,                 \
+	.create = create_, \
+	.setup = udp_setup, \
+	.connect = udp_connect, \
+	.ready = udp_ready, \
+	.destroy = udp_destroy, \
+	.device_of = udp_device_of, \
+	.max_message = udp_max_message, \
+	.send_buffer = udp_send_buffer, \
+	.send = udp_send, \
+	.recv = udp_recv, \
+	.recv_queued = udp_recv_queued, \
+	.release = udp_release, \
+	.sleep = udp_sleep, \
+	.poll = udp_poll, \
+	.block = udp_block_op, \
+	.wake = udp_wake, \
+	.peer_alive = udp_peer_alive, \
+	.address = udp_address, \
+	.insert = udp_insert, \
+	.expose = udp_expose, \
+	.rma = udp_rma, \
+	.atomic = udp_atomic, \
+	.test = udp_test, \
+	.drain = udp_drain, \
+	.drain_poll = udp_drain_poll, \
+	.hold = udp_hold, \
 	.resumed = udp_resumed,
-};
+
+const struct pm_device_ops pm_udp_ops = { UDP_DEVICE_OPS("udp", udp_create) };
+const struct pm_device_ops pm_eth_ops = { UDP_DEVICE_OPS("eth", eth_create) };
+

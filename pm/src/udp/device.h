@@ -9,4 +9,8 @@
  * PM_DEVICE_REMOTE_ONLY, those on other nodes). */
 extern const struct pm_device_ops pm_udp_ops;
 
+/* The same protocol in raw Ethernet frames (eth/link.h): processes on
+ * other nodes only, CAP_NET_RAW, contexts of a job (not detached). */
+extern const struct pm_device_ops pm_eth_ops;
+
 #endif /* PM_UDP_DEVICE_H */

@@ -34,7 +34,8 @@ struct udp_nic_addr {
 	uint16_t port;          /* network byte order */
 	uint16_t mtu;
 	uint8_t prefix;
-	uint8_t _pad[7];
+	uint8_t mac[6];         /* the eth device's; zero for udp */
+	uint8_t _pad;
 };
 
 /*

@@ -52,6 +52,7 @@
 struct udp_path {
 	int nic;                        /* index of our NIC and socket */
 	struct sockaddr_in to;          /* the peer's address on that network */
+	uint8_t mac[6];                 /* the peer's MAC there (the eth device) */
 	bool up;
 	uint64_t inflight;              /* payload bytes sent on it, unacked */
 	uint64_t next_probe_ns;

@@ -1,0 +1,271 @@
+/* SPDX-License-Identifier: MIT */
+/* link.c - one NIC of the eth device: packet socket and receive ring. */
+#include "link.h"
+#include "frame.h"
+#include "udp/udp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define ETH_RING_BYTES (4u << 20)       /* as the udp device's socket buffers */
+#define ETH_BLOCK_BYTES (64u << 10)
+#define ETH_SNDBUF (4 << 20)
+#define ETH_LONE_MAX 512                /* a lone small frame goes by sendto */
+
+/* Room in a ring frame for the kernel's header and address before the
+ * packet (TPACKET2_HDRLEN, aligned, plus its reserve). */
+#define ETH_FRAME_HEADROOM 128u
+
+static int fail(char *err, size_t errlen, int e, const char *what, const char *nic)
+{
+	if (e == -EPERM || e == -EACCES)
+		snprintf(err, errlen, "%s on %s: %s (raw frames need CAP_NET_RAW: run as root, or "
+			 "use PM_NET_DEVICE=udp)", what, nic, strerror(-e));
+	else
+		snprintf(err, errlen, "%s on %s: %s", what, nic, strerror(-e));
+	return e;
+}
+
+/* A UDP socket bound on the NIC's address holds a port number no other
+ * context on this node can have: ours for the frames' dst_port. */
+static int reserve_port(struct eth_link *l, const struct udp_nic *nic)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = nic->addr };
+	socklen_t len = sizeof(sa);
+
+	l->port_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (l->port_fd < 0)
+		return -errno;
+	if (bind(l->port_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    getsockname(l->port_fd, (struct sockaddr *)&sa, &len) < 0)
+		return -errno;
+	l->port = ntohs(sa.sin_port);
+	return 0;
+}
+
+static uint32_t pow2_at_least(uint32_t v)
+{
+	uint32_t p = 1;
+
+	while (p < v)
+		p <<= 1;
+	return p;
+}
+
+static int map_ring(struct eth_link *l, uint16_t mtu)
+{
+	int version = TPACKET_V2;
+	unsigned m = mtu > UDP_PKT_MAX + ETH_LINK_HDR_BYTES ? UDP_PKT_MAX + ETH_LINK_HDR_BYTES : mtu;
+
+	l->frame_bytes = pow2_at_least(m + ETH_FRAME_HEADROOM);
+	if (l->frame_bytes < 2048)
+		l->frame_bytes = 2048;
+	l->frames = ETH_RING_BYTES / l->frame_bytes;
+
+	struct tpacket_req req = {
+		.tp_block_size = ETH_BLOCK_BYTES, .tp_block_nr = ETH_RING_BYTES / ETH_BLOCK_BYTES,
+		.tp_frame_size = l->frame_bytes, .tp_frame_nr = l->frames,
+	};
+
+	if (setsockopt(l->fd, SOL_PACKET, PACKET_VERSION, &version, sizeof(version)) < 0 ||
+	    setsockopt(l->fd, SOL_PACKET, PACKET_RX_RING, &req, sizeof(req)) < 0)
+		return -errno;
+	l->ring_bytes = ETH_RING_BYTES;
+	l->ring = mmap(NULL, l->ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+		       l->fd, 0);
+	if (l->ring == MAP_FAILED) {
+		l->ring = NULL;
+		return -errno;
+	}
+	return 0;
+}
+
+int eth_link_open(struct eth_link *l, const struct udp_nic *nic, char *err, size_t errlen)
+{
+	struct sock_filter prog[ETH_FILTER_INSNS];
+	struct sock_fprog fprog = { .len = ETH_FILTER_INSNS, .filter = prog };
+	struct ifreq ifr = { 0 };
+	int one = 1, sndbuf = ETH_SNDBUF, e;
+
+	*l = (struct eth_link){ .fd = -1, .port_fd = -1, .addr = nic->addr };
+	l->ifindex = (int)if_nametoindex(nic->name);
+	if (l->ifindex == 0)
+		return fail(err, errlen, -ENODEV, "interface", nic->name);
+	e = reserve_port(l, nic);
+	if (e)
+		return fail(err, errlen, e, "port", nic->name);
+	/* Protocol 0 until bind: nothing lands in the ring before the filter
+	 * and the ring are in place. */
+	l->fd = socket(AF_PACKET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (l->fd < 0)
+		return fail(err, errlen, -errno, "packet socket", nic->name);
+	eth_filter(l->port, prog);
+	if (setsockopt(l->fd, SOL_SOCKET, SO_ATTACH_FILTER, &fprog, sizeof(fprog)) < 0)
+		return fail(err, errlen, -errno, "socket filter", nic->name);
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", nic->name);
+	if (ioctl(l->fd, SIOCGIFHWADDR, &ifr) < 0)
+		return fail(err, errlen, -errno, "MAC address", nic->name);
+	memcpy(l->mac, ifr.ifr_hwaddr.sa_data, sizeof(l->mac));
+	e = map_ring(l, nic->mtu);
+	if (e)
+		return fail(err, errlen, e, "receive ring", nic->name);
+	/* Straight to the driver: a qdisc only queues what Go-Back-N paces. */
+	setsockopt(l->fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof(one));
+	if (setsockopt(l->fd, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)) < 0)
+		setsockopt(l->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+
+	struct sockaddr_ll sll = { .sll_family = AF_PACKET, .sll_protocol = htons(ETH_PM_TYPE),
+				   .sll_ifindex = l->ifindex };
+
+	if (bind(l->fd, (struct sockaddr *)&sll, sizeof(sll)) < 0)
+		return fail(err, errlen, -errno, "bind", nic->name);
+	return 0;
+}
+
+void eth_link_close(struct eth_link *l)
+{
+	if (l->ring)
+		munmap(l->ring, l->ring_bytes);
+	if (l->fd >= 0)
+		close(l->fd);
+	if (l->port_fd >= 0)
+		close(l->port_fd);
+	l->ring = NULL;
+	l->fd = l->port_fd = -1;
+}
+
+uint32_t eth_link_capacity(const struct eth_link *l, uint16_t mtu)
+{
+	return l->frames * (uint32_t)(mtu - ETH_LINK_HDR_BYTES);
+}
+
+/* ---- sending ---- */
+
+static struct sockaddr_ll dest(const struct eth_link *l, const struct eth_send *s)
+{
+	struct sockaddr_ll sll = { .sll_family = AF_PACKET, .sll_protocol = htons(ETH_PM_TYPE),
+				   .sll_ifindex = l->ifindex, .sll_halen = 6 };
+
+	memcpy(sll.sll_addr, s->mac, 6);
+	return sll;
+}
+
+static size_t iov_bytes(const struct iovec *iov, int n)
+{
+	size_t b = 0;
+
+	for (int i = 0; i < n; i++)
+		b += iov[i].iov_len;
+	return b;
+}
+
+static void link_hdr(const struct eth_link *l, const struct eth_send *s, size_t len,
+		     uint8_t out[ETH_LINK_HDR_BYTES])
+{
+	struct eth_link_hdr h = { .dst_port = s->port, .src_port = l->port, .src_addr = l->addr,
+				  .len = (uint16_t)len };
+
+	eth_link_hdr_encode(&h, out);
+}
+
+/* A lone small frame (a ping-pong's message, an ACK): gathered and sent
+ * with sendto, which copies no message header or iovec in. */
+static int send_lone(struct eth_link *l, const struct eth_send *s, size_t len)
+{
+	uint8_t buf[ETH_LINK_HDR_BYTES + ETH_LONE_MAX];
+	struct sockaddr_ll to = dest(l, s);
+	size_t off = ETH_LINK_HDR_BYTES;
+
+	link_hdr(l, s, len, buf);
+	for (int i = 0; i < s->niov; i++) {
+		memcpy(buf + off, s->iov[i].iov_base, s->iov[i].iov_len);
+		off += s->iov[i].iov_len;
+	}
+	for (;;) {
+		if (syscall(SYS_sendto, l->fd, buf, off, 0, &to, sizeof(to)) >= 0)
+			return 0;
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
+int eth_link_send(struct eth_link *l, const struct eth_send *s, int n, int *err)
+{
+	struct mmsghdr mh[ETH_LINK_BATCH];
+	struct sockaddr_ll to[ETH_LINK_BATCH];
+	struct iovec iov[ETH_LINK_BATCH][3];
+	uint8_t hdr[ETH_LINK_BATCH][ETH_LINK_HDR_BYTES];
+	int done = 0;
+
+	*err = 0;
+	if (n == 1 && iov_bytes(s->iov, s->niov) <= ETH_LONE_MAX) {
+		*err = send_lone(l, s, iov_bytes(s->iov, s->niov));
+		return *err ? 0 : 1;
+	}
+	for (int i = 0; i < n; i++) {
+		to[i] = dest(l, &s[i]);
+		link_hdr(l, &s[i], iov_bytes(s[i].iov, s[i].niov), hdr[i]);
+		iov[i][0] = (struct iovec){ hdr[i], ETH_LINK_HDR_BYTES };
+		for (int v = 0; v < s[i].niov && v < 2; v++)
+			iov[i][v + 1] = s[i].iov[v];
+		mh[i] = (struct mmsghdr){ .msg_hdr = { .msg_name = &to[i],
+						       .msg_namelen = sizeof(to[i]),
+						       .msg_iov = iov[i],
+						       .msg_iovlen = (size_t)(s[i].niov < 2 ? s[i].niov : 2) + 1 } };
+	}
+	while (done < n) {
+		int r = sendmmsg(l->fd, mh + done, (unsigned)(n - done), 0);
+
+		if (r > 0) {
+			done += r;
+			continue;
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		*err = r < 0 ? -errno : -EIO;
+		break;
+	}
+	return done;
+}
+
+/* ---- receiving ---- */
+
+int eth_link_receive(struct eth_link *l, int max, eth_packet_fn *fn, void *arg,
+		     uint64_t *dropped)
+{
+	int taken = 0;
+
+	while (taken < max) {
+		struct tpacket2_hdr *h = (void *)(l->ring + (size_t)l->next * l->frame_bytes);
+		uint32_t st = __atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE);
+
+		if (!(st & TP_STATUS_USER))
+			break;
+		const uint8_t *p = (const uint8_t *)h + h->tp_net;
+		struct eth_link_hdr lh;
+
+		/* A frame cut to the ring's frame size (COPY), or malformed, or
+		 * for another port (a frame that came before the filter). */
+		if ((st & TP_STATUS_COPY) || h->tp_snaplen != h->tp_len ||
+		    eth_link_hdr_decode(p, h->tp_snaplen, &lh) || lh.dst_port != l->port)
+			(*dropped)++;
+		else
+			fn(arg, p + ETH_LINK_HDR_BYTES, lh.len, lh.src_addr, htons(lh.src_port));
+		/* The frame goes back to the kernel only now: fn read it in
+		 * place. */
+		__atomic_store_n(&h->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+		l->next = (l->next + 1) & (l->frames - 1);
+		taken++;
+	}
+	return taken;
+}
