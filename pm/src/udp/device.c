@@ -91,6 +91,7 @@ struct udp_dev {
 	struct udp_rx_batch rx;
 	uint8_t lone[UDP_LONE_MAX];     /* a lone small packet, gathered (send_lone) */
 	uint64_t last_yield_ns;         /* idle_yield */
+	uint64_t last_timers_ns;        /* progress */
 	/* Per NIC: consecutive receive passes that found data (receive). */
 	unsigned rx_streak[UDP_MAX_NICS];
 	bool remote_only;               /* under composite: peers off this node */
@@ -572,6 +573,12 @@ static void idle_yield(struct udp_dev *u)
 	u->last_yield_ns = pm_now_ns();
 }
 
+/* Timers are looked at by a pass that took something in (its ACKs owed
+ * now go out at its end), and otherwise at most this often: the shortest
+ * of them (a delayed ACK) is 50 us, and an empty pass of a busy-polling
+ * process, which is what a message waits for, is the shorter without. */
+#define UDP_TIMER_TICK_NS 2000u
+
 static void progress(struct udp_dev *u)
 {
 	u->pr.now_ns = pm_now_ns();
@@ -579,6 +586,9 @@ static void progress(struct udp_dev *u)
 	 * after it.  An empty pass took next to none. */
 	if (u->eth ? receive_eth(u) : receive(u))
 		u->pr.now_ns = pm_now_ns();
+	else if (u->pr.now_ns - u->last_timers_ns < UDP_TIMER_TICK_NS)
+		return;
+	u->last_timers_ns = u->pr.now_ns;
 	udp_proto_timers(&u->pr);
 	udp_flush(u);
 }

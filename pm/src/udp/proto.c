@@ -142,13 +142,6 @@ void udp_proto_fini(struct udp_proto *u)
 	u->sources = NULL;
 }
 
-struct udp_peer *udp_peer_of(struct udp_proto *u, int rank)
-{
-	if (rank < 0 || (uint32_t)rank >= u->size || !u->served[rank])
-		return NULL;
-	return &u->peers[rank];
-}
-
 /* ---- control packets ---- */
 
 /* Control packets go on the path the peer last reached us by. */

@@ -277,7 +277,14 @@ int udp_peer_open(struct udp_proto *u, struct udp_peer *p);
  * context id, or -1. */
 int udp_source_peer(const struct udp_proto *u, uint32_t addr, uint16_t port, uint32_t id);
 void udp_proto_fini(struct udp_proto *u);
-struct udp_peer *udp_peer_of(struct udp_proto *u, int rank);
+/* The peer this process serves as rank, or NULL (on every pass: inline). */
+static inline struct udp_peer *udp_peer_of(struct udp_proto *u, int rank)
+{
+	if (rank < 0 || (uint32_t)rank >= u->size || !u->served[rank])
+		return NULL;
+	return &u->peers[rank];
+}
+
 /* One datagram that came on NIC nic from the address from. */
 void udp_proto_input(struct udp_proto *u, int nic, const uint8_t *buf, size_t n,
 		     const struct sockaddr_in *from);
