@@ -639,7 +639,7 @@ def render_mpi(doc, path):
     cluster = doc.get("cluster", {})
     out = [provenance(doc, path), ""]
     cpus = []
-    for key in ("pmbench_shm", "pmbench_udp"):
+    for key in ("pmbench_shm", "pmbench_udp", "pmbench_eth"):
         ids = next((r[key]["cpu_ids"] for r in rounds if (r.get(key) or {}).get("cpu_ids")),
                    None)
         if ids:
