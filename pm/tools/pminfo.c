@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 static void usage(FILE *out)
@@ -32,7 +33,7 @@ static void usage(FILE *out)
 		"  -h, --help       this help\n"
 		"  -V, --version    the library version\n"
 		"\n"
-		"Environment: PM_DEVICE, PM_SPIN_US, PM_SHM_RING_KIB, PM_STATS_DIR,\n"
+		"Environment: PM_DEVICE, PM_NET_DEVICE, PM_SPIN_US, PM_SHM_RING_KIB, PM_STATS_DIR,\n"
 		"PM_VERBOSE (see docs/pm/knobs.md).\n");
 }
 
@@ -42,6 +43,7 @@ struct knob {
 
 static const struct knob knobs[] = {
 	{ "PM_DEVICE", "composite", "device of new contexts" },
+	{ "PM_NET_DEVICE", "udp", "composite's device for other nodes: udp or eth" },
 	{ "PM_SPIN_US", "200", "busy-poll budget of pm_wait() before blocking, us" },
 	{ "PM_SHM_RING_KIB", "512", "shm receive ring per sending peer, KiB" },
 	{ "PM_UDP_RING_KIB", "512", "udp send and receive ring per remote peer, KiB" },
@@ -227,6 +229,18 @@ static bool shm_available(void)
 	return access("/dev/shm", W_OK) == 0;
 }
 
+/* eth needs packet sockets: CAP_NET_RAW (a socket of protocol 0 receives
+ * nothing; it is only asked for). */
+static bool eth_available(void)
+{
+	int fd = socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return false;
+	close(fd);
+	return true;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -255,8 +269,9 @@ int main(int argc, char **argv)
 	}
 
 	if (json) {
-		printf("{\"version\":\"%s\",\"devices\":{\"shm\":%s,\"udp\":true,\"composite\":true},"
-		       "\"config\":{", pm_version(), shm_available() ? "true" : "false");
+		printf("{\"version\":\"%s\",\"devices\":{\"shm\":%s,\"udp\":true,\"eth\":%s,"
+		       "\"composite\":true},\"config\":{", pm_version(),
+		       shm_available() ? "true" : "false", eth_available() ? "true" : "false");
 		for (size_t i = 0; i < NKNOBS; i++) {
 			bool env;
 
@@ -275,6 +290,9 @@ int main(int argc, char **argv)
 		printf("  %-10s %s\n", "shm", shm_available() ? "available (processes on this node)"
 							 : "unavailable: /dev/shm not writable");
 		printf("  %-10s available (reliable UDP over every configured NIC)\n", "udp");
+		printf("  %-10s %s\n", "eth", eth_available()
+		       ? "available (raw Ethernet frames to other nodes; PM_NET_DEVICE=eth)"
+		       : "unavailable: raw frames need CAP_NET_RAW");
 		printf("  %-10s available (shm on this node, udp to other nodes)\n",
 		       "composite");
 		printf("\nconfiguration:\n");
