@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_eth_frame.c - the eth device's link header and socket filter
- * (pm/src/eth/frame.h): a test vector, round trips, every reason a frame
- * is refused, and the filter run by the kernel itself.
+ * (pm/src/eth/frame.h): the test vector of docs/pm/wire.md ("Raw Ethernet
+ * frames": the bytes must match and the document must carry the same
+ * line), round trips, every reason a frame is refused, and the filter run
+ * by the kernel itself.
  *
  * The filter is attached to one end of an AF_UNIX datagram socketpair: the
  * kernel runs a socket's classic BPF program on every datagram sent to it
@@ -19,14 +21,18 @@
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* dst 0x1234, src 0xabcd, 10.250.1.2, 37 bytes of PM packet. */
+/* A link header for a 64-byte PM packet from port 0x5678 on 10.250.0.1 to
+ * port 0x1234, as docs/pm/wire.md prints it. */
+static const char VECTOR_LINE[] = "eth link: 12345678 0afa0001 00400000";
 static const uint8_t VECTOR[ETH_LINK_HDR_BYTES] = {
-	0x12, 0x34, 0xab, 0xcd, 0x0a, 0xfa, 0x01, 0x02, 0x00, 0x25, 0x00, 0x00,
+	0x12, 0x34, 0x56, 0x78, 0x0a, 0xfa, 0x00, 0x01, 0x00, 0x40, 0x00, 0x00,
 };
+#define VECTOR_LEN 64
 
 static struct eth_link_hdr vector_hdr(void)
 {
@@ -34,10 +40,34 @@ static struct eth_link_hdr vector_hdr(void)
 
 	memset(&h, 0, sizeof(h));
 	h.dst_port = 0x1234;
-	h.src_port = 0xabcd;
-	h.src_addr = inet_addr("10.250.1.2");
-	h.len = 37;
+	h.src_port = 0x5678;
+	h.src_addr = inet_addr("10.250.0.1");
+	h.len = VECTOR_LEN;
 	return h;
+}
+
+/* "name: 12345678 ..." as docs/pm/wire.md prints bytes. */
+static void hex_line(char *out, size_t len, const char *name, const uint8_t *b, size_t n)
+{
+	size_t k = (size_t)snprintf(out, len, "%s: ", name);
+
+	for (size_t i = 0; i < n && k + 3 < len; i++)
+		k += (size_t)snprintf(out + k, len - k, "%02x%s", b[i], i % 4 == 3 && i + 1 < n ? " " : "");
+}
+
+static char *load_doc(const char *path)
+{
+	FILE *f = fopen(path, "r");
+
+	CHECK_MSG(f != NULL, "cannot open %s", path);
+	char *doc = calloc(1, 1 << 20);
+
+	CHECK_MSG(doc != NULL, "out of memory");
+	size_t n = fread(doc, 1, (1 << 20) - 1, f);
+
+	CHECK_MSG(n > 0 && !ferror(f), "cannot read %s", path);
+	fclose(f);
+	return doc;
 }
 
 static void same_hdr(const struct eth_link_hdr *a, const struct eth_link_hdr *b)
@@ -48,10 +78,11 @@ static void same_hdr(const struct eth_link_hdr *a, const struct eth_link_hdr *b)
 	CHECK_EQ(a->len, b->len);
 }
 
-static void vector(void)
+static void vector(const char *doc)
 {
 	struct eth_link_hdr h = vector_hdr(), d;
-	uint8_t frame[ETH_LINK_HDR_BYTES + 37];
+	uint8_t frame[ETH_LINK_HDR_BYTES + VECTOR_LEN];
+	char line[128];
 
 	CHECK_EQ(ETH_LINK_HDR_BYTES, 12);
 	CHECK_EQ(ETH_PM_TYPE, 0x88b5);
@@ -60,6 +91,9 @@ static void vector(void)
 	CHECK_MSG(memcmp(frame, VECTOR, sizeof(VECTOR)) == 0, "the link header's bytes differ "
 		  "from the vector (ports and len big-endian, address as in sockaddr_in, reserved 0)");
 	CHECK_MSG(frame[ETH_LINK_HDR_BYTES] == 0xee, "encode wrote past the header");
+	hex_line(line, sizeof(line), "eth link", frame, ETH_LINK_HDR_BYTES);
+	CHECK_MSG(strcmp(line, VECTOR_LINE) == 0, "vector:\n  got  %s\n  want %s", line, VECTOR_LINE);
+	CHECK_MSG(strstr(doc, VECTOR_LINE) != NULL, "docs/pm/wire.md lacks the line '%s'", VECTOR_LINE);
 
 	/* Exactly the packet the header announces. */
 	memset(&d, 0x5a, sizeof(d));
@@ -68,7 +102,8 @@ static void vector(void)
 	/* A short frame padded by the NIC to 60 bytes: len says what is PM's. */
 	uint8_t padded[60] = { 0 };
 
-	memcpy(padded, VECTOR, sizeof(VECTOR));
+	h.len = 5;
+	eth_link_hdr_encode(&h, padded);
 	CHECK_OK(eth_link_hdr_decode(padded, sizeof(padded), &d));
 	same_hdr(&d, &h);
 }
@@ -267,9 +302,13 @@ static void kernel_runs_filter(void)
 	}
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-	vector();
+	CHECK_MSG(argc == 2, "usage: test_eth_frame docs/pm/wire.md");
+	char *doc = load_doc(argv[1]);
+
+	vector(doc);
+	free(doc);
 	round_trips();
 	rejections();
 	program_fields();
