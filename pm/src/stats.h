@@ -58,7 +58,8 @@ enum pm_stats_state {
 struct pm_stats_nic {
 	char name[16];                  /*  0 interface name */
 	uint32_t addr;                  /* 16 IPv4, network byte order */
-	uint32_t _pad;                  /* 20 */
+	uint32_t rx_dropped;            /* 20 frames the kernel dropped for want
+					   of room in our receive ring (eth) */
 	uint64_t tx_packets;            /* 24 */
 	uint64_t rx_packets;            /* 32 */
 	uint64_t tx_bytes;              /* 40 */

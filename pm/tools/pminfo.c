@@ -175,8 +175,8 @@ static void print_context_text(const struct pm_stats_page *p, bool first, void *
 
 		inet_ntop(AF_INET, &n->addr, addr, sizeof(addr));
 		printf("  nic %-8.16s %-15s tx %" PRIu64 " pkts %" PRIu64 " B  rx %" PRIu64
-		       " pkts %" PRIu64 " B\n", n->name, addr, n->tx_packets, n->tx_bytes,
-		       n->rx_packets, n->rx_bytes);
+		       " pkts %" PRIu64 " B  %u dropped by the kernel\n", n->name, addr,
+		       n->tx_packets, n->tx_bytes, n->rx_packets, n->rx_bytes, n->rx_dropped);
 	}
 
 	struct layer_view layer;
@@ -206,9 +206,9 @@ static void print_context_json(const struct pm_stats_page *p, bool first, void *
 
 		inet_ntop(AF_INET, &n->addr, addr, sizeof(addr));
 		printf("%s{\"name\":\"%.16s\",\"addr\":\"%s\",\"tx_packets\":%" PRIu64
-		       ",\"tx_bytes\":%" PRIu64 ",\"rx_packets\":%" PRIu64 ",\"rx_bytes\":%" PRIu64 "}",
-		       i ? "," : "", n->name, addr, n->tx_packets, n->tx_bytes, n->rx_packets,
-		       n->rx_bytes);
+		       ",\"tx_bytes\":%" PRIu64 ",\"rx_packets\":%" PRIu64 ",\"rx_bytes\":%" PRIu64
+		       ",\"rx_dropped\":%u}", i ? "," : "", n->name, addr, n->tx_packets, n->tx_bytes,
+		       n->rx_packets, n->rx_bytes, n->rx_dropped);
 	}
 	printf("],\"layers\":{");
 

@@ -70,17 +70,24 @@ static int map_ring(struct eth_link *l, uint16_t mtu)
 	l->frame_bytes = pow2_at_least(m + ETH_FRAME_HEADROOM);
 	if (l->frame_bytes < 2048)
 		l->frame_bytes = 2048;
-	l->frames = ETH_RING_BYTES / l->frame_bytes;
+	/* A frame takes a whole slot whatever its size: jumbo frames get a
+	 * bigger ring rather than fewer slots (16 MiB at MTU 9000), so small
+	 * packets find as many slots as at MTU 1500. */
+	size_t bytes = ETH_RING_BYTES;
+
+	if (bytes < (size_t)ETH_RING_MIN_FRAMES * l->frame_bytes)
+		bytes = (size_t)ETH_RING_MIN_FRAMES * l->frame_bytes;
+	l->frames = (uint32_t)(bytes / l->frame_bytes);
 
 	struct tpacket_req req = {
-		.tp_block_size = ETH_BLOCK_BYTES, .tp_block_nr = ETH_RING_BYTES / ETH_BLOCK_BYTES,
+		.tp_block_size = ETH_BLOCK_BYTES, .tp_block_nr = (unsigned)(bytes / ETH_BLOCK_BYTES),
 		.tp_frame_size = l->frame_bytes, .tp_frame_nr = l->frames,
 	};
 
 	if (setsockopt(l->fd, SOL_PACKET, PACKET_VERSION, &version, sizeof(version)) < 0 ||
 	    setsockopt(l->fd, SOL_PACKET, PACKET_RX_RING, &req, sizeof(req)) < 0)
 		return -errno;
-	l->ring_bytes = ETH_RING_BYTES;
+	l->ring_bytes = bytes;
 	l->ring = mmap(NULL, l->ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
 		       l->fd, 0);
 	if (l->ring == MAP_FAILED) {
@@ -95,7 +102,7 @@ int eth_link_open(struct eth_link *l, const struct udp_nic *nic, char *err, size
 	struct sock_filter prog[ETH_FILTER_INSNS];
 	struct sock_fprog fprog = { .len = ETH_FILTER_INSNS, .filter = prog };
 	struct ifreq ifr = { 0 };
-	int one = 1, sndbuf = ETH_SNDBUF, e;
+	int sndbuf = ETH_SNDBUF, e;
 
 	*l = (struct eth_link){ .fd = -1, .port_fd = -1, .addr = nic->addr };
 	l->ifindex = (int)if_nametoindex(nic->name);
@@ -119,8 +126,10 @@ int eth_link_open(struct eth_link *l, const struct udp_nic *nic, char *err, size
 	e = map_ring(l, nic->mtu);
 	if (e)
 		return fail(err, errlen, e, "receive ring", nic->name);
-	/* Straight to the driver: a qdisc only queues what Go-Back-N paces. */
-	setsockopt(l->fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof(one));
+	/* Frames go through the NIC's queueing discipline as any others do
+	 * (PACKET_QDISC_BYPASS measured no faster here): shaping an
+	 * administrator put on the NIC applies, and a full queue pushes back
+	 * on the socket instead of dropping at the driver. */
 	if (setsockopt(l->fd, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)) < 0)
 		setsockopt(l->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
 
@@ -240,8 +249,20 @@ int eth_link_send(struct eth_link *l, const struct eth_send *s, int n, int *err)
 
 /* ---- receiving ---- */
 
+/* The kernel marks a frame LOSING when it dropped some for a full ring
+ * since the statistics were last read; reading them resets them. */
+static uint64_t overflowed(struct eth_link *l)
+{
+	struct tpacket_stats st = { 0 };
+	socklen_t len = sizeof(st);
+
+	if (getsockopt(l->fd, SOL_PACKET, PACKET_STATISTICS, &st, &len) < 0)
+		return 0;
+	return st.tp_drops;
+}
+
 int eth_link_receive(struct eth_link *l, int max, eth_packet_fn *fn, void *arg,
-		     uint64_t *dropped)
+		     struct eth_rx_drops *drops)
 {
 	int taken = 0;
 
@@ -256,9 +277,11 @@ int eth_link_receive(struct eth_link *l, int max, eth_packet_fn *fn, void *arg,
 
 		/* A frame cut to the ring's frame size (COPY), or malformed, or
 		 * for another port (a frame that came before the filter). */
+		if (st & TP_STATUS_LOSING)
+			drops->overflow += overflowed(l);
 		if ((st & TP_STATUS_COPY) || h->tp_snaplen != h->tp_len ||
 		    eth_link_hdr_decode(p, h->tp_snaplen, &lh) || lh.dst_port != l->port)
-			(*dropped)++;
+			drops->malformed++;
 		else
 			fn(arg, p + ETH_LINK_HDR_BYTES, lh.len, lh.src_addr, htons(lh.src_port));
 		/* The frame goes back to the kernel only now: fn read it in

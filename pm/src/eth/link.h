@@ -20,6 +20,7 @@
 #include <sys/uio.h>
 
 #define ETH_LINK_BATCH 32               /* frames per sendmmsg */
+#define ETH_RING_MIN_FRAMES 1024        /* slots: the ring grows for jumbo frames */
 
 struct eth_link {
 	int fd;                 /* the packet socket, -1 when closed */
@@ -31,7 +32,7 @@ struct eth_link {
 	uint8_t *ring;          /* the receive ring, mapped */
 	size_t ring_bytes;
 	uint32_t frame_bytes;   /* a power of two */
-	uint32_t frames;
+	uint32_t frames;        /* a power of two, at least ETH_RING_MIN_FRAMES */
 	uint32_t next;          /* the frame the kernel fills next */
 };
 
@@ -61,10 +62,17 @@ int eth_link_send(struct eth_link *l, const struct eth_send *s, int n, int *err)
 typedef void eth_packet_fn(void *arg, const uint8_t *pkt, size_t len, uint32_t from_addr,
 			   uint16_t from_port);
 
+/* What a receive pass did not hand up. */
+struct eth_rx_drops {
+	uint64_t malformed;     /* frames taken and dropped: malformed, cut
+				   short, or for another port */
+	uint64_t overflow;      /* frames the kernel dropped for want of a
+				   free slot (PACKET_STATISTICS) */
+};
+
 /* Hand up to max frames from the ring to fn; returns how many frames were
- * taken (those dropped included: *dropped counts malformed frames and
- * frames for another port). */
+ * taken (the malformed ones included), and adds to *drops. */
 int eth_link_receive(struct eth_link *l, int max, eth_packet_fn *fn, void *arg,
-		     uint64_t *dropped);
+		     struct eth_rx_drops *drops);
 
 #endif /* PM_ETH_LINK_H */

@@ -50,7 +50,7 @@ struct udp_blob {
 	uint32_t nnics;
 	uint32_t rcvbuf;                /* bytes each socket can hold */
 	uint32_t ring_bytes;            /* its receive rings (PM_UDP_RING_KIB) */
-	uint32_t _pad;
+	uint32_t rx_slots;              /* eth: frames its smallest NIC ring holds */
 	struct udp_nic_addr nic[UDP_MAX_NICS];
 };
 
@@ -322,15 +322,23 @@ static void flush_eth(struct udp_dev *u, int nic, struct udp_out *out, int n)
 		s[i] = (struct eth_send){ .mac = pa->mac, .port = ntohs(pa->to.sin_port),
 					  .iov = out[i].iov, .niov = out[i].niov };
 	}
+	bool waited = false;
+
 	while (done < n) {
 		int err;
 
 		done += eth_link_send(&u->links[nic], s + done, n - done, &err);
-		if (done < n && err) {
-			/* Lost, as a frame a switch drops: Go-Back-N resends it. */
-			udp_proto_send_failed(&u->pr, &out[done], -err);
-			done++;
-		}
+		if (done == n || !err)
+			continue;
+		/* A full send buffer gets the one bounded wait per flush that
+		 * the udp device gives it (send_again); past that, or for any
+		 * other error, the frame is lost, as one a switch drops, and
+		 * Go-Back-N resends it. */
+		errno = -err;
+		if (send_again(u->fds[nic], &waited))
+			continue;
+		udp_proto_send_failed(&u->pr, &out[done], -err);
+		done++;
 	}
 }
 
@@ -536,15 +544,16 @@ static bool receive_eth(struct udp_dev *u)
 	for (int round = 0; round < UDP_RX_ROUNDS && more; round++) {
 		more = false;
 		for (int nic = 0; nic < u->nnics; nic++) {
-			uint64_t dropped = 0;
+			struct eth_rx_drops drops = { 0 };
 
 			u->rx_nic = nic;
-			int r = eth_link_receive(&u->links[nic], UDP_BATCH, deliver_frame, u, &dropped);
+			int r = eth_link_receive(&u->links[nic], UDP_BATCH, deliver_frame, u, &drops);
 
-			for (uint64_t d = 0; d < dropped; d++) {
+			for (uint64_t d = 0; d < drops.malformed; d++) {
 				u->nic_stats[nic].rx_packets++;
 				udp_proto_drop(&u->pr, WIRE_BAD_LEN);
 			}
+			u->nic_stats[nic].rx_dropped += (uint32_t)drops.overflow;
 			if (r <= 0)
 				continue;
 			got = true;
@@ -728,6 +737,8 @@ static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 
 		if (!e && (blob.rcvbuf == 0 || rcvbuf < blob.rcvbuf))
 			blob.rcvbuf = rcvbuf;
+		if (!e && u->eth && (blob.rx_slots == 0 || u->links[i].frames < blob.rx_slots))
+			blob.rx_slots = u->links[i].frames;
 
 		if (e) {
 			if (!u->eth)
@@ -795,6 +806,22 @@ static int make_paths(struct udp_dev *u, struct udp_peer *p, const struct udp_bl
 	return 0;
 }
 
+/* The eth device: a frame takes a slot of the receiver's ring whatever its
+ * size, so the packets in flight to a peer are bounded by its slots (half
+ * of them over each path, as bytes are by half of a socket buffer), not
+ * only by bytes.  0 for udp: its window alone bounds packets. */
+static uint32_t max_window(const struct udp_peer *p, const struct udp_blob *blob)
+{
+	uint64_t n = (uint64_t)blob->rx_slots / 2 * (uint64_t)p->npaths;
+	uint32_t w = 8;
+
+	if (!blob->rx_slots)
+		return 0;
+	while ((uint64_t)w * 2 <= n && w < (1u << 20))
+		w <<= 1;
+	return w;
+}
+
 static int udp_connect(struct pm_device *dev, struct pm_boot *b)
 {
 	struct udp_dev *u = to_udp(dev);
@@ -840,6 +867,7 @@ static int udp_connect(struct pm_device *dev, struct pm_boot *b)
 			       "(check PM_UDP_NICS)", r);
 			continue;       /* pm_open() reports the unreachable peer */
 		}
+		p->max_wnd = max_window(p, &blob);
 		err = udp_peer_open(&u->pr, p);
 		if (err)
 			return err;

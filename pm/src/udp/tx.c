@@ -38,7 +38,7 @@ int udp_tx_init(struct udp_proto *u, struct udp_peer *p)
 	p->txq_cap = 1;
 	while (p->txq_cap < u->ring_bytes / RING_ALIGN + UDP_OPS)
 		p->txq_cap <<= 1;
-	p->wnd = u->wnd;
+	p->wnd = p->max_wnd && p->max_wnd < u->wnd ? p->max_wnd : u->wnd;
 	p->tx_mem = aligned_alloc(64, ring_footprint(u->ring_bytes));
 	p->txq = calloc(p->txq_cap, sizeof(*p->txq));
 	p->win = calloc(p->wnd, sizeof(*p->win));

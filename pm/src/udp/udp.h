@@ -106,6 +106,10 @@ struct udp_peer {
 	int npaths;
 	uint32_t rr;                    /* round-robin among equal paths */
 	uint16_t frag;                  /* payload bytes per packet */
+	uint32_t max_wnd;               /* packets the peer's receive side can
+					   hold at once (a power of two), 0:
+					   no bound but wnd; set before
+					   udp_peer_open (the eth device) */
 	uint64_t max_inflight;          /* bytes: half the peer's socket buffer */
 	size_t max_message;             /* what both our send ring and the peer's
 					   receive ring can take */
