@@ -10,6 +10,8 @@ Figures (pmcheck's seconds and counters) are printed: `pytest -s` shows them.
 """
 
 import json
+import os
+import signal
 import shutil
 import struct
 import time
@@ -143,8 +145,8 @@ LOSS_TABLE = "pmethloss"
 def add_frame_loss(vc, node, percent):
     """Drop `percent` % of the PM frames (EtherType 0x88B5) each NIC of `node`
     receives: nftables at the NICs' ingress, before any packet socket sees
-    them.  (tc netem would do as well where the kernel has it; and a qdisc on
-    the sending side would not: the eth device bypasses qdiscs.)"""
+    them.  (tc netem would do as well where the kernel has it: this kernel
+    has no sch_netem.)"""
     chains = "".join(
         f"  chain {nic} {{\n"
         f"    type filter hook ingress device \"{nic}\" priority 0; policy accept;\n"
@@ -176,6 +178,68 @@ def test_lost_frames_are_repaired(cluster, jobs):
     for node in pair:
         assert all(dropped[node].get(nic, 0) > 0 for nic in NICS), dropped
     assert res.total("retransmits") > 0 and res.total("loses") > 0, res.describe()
+
+
+# ---- a full receive ring ----
+
+def pids_in(vc, node, program="pmcheck"):
+    """PIDs of the `program` processes in `node` (its network namespace)."""
+    ns = vc.exec(node, "readlink", "/proc/self/ns/net", check=True, timeout=10).stdout.strip()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{pid}/ns/net") != ns:
+                continue
+            argv0 = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0]
+        except OSError:
+            continue
+        if argv0.endswith(program.encode()):
+            found.append(int(pid))
+    return sorted(found)
+
+
+def ring_drops(vc, node, pids):
+    """Frames the kernel dropped for a full ring, summed over the NICs of the
+    contexts of `pids` (pminfo's rx_dropped, while they run)."""
+    proc = vc.exec(node, str(pmjob.BUILD / "bin" / "pminfo"), "--json", check=True, timeout=10)
+    return sum(n["rx_dropped"] for c in json.loads(proc.stdout)["contexts"]
+               if c["pid"] in pids for n in c["nics"])
+
+
+def test_a_full_ring_is_counted_and_repaired(cluster, jobs, mpirun_argv_edit):
+    """The two ranks on n1 stop (SIGSTOP, by PID) for half a second while the
+    four on n2 and n3 send to everyone over one NIC: each sender may have
+    half of a peer's ring slots in flight (512 of 1024), so four of them
+    overfill the rings of n1's contexts and the kernel drops the rest.  The
+    drops are counted per NIC (pminfo's rx_dropped, read while the job
+    runs), Go-Back-N resends them, and every message is exact."""
+    vc = cluster
+    mpirun_argv_edit(by_node)
+    # A floor on the job's length: every rank holds 300 ms every 20000
+    # messages, so it runs on after the stop for pminfo to read it.
+    job = jobs(vc, NODES, [App(6, ["--pattern", "all", "--count", 60000, "--sizes", "1-64",
+                                   "--hold-ms", 300, "--hold-every", 20000, "--timeout", 60],
+                               env=dict(ETH, PM_UDP_NICS="eth0"))], slots=2)
+    pids = wait_for("the two ranks on n1", lambda: (lambda p: p if len(p) == 2 else None)(
+        pids_in(vc, "n1")), timeout=30)
+    wait_for("traffic on n1's eth0", lambda: nic_counters(vc, "n1")["eth0"]["rx"] > 5000,
+             timeout=30)
+    assert job.running(), "the job ended before the stop: raise --count"
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(0.5)
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    dropped = wait_for("rx_dropped of n1's contexts", lambda: ring_drops(vc, "n1", pids),
+                       timeout=10)
+    assert job.running(), "the job ended before its counters were read: raise --count"
+    res = job.wait()
+    report(f"n1's two ranks stopped 0.5 s; {dropped} frames dropped for full rings", res)
+    check(res)
+    assert dropped > 0
+    assert res.total("retransmits") > 0, res.describe()
 
 
 # ---- malformed frames ----
