@@ -53,6 +53,23 @@ static bool want_detached(void)
 	}
 }
 
+/* A job's context knows its peers from the start: say, at info level, how
+ * each is reached (as av.c does for a detached context's insertions), the
+ * first PEERS_LOGGED of them. */
+#define PEERS_LOGGED 64
+
+static void log_peer_devices(pm_context_t *pm)
+{
+	int size = pm_size(pm), me = pm_rank(pm);
+
+	for (int peer = 0; peer < size && peer < PEERS_LOGGED; peer++)
+		if (peer != me)
+			PMFI_INFO("PM peer %d: through PM's %s device", peer,
+				  pm_peer_device(pm, peer));
+	if (size > PEERS_LOGGED)
+		PMFI_INFO("(%d more peers)", size - PEERS_LOGGED);
+}
+
 int pmfi_proc_get(pm_context_t **pm)
 {
 	int err = 0;
@@ -72,6 +89,8 @@ int pmfi_proc_get(pm_context_t **pm)
 		} else {
 			PMFI_INFO("PM context opened %s", proc.detached ?
 				  "detached (peers by fi_av_insert)" : "in the launcher's job");
+			if (!proc.detached)
+				log_peer_devices(proc.pm);
 		}
 	}
 	if (!err) {

@@ -144,17 +144,22 @@ def test_a_dead_peer_fails_the_receive_instead_of_hanging(programs):
     assert "mpi_peerdeath: the receive failed" in run.stdout, run.describe()
 
 
-@pytest.mark.parametrize("ppn", [1, 2])
-def test_mpi_program_over_pm_across_nodes(two_nodes, programs, ppn):
-    """2 nodes x ppn ranks: udp between the nodes, striped over both NICs;
-    with 2 ranks a node, shm between them as well."""
+@pytest.mark.parametrize("ppn, net", [(1, "udp"), (2, "udp"), (2, "eth")])
+def test_mpi_program_over_pm_across_nodes(two_nodes, programs, ppn, net):
+    """2 nodes x ppn ranks: PM's network device `net` between the nodes (udp,
+    or eth: raw Ethernet frames, PM_NET_DEVICE=eth), striped over both NICs;
+    with 2 ranks a node, shm between them as well.  The provider says which
+    device reaches each peer (FI_LOG_LEVEL=info)."""
     vc = two_nodes
     # About 50 MB go each way in large packets.
     with striped_over_both_nics(vc):
-        run = Run([*across(vc, ppn), *over_pm_args(), programs["mpi_transfer"]],
-                  env=vc.env, timeout=120).wait()
+        run = Run([*across(vc, ppn), *over_pm_args(PM_NET_DEVICE=net, FI_LOG_LEVEL="info"),
+                   programs["mpi_transfer"]], env=vc.env, timeout=120).wait()
         assert run.returncode == 0, run.describe()
         assert f"mpi_transfer: {2 * ppn} ranks passed" in run.stdout, run.describe()
+    assert f"through PM's {net} device" in run.stderr, run.describe()
+    if ppn == 2:
+        assert "through PM's shm device" in run.stderr, run.describe()
 
 
 # --- HPC Challenge (Debian's hpcc, built with Open MPI) over pm ------------------
