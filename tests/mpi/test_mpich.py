@@ -130,16 +130,22 @@ def hydra_across(mpich, vc, rsh, ppn):
             "-n", len(vc.nodes) * ppn, "-ppn", ppn]
 
 
-def test_mpich_across_two_nodes_over_two_nics(mpich, programs, two_nodes, rsh):
+@pytest.mark.parametrize("net", ["udp", "eth"])
+def test_mpich_across_two_nodes_over_two_nics(mpich, programs, two_nodes, rsh, net):
     """2 nodes x 2 ranks under hydra: detached contexts on every NIC of each
-    node (udp, trunking), so the megabytes between the nodes go over both
-    NICs; eth1 carries nothing else (hydra's own traffic stays on net 0)."""
+    node (PM's network device `net`: udp, or eth, whose peers' MACs come
+    from the kernel's neighbour table; trunking), so the megabytes between
+    the nodes go over both NICs; eth1 carries nothing else (hydra's own
+    traffic stays on net 0).  The provider says which device reaches each
+    peer: shm on the node, `net` to the other."""
     vc = two_nodes
     with striped_over_both_nics(vc):
         run = Run([*hydra_across(mpich, vc, rsh, 2), programs["mpi_transfer"]],
-                  env=mpich_env(), timeout=90).wait()
+                  env=mpich_env(PM_NET_DEVICE=net, FI_LOG_LEVEL="info"), timeout=90).wait()
         assert run.returncode == 0, run.describe()
         assert "mpi_transfer: 4 ranks passed" in run.stdout, run.describe()
+    assert f"through PM's {net} device" in run.stderr, run.describe()
+    assert "through PM's shm device" in run.stderr, run.describe()
 
 
 def assert_suite_passes_over_pm_what_it_passes_over_tcp(mpich, prefix, shape, pm_path,

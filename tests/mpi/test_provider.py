@@ -337,14 +337,17 @@ def test_fi_pingpong_between_two_processes_started_by_hand(stats_dir, args, devi
     assert_pingpong_passed(server, client, device)
 
 
-def test_fi_pingpong_across_nodes_over_two_nics(two_nodes, stats_dir):
+@pytest.mark.parametrize("net", ["udp", "eth"])
+def test_fi_pingpong_across_nodes_over_two_nics(two_nodes, stats_dir, net):
     """The same between two virtual-cluster nodes started by hand: detached
-    contexts over udp, their large messages striped over both NICs."""
+    contexts over PM's network device `net` (udp, or eth: raw frames, the
+    peer's MAC learnt from the kernel's neighbour table), their large
+    messages striped over both NICs."""
     vc = two_nodes
     first, second = vc.nodes[0], vc.nodes[1]
     # Some 20 MB go each way in large packets.
     with striped_over_both_nics(vc, [first, second]):
         server, client = run_pingpong(["-S", "all", "-I", "5", "-c"], stats_dir, vc=vc,
-                                      nodes=[first, second])
-        assert_pingpong_passed(server, client)
+                                      nodes=[first, second], PM_NET_DEVICE=net)
+        assert_pingpong_passed(server, client, net)
 

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define ETH_RING_BYTES (4u << 20)       /* as the udp device's socket buffers */
@@ -105,6 +106,7 @@ int eth_link_open(struct eth_link *l, const struct udp_nic *nic, char *err, size
 	int sndbuf = ETH_SNDBUF, e;
 
 	*l = (struct eth_link){ .fd = -1, .port_fd = -1, .addr = nic->addr };
+	snprintf(l->name, sizeof(l->name), "%s", nic->name);
 	l->ifindex = (int)if_nametoindex(nic->name);
 	if (l->ifindex == 0)
 		return fail(err, errlen, -ENODEV, "interface", nic->name);
@@ -156,6 +158,58 @@ void eth_link_close(struct eth_link *l)
 uint32_t eth_link_capacity(const struct eth_link *l, uint16_t mtu)
 {
 	return l->frames * (uint32_t)(mtu - ETH_LINK_HDR_BYTES);
+}
+
+/* ---- neighbours ---- */
+
+/* addr's MAC on l's interface in the neighbour table (/proc/net/arp: the
+ * table of this process's network namespace), if it is complete. */
+static bool arp_lookup(const struct eth_link *l, uint32_t addr, uint8_t mac[6])
+{
+	FILE *f = fopen("/proc/net/arp", "re");
+	char line[256], ip[64], hw[64], dev[64];
+	unsigned type, flags;
+	bool found = false;
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		struct in_addr a;
+
+		if (sscanf(line, "%63s 0x%x 0x%x %63s %*s %63s", ip, &type, &flags, hw, dev) != 5 ||
+		    inet_pton(AF_INET, ip, &a) != 1 || a.s_addr != addr ||
+		    strcmp(dev, l->name) != 0 || !(flags & 0x2) /* ATF_COM */)
+			continue;
+		found = sscanf(hw, "%hhx:%hhx:%hhx:%hhx:%hhx:%hhx", &mac[0], &mac[1], &mac[2],
+			       &mac[3], &mac[4], &mac[5]) == 6;
+	}
+	fclose(f);
+	return found;
+}
+
+int eth_link_resolve(struct eth_link *l, uint32_t addr, uint16_t port, uint8_t mac[6],
+		     uint64_t timeout_ns)
+{
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_addr.s_addr = addr,
+				  .sin_port = port };
+	uint64_t waited = 0;
+	const uint64_t step = 1000000;  /* 1 ms */
+
+	if (arp_lookup(l, addr, mac))
+		return 0;
+	/* The peer's port socket never reads: the datagram costs it a few
+	 * bytes of receive buffer, once per insertion. */
+	if (sendto(l->port_fd, "", 0, 0, (struct sockaddr *)&to, sizeof(to)) < 0)
+		return -EHOSTUNREACH;
+	while (waited < timeout_ns) {
+		struct timespec ts = { 0, (long)step };
+
+		nanosleep(&ts, NULL);
+		waited += step;
+		if (arp_lookup(l, addr, mac))
+			return 0;
+	}
+	return -EHOSTUNREACH;
 }
 
 /* ---- sending ---- */

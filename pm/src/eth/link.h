@@ -26,6 +26,7 @@ struct eth_link {
 	int fd;                 /* the packet socket, -1 when closed */
 	int port_fd;            /* the UDP socket that holds our port */
 	int ifindex;
+	char name[16];          /* the interface's (IF_NAMESIZE) */
 	uint16_t port;          /* host byte order */
 	uint32_t addr;          /* our IPv4 address on the NIC */
 	uint8_t mac[6];
@@ -61,6 +62,17 @@ int eth_link_send(struct eth_link *l, const struct eth_send *s, int n, int *err)
  * port in its link header (network byte order, as sockaddr_in has them). */
 typedef void eth_packet_fn(void *arg, const uint8_t *pkt, size_t len, uint32_t from_addr,
 			   uint16_t from_port);
+
+/*
+ * The MAC address of the node at addr (IPv4, network byte order) on this
+ * link's network, from the kernel's neighbour table; when it is not there
+ * yet, an empty UDP datagram to addr:port (network byte order) from our
+ * port socket makes the kernel ask (ARP), and the table is read again
+ * until timeout_ns.  For a detached context's peers, whose addresses carry
+ * no MAC.  0, or -EHOSTUNREACH.
+ */
+int eth_link_resolve(struct eth_link *l, uint32_t addr, uint16_t port, uint8_t mac[6],
+		     uint64_t timeout_ns);
 
 /* What a receive pass did not hand up. */
 struct eth_rx_drops {

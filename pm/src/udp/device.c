@@ -691,12 +691,6 @@ static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 		return e;
 	}
 	u->nnics = n;
-	if (u->eth && ctx->detached) {
-		/* Its address (core/detached.h) has no room for MACs. */
-		pm_log(ctx->rank, "eth: serves the contexts of a job; a detached context runs on "
-		       "composite with udp (PM_NET_DEVICE=udp)");
-		return -ENOTSUP;
-	}
 
 	struct udp_proto_conf conf = {
 		.jobkey = b->jobkey, .me = (uint32_t)b->rank, .size = (uint32_t)b->size,
@@ -921,6 +915,34 @@ static void blob_of(const struct pm_daddr *d, struct udp_blob *blob)
 		};
 }
 
+/* How long an insertion waits for the kernel to learn a peer's MAC. */
+#define ETH_RESOLVE_NS 1000000000ull
+
+/* The eth device, a detached peer: its address carries no MAC (no room in
+ * core/detached.h), so each path's is asked of the kernel's neighbour
+ * table (eth_link_resolve).  A path whose MAC cannot be learnt is left
+ * out; -ENETUNREACH when none is left. */
+static int resolve_paths(struct udp_dev *u, struct udp_peer *p)
+{
+	int kept = 0;
+
+	for (int i = 0; i < p->npaths; i++) {
+		struct udp_path *pa = &p->paths[i];
+		char addr[INET_ADDRSTRLEN] = "?";
+
+		if (eth_link_resolve(&u->links[pa->nic], pa->to.sin_addr.s_addr, pa->to.sin_port,
+				     pa->mac, ETH_RESOLVE_NS)) {
+			inet_ntop(AF_INET, &pa->to.sin_addr, addr, sizeof(addr));
+			pm_log(-1, "eth: no MAC address for the peer's %s on %s", addr,
+			       u->nics[pa->nic].name);
+			continue;
+		}
+		p->paths[kept++] = *pa;
+	}
+	p->npaths = kept;
+	return kept ? 0 : -ENETUNREACH;
+}
+
 static int udp_insert(struct pm_device *dev, const struct pm_daddr *d, int *peer)
 {
 	struct udp_dev *u = to_udp(dev);
@@ -958,7 +980,7 @@ static int udp_insert(struct pm_device *dev, const struct pm_daddr *d, int *peer
 	p->max_message = ring_max_message(u->pr.ring_bytes);
 	if (ring_max_message(blob.ring_bytes) < p->max_message)
 		p->max_message = ring_max_message(blob.ring_bytes);
-	if (make_paths(u, p, &blob)) {
+	if (make_paths(u, p, &blob) || (u->eth && resolve_paths(u, p))) {
 		memset(p, 0, sizeof(*p));
 		return -ENETUNREACH;
 	}

@@ -10,7 +10,7 @@
 extern const struct pm_device_ops pm_udp_ops;
 
 /* The same protocol in raw Ethernet frames (eth/link.h): processes on
- * other nodes only, CAP_NET_RAW, contexts of a job (not detached). */
+ * other nodes only, CAP_NET_RAW. */
 extern const struct pm_device_ops pm_eth_ops;
 
 #endif /* PM_UDP_DEVICE_H */
