@@ -15,13 +15,14 @@ CARGO_DIR  := $(BUILD)/cargo
 RUST_BINS  := scored scrun scorectl score-impostor
 MESON_OPTS := --prefix=$(BUILD) --bindir=bin --libdir=lib --buildtype=debugoptimized
 
-.PHONY: all deps build asan grafana-schema test demo bench deb clean help
+.PHONY: all deps build asan grafana-schema test test-long demo bench deb clean help
 
 all: build
 
 help:
 	@echo "make         build everything into build/bin and build/lib"
 	@echo "make test    run every test (unit, sanitizer, fuzz, integration, rust); prints 'N passed, N failed, N skipped'; ALLOW_SKIPS=1 for a partial run"
+	@echo "make test-long  the matrices too long for make test (the mpi4py suite in every shape of issue 12; some 15 minutes)"
 	@echo "make demo    bring up a virtual cluster and show what score does on it"
 	@echo "make bench   run the benchmarks side by side with their baselines"
 	@echo "make deb     build the Debian packages into build/deb (lintian-checked) and a local apt repository"
@@ -61,6 +62,11 @@ $(GRAFANA_SCHEMA)/node_modules/.package-lock.json: $(GRAFANA_SCHEMA_SRC)/package
 test: build asan grafana-schema
 	@CARGO=$(CARGO) $(PYTHON) scripts/run-tests --build $(BUILD) \
 	  $(if $(filter-out 0,$(ALLOW_SKIPS)),--allow-skips)
+
+# What make test leaves out for its half hour: tests marked long (the
+# mpi4py suite in every shape of issue 12, under mpirun, hydra and scrun).
+test-long: build
+	@SCORE_BUILD=$(BUILD) $(PYTHON) -m pytest -rs -q -m long tests
 
 demo: build
 	@scripts/demo.sh

@@ -58,6 +58,13 @@ def _test_dir(item):
     return parts[0] if len(parts) > 1 else ""
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "long: a matrix that would not fit make test's half hour (the mpi4py "
+        "suite in every shape of issue 12); make test-long runs these, make test leaves "
+        "them out (-m 'not long') and runs one shape of each")
+
+
 def pytest_collection_modifyitems(session, config, items):
     rank = {d: i for i, d in enumerate(UNHURRIED)}
     items.sort(key=lambda item: rank.get(_test_dir(item), len(UNHURRIED)))

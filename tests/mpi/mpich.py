@@ -10,8 +10,12 @@ detached PM contexts (shm within a host, udp between hosts) whose peers
 come from fi_av_insert.
 """
 
+import contextlib
 import os
+import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 from .mpijob import BUILD, PROVIDER_DIR
 from .wheels import fetch_wheel, pip_install, venv_with_wheel
@@ -81,3 +85,27 @@ def install_mpi4py(venv):
     assert f"MPICH Version:      {MPICH_VERSION}" in out.stdout, out.stdout + out.stderr
     marker.write_text(MPI4PY_WHEEL_SHA256 + "\n")
     return python
+
+
+@contextlib.contextmanager
+def rsh_script(vc, vcluster):
+    """hydra's ssh launcher for the virtual cluster vc: a script that execs
+    `vcluster rsh --name C "$@"` (-launcher ssh -launcher-exec); removed on
+    exit."""
+    d = Path(tempfile.mkdtemp(prefix="score-mpich-rsh-"))
+    try:
+        script = d / "rsh"
+        script.write_text(f'#!/bin/sh\nexec {vcluster} rsh --name {vc.name} "$@"\n')
+        os.chmod(script, 0o755)
+        yield script
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def hydra_across(mpich, vc, rsh, ppn, nodes=None):
+    """The wheel's mpiexec over `nodes` of vc (all by default), ppn ranks
+    each, hydra's own traffic on net 0; the caller adds the program."""
+    nodes = list(nodes or vc.nodes)
+    return [mpich / "bin" / "mpiexec", "-launcher", "ssh", "-launcher-exec", rsh,
+            "-iface", vc.bridge(0), "-hosts", ",".join(nodes),
+            "-n", len(nodes) * ppn, "-ppn", ppn]

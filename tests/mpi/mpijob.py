@@ -148,11 +148,13 @@ def striped_over_both_nics(vc, nodes=None):
             assert grown(before[node], after[node], nic) > 200, (node, nic, before, after)
 
 
-def across(vc, ppn):
-    """mpirun over every node of vc, ppn ranks each (Open MPI's own traffic
-    on net 0); the caller adds its options, the program and env=vc.env."""
+def across(vc, ppn, nodes=None):
+    """mpirun over `nodes` of vc (all by default), ppn ranks each (Open
+    MPI's own traffic on net 0); the caller adds its options, the program
+    and env=vc.env."""
+    nodes = list(nodes or vc.nodes)
     net0 = vc.state["networks"][0]["subnet"]
     return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-            "--host", ",".join(f"{n}.{vc.name}:{ppn}" for n in vc.nodes),
+            "--host", ",".join(f"{n}.{vc.name}:{ppn}" for n in nodes),
             "--mca", "plm_rsh_agent", f"{VCLUSTER} rsh --name {vc.name}",
-            "--mca", "oob_tcp_if_include", net0, "-n", str(len(vc.nodes) * ppn)]
+            "--mca", "oob_tcp_if_include", net0, "-n", str(len(nodes) * ppn)]

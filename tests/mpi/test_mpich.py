@@ -19,17 +19,16 @@ with tcp passes with pm.
 
 Skipped only when the wheels cannot be fetched (no network)."""
 
-import os
 import shutil
 import tempfile
-from pathlib import Path
 
 import pytest
 
 from conftest import VCLUSTER
 
 from .mpi4py_suite import assert_pm_passes_what_tcp_passes, run_suite, suite_dir
-from .mpich import MPI4PY_SDIST_SHA256, MPI4PY_VERSION, install, install_mpi4py, mpich_env
+from .mpich import (MPI4PY_SDIST_SHA256, MPI4PY_VERSION, hydra_across, install, install_mpi4py,
+                    mpich_env, rsh_script)
 from .mpijob import Run, striped_over_both_nics, watch
 from .wheels import build_program
 
@@ -110,24 +109,9 @@ def test_mpich_one_sided_through_active_messages(mpich, programs):
 
 @pytest.fixture(scope="module")
 def rsh(two_nodes):
-    """hydra's ssh launcher for the virtual cluster: a script that execs
-    `vcluster rsh --name C "$@"` (-launcher ssh -launcher-exec)."""
-    d = Path(tempfile.mkdtemp(prefix="score-mpich-rsh-"))
-    try:
-        script = d / "rsh"
-        script.write_text(f'#!/bin/sh\nexec {VCLUSTER} rsh --name {two_nodes.name} "$@"\n')
-        os.chmod(script, 0o755)
+    """hydra's ssh launcher for the two nodes (mpich.rsh_script)."""
+    with rsh_script(two_nodes, VCLUSTER) as script:
         yield script
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-def hydra_across(mpich, vc, rsh, ppn):
-    """The wheel's mpiexec over every node of vc, ppn ranks each, hydra's
-    own traffic on net 0; the caller adds the program."""
-    return [mpich / "bin" / "mpiexec", "-launcher", "ssh", "-launcher-exec", rsh,
-            "-iface", vc.bridge(0), "-hosts", ",".join(vc.nodes),
-            "-n", len(vc.nodes) * ppn, "-ppn", ppn]
 
 
 @pytest.mark.parametrize("net", ["udp", "eth"])
@@ -149,17 +133,17 @@ def test_mpich_across_two_nodes_over_two_nics(mpich, programs, two_nodes, rsh, n
 
 
 def assert_suite_passes_over_pm_what_it_passes_over_tcp(mpich, prefix, shape, pm_path,
-                                                        tcp_iface):
-    """mpi4py 4.1.1's suite under hydra (`prefix`: mpiexec and its shape),
-    once over the tcp provider of the wheel's own libfabric on tcp_iface and
-    once over pm (`pm_path` says which of PM's devices carry it), the same
-    MPICH settings and exclusions otherwise (mpi4py_runner.py): every test
-    that passes with tcp passes with pm."""
+                                                        tcp_iface, nranks=2):
+    """mpi4py 4.1.1's suite under hydra (`prefix`: mpiexec and its shape,
+    nranks ranks), once over the tcp provider of the wheel's own libfabric
+    on tcp_iface and once over pm (`pm_path` says which of PM's devices
+    carry it), the same MPICH settings and exclusions otherwise
+    (mpi4py_runner.py): every test that passes with tcp passes with pm."""
     python = install_mpi4py(mpich)
     with suite_dir(MPI4PY_VERSION, MPI4PY_SDIST_SHA256) as testdir:
-        tcp = run_suite(testdir, prefix, f"MPICH, tcp, hydra, {shape}", 2, python=python,
+        tcp = run_suite(testdir, prefix, f"MPICH, tcp, hydra, {shape}", nranks, python=python,
                         env=mpich_env(FI_PROVIDER="tcp", FI_TCP_IFACE=tcp_iface))
-        pm = run_suite(testdir, prefix, f"MPICH, pm, hydra, {shape} ({pm_path})", 2,
+        pm = run_suite(testdir, prefix, f"MPICH, pm, hydra, {shape} ({pm_path})", nranks,
                        python=python, env=mpich_env())
     assert_pm_passes_what_tcp_passes(pm, tcp)
 

@@ -163,21 +163,38 @@ def assert_scrun_suite_passes_over_pm_what_it_passes_over_tcp(score, testdir, en
     assert_pm_passes_what_tcp_passes(outcomes["pm"], outcomes["tcp"])
 
 
+def shapes(make_test, others):
+    """Job shapes: make test runs `make_test`; the others of issue 12 (2 and
+    4 ranks, one node and 2 and 4 nodes) are marked long, for make
+    test-long (tests/mpi/test_mpi4py_matrix.py has them under mpirun and
+    hydra)."""
+    return [make_test] + [pytest.param(s, marks=pytest.mark.long) for s in others]
+
+
+def tcp_iface(nodes):
+    """The tcp provider's interface in a job of that shape."""
+    return "lo" if nodes.startswith("1x") else "eth0"
+
+
 @needs_mpicc
-def test_mpi4py_under_scrun_over_pm_passes_what_tcp_passes(score):
-    """mpi4py's own suite as a 2x2 scrun job: over pm (scrun's default)
-    every test passes that passes with libfabric's tcp provider, same job."""
+@pytest.mark.parametrize("nodes", shapes("2x2", ["1x2", "1x4", "2x1", "4x1"]))
+def test_mpi4py_under_scrun_over_pm_passes_what_tcp_passes(score, nodes):
+    """mpi4py's own suite as a scrun job (2x2 in make test): over pm
+    (scrun's default) every test passes that passes with libfabric's tcp
+    provider, same job."""
     with suite_dir() as testdir:
         assert_scrun_suite_passes_over_pm_what_it_passes_over_tcp(
             score, testdir, lambda provider: dict(score.env, **ROOT_OK, **provider_env(provider),
-                                                  FI_TCP_IFACE="eth0"),
-            "2x2", "")
+                                                  FI_TCP_IFACE=tcp_iface(nodes)),
+            nodes, "")
 
 
-def test_mpi4py_under_mpich_under_scrun_over_pm_passes_what_tcp_passes(score):
-    """mpi4py 4.1.1's suite under the MPICH wheel as a scrun job of 2 nodes
-    x 1 rank (PMI-1 from the agents, the barrier through the master): over
-    pm (scrun's default: PM's udp between the nodes) every test passes that
+@pytest.mark.parametrize("nodes", shapes("2x1", ["1x2", "1x4", "2x2", "4x1"]))
+def test_mpi4py_under_mpich_under_scrun_over_pm_passes_what_tcp_passes(score, nodes):
+    """mpi4py 4.1.1's suite under the MPICH wheel as a scrun job (make test:
+    2 nodes x 1 rank; PMI-1 from the agents, the barrier through the
+    master): over pm (scrun's default: PM's udp between the nodes, shm on
+    a node) every test passes that
     passes with the tcp provider of the wheel's own libfabric, in the same
     job shape, with the same MPICH settings and exclusions
     (tests/mpi/mpi4py_runner.py).  One rank per node: at 2x2 the four
@@ -191,5 +208,6 @@ def test_mpi4py_under_mpich_under_scrun_over_pm_passes_what_tcp_passes(score):
     with suite_dir(MPI4PY_VERSION, MPI4PY_SDIST_SHA256) as testdir:
         assert_scrun_suite_passes_over_pm_what_it_passes_over_tcp(
             score, testdir,
-            lambda provider: dict(score.env, FI_PROVIDER=provider, FI_TCP_IFACE="eth0"),
-            "2x1", "MPICH, ", python=python)
+            lambda provider: dict(score.env, FI_PROVIDER=provider, FI_TCP_IFACE=tcp_iface(nodes)),
+            nodes, "MPICH, ", python=python)
+
