@@ -7,6 +7,8 @@ counters while it runs (docs/mpi/guide.md)."""
 import os
 import re
 import shutil
+import signal
+import subprocess
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -134,6 +136,9 @@ def test_a_bad_mpi_transport_is_refused(score):
     assert "invalid value 'tcp'" in proc.stderr and "pm" in proc.stderr and "own" in proc.stderr
 
 
+SUITE_TIMEOUT = 300             # s for one run of the suite as a scrun job
+
+
 class ScrunSuite:
     """mpi4py's suite as a scrun job of `nodes` (mpi4py_suite.run_suite)."""
 
@@ -141,11 +146,25 @@ class ScrunSuite:
         self.run = score.start(f"-nodes={nodes}", *argv, env=env)
 
     def wait(self):
-        self.rc = self.run.wait(300)
+        self.timed_out = False
+        try:
+            self.rc = self.run.wait(SUITE_TIMEOUT)
+        except AssertionError:
+            # A hang: end the job (scrun passes SIGTERM on to it) rather
+            # than fail here, so that run_suite says which test each rank
+            # was in (from their logs) and over which provider.
+            self.timed_out = True
+            self.run.signal(signal.SIGTERM)
+            try:
+                self.rc = self.run.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.run.kill()
+                self.rc = None
         return self
 
     def describe(self):
-        return f"scrun exited {self.rc}\nstderr: {self.run.stderr()[-3000:]}"
+        hang = f" after {SUITE_TIMEOUT} s without an end (SIGTERM)" if self.timed_out else ""
+        return f"scrun exited {self.rc}{hang}\nstderr: {self.run.stderr()[-3000:]}"
 
 
 def assert_scrun_suite_passes_over_pm_what_it_passes_over_tcp(score, testdir, env_of, nodes,
@@ -167,7 +186,8 @@ def shapes(make_test, others):
     """Job shapes: make test runs `make_test`; the others of issue 12 (2 and
     4 ranks, one node and 2 and 4 nodes) are marked long, for make
     test-long (tests/mpi/test_mpi4py_matrix.py has them under mpirun and
-    hydra)."""
+    hydra).  Not 1x4: scored gives a node as many slots as it has CPUs
+    (2 here) and refuses to put 4 processes on one."""
     return [make_test] + [pytest.param(s, marks=pytest.mark.long) for s in others]
 
 
@@ -177,7 +197,7 @@ def tcp_iface(nodes):
 
 
 @needs_mpicc
-@pytest.mark.parametrize("nodes", shapes("2x2", ["1x2", "1x4", "2x1", "4x1"]))
+@pytest.mark.parametrize("nodes", shapes("2x2", ["1x2", "2x1", "4x1"]))
 def test_mpi4py_under_scrun_over_pm_passes_what_tcp_passes(score, nodes):
     """mpi4py's own suite as a scrun job (2x2 in make test): over pm
     (scrun's default) every test passes that passes with libfabric's tcp
@@ -189,7 +209,7 @@ def test_mpi4py_under_scrun_over_pm_passes_what_tcp_passes(score, nodes):
             nodes, "")
 
 
-@pytest.mark.parametrize("nodes", shapes("2x1", ["1x2", "1x4", "2x2", "4x1"]))
+@pytest.mark.parametrize("nodes", shapes("2x1", ["1x2", "2x2", "4x1"]))
 def test_mpi4py_under_mpich_under_scrun_over_pm_passes_what_tcp_passes(score, nodes):
     """mpi4py 4.1.1's suite under the MPICH wheel as a scrun job (make test:
     2 nodes x 1 rank; PMI-1 from the agents, the barrier through the
