@@ -984,6 +984,11 @@ static int udp_insert(struct pm_device *dev, const struct pm_daddr *d, int *peer
 		memset(p, 0, sizeof(*p));
 		return -ENETUNREACH;
 	}
+	/* A detached address does not say how many slots the peer's rings
+	 * have: a ring's size follows from the MTU alone, which both ends of
+	 * a network share, so ours tell. */
+	blob.rx_slots = u->self.rx_slots;
+	p->max_wnd = max_window(p, &blob);
 	u->pr.now_ns = pm_now_ns();
 	int err = udp_peer_open(&u->pr, p);
 
