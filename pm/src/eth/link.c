@@ -223,33 +223,24 @@ static struct sockaddr_ll dest(const struct eth_link *l, const struct eth_send *
 	return sll;
 }
 
-static size_t iov_bytes(const struct iovec *iov, int n)
-{
-	size_t b = 0;
-
-	for (int i = 0; i < n; i++)
-		b += iov[i].iov_len;
-	return b;
-}
-
-static void link_hdr(const struct eth_link *l, const struct eth_send *s, size_t len,
+static void link_hdr(const struct eth_link *l, const struct eth_send *s,
 		     uint8_t out[ETH_LINK_HDR_BYTES])
 {
 	struct eth_link_hdr h = { .dst_port = s->port, .src_port = l->port, .src_addr = l->addr,
-				  .len = (uint16_t)len };
+				  .len = (uint16_t)s->len };
 
 	eth_link_hdr_encode(&h, out);
 }
 
 /* A lone small frame (a ping-pong's message, an ACK): gathered and sent
  * with sendto, which copies no message header or iovec in. */
-static int send_lone(struct eth_link *l, const struct eth_send *s, size_t len)
+static int send_lone(struct eth_link *l, const struct eth_send *s)
 {
 	uint8_t buf[ETH_LINK_HDR_BYTES + ETH_LONE_MAX];
 	struct sockaddr_ll to = dest(l, s);
 	size_t off = ETH_LINK_HDR_BYTES;
 
-	link_hdr(l, s, len, buf);
+	link_hdr(l, s, buf);
 	for (int i = 0; i < s->niov; i++) {
 		memcpy(buf + off, s->iov[i].iov_base, s->iov[i].iov_len);
 		off += s->iov[i].iov_len;
@@ -271,13 +262,13 @@ int eth_link_send(struct eth_link *l, const struct eth_send *s, int n, int *err)
 	int done = 0;
 
 	*err = 0;
-	if (n == 1 && iov_bytes(s->iov, s->niov) <= ETH_LONE_MAX) {
-		*err = send_lone(l, s, iov_bytes(s->iov, s->niov));
+	if (n == 1 && s->len <= ETH_LONE_MAX) {
+		*err = send_lone(l, s);
 		return *err ? 0 : 1;
 	}
 	for (int i = 0; i < n; i++) {
 		to[i] = dest(l, &s[i]);
-		link_hdr(l, &s[i], iov_bytes(s[i].iov, s[i].niov), hdr[i]);
+		link_hdr(l, &s[i], hdr[i]);
 		iov[i][0] = (struct iovec){ hdr[i], ETH_LINK_HDR_BYTES };
 		for (int v = 0; v < s[i].niov && v < 2; v++)
 			iov[i][v + 1] = s[i].iov[v];
@@ -329,10 +320,10 @@ int eth_link_receive(struct eth_link *l, int max, eth_packet_fn *fn, void *arg,
 		const uint8_t *p = (const uint8_t *)h + h->tp_net;
 		struct eth_link_hdr lh;
 
-		/* A frame cut to the ring's frame size (COPY), or malformed, or
-		 * for another port (a frame that came before the filter). */
 		if (st & TP_STATUS_LOSING)
 			drops->overflow += overflowed(l);
+		/* A frame cut to the ring's frame size (COPY), or malformed, or
+		 * for another port (the filter keeps those out: a guard). */
 		if ((st & TP_STATUS_COPY) || h->tp_snaplen != h->tp_len ||
 		    eth_link_hdr_decode(p, h->tp_snaplen, &lh) || lh.dst_port != l->port)
 			drops->malformed++;

@@ -5,7 +5,7 @@
  * ring the kernel shares with us (PACKET_RX_RING), so that taking a frame
  * in is a load from memory, not a system call.  No IPv4 or UDP on either
  * side: what the udp device pays the kernel per packet for routing,
- * checksums and socket lookup is gone (the eth row of docs/pm/bench.md).
+ * checksums and socket lookup is gone (the eth rows of docs/mpi/bench.md).
  *
  * Needs CAP_NET_RAW.  Frames: frame.h.
  */
@@ -37,12 +37,14 @@ struct eth_link {
 	uint32_t next;          /* the frame the kernel fills next */
 };
 
-/* What one frame to send is: where to, and its PM packet in iov. */
+/* What one frame to send is: where to, and its PM packet in iov (at most
+ * 2 entries, len bytes in all). */
 struct eth_send {
 	const uint8_t *mac;     /* the peer's on this network */
 	uint16_t port;          /* the peer's, host byte order */
 	const struct iovec *iov;
 	int niov;
+	size_t len;
 };
 
 /* Open nic: its packet socket, ring, filter and port.  0, or a negative

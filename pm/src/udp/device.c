@@ -320,7 +320,8 @@ static void flush_eth(struct udp_dev *u, int nic, struct udp_out *out, int n)
 		const struct udp_path *pa = &u->pr.peers[out[i].peer].paths[out[i].path];
 
 		s[i] = (struct eth_send){ .mac = pa->mac, .port = ntohs(pa->to.sin_port),
-					  .iov = out[i].iov, .niov = out[i].niov };
+					  .iov = out[i].iov, .niov = out[i].niov,
+					  .len = out_bytes(&out[i]) };
 	}
 	bool waited = false;
 
@@ -729,17 +730,16 @@ static int udp_setup(struct pm_device *dev, struct pm_boot *b)
 		int e = u->eth ? open_eth(u, i, &blob.nic[i], &rcvbuf)
 			       : open_socket(u, i, &blob.nic[i].port, &rcvbuf);
 
-		if (!e && (blob.rcvbuf == 0 || rcvbuf < blob.rcvbuf))
-			blob.rcvbuf = rcvbuf;
-		if (!e && u->eth && (blob.rx_slots == 0 || u->links[i].frames < blob.rx_slots))
-			blob.rx_slots = u->links[i].frames;
-
 		if (e) {
 			if (!u->eth)
 				pm_log(ctx->rank, "udp: socket on %s: %s", u->nics[i].name,
 				       strerror(-e));
 			return e;
 		}
+		if (blob.rcvbuf == 0 || rcvbuf < blob.rcvbuf)
+			blob.rcvbuf = rcvbuf;
+		if (u->eth && (blob.rx_slots == 0 || u->links[i].frames < blob.rx_slots))
+			blob.rx_slots = u->links[i].frames;
 		blob.nic[i].addr = u->nics[i].addr;
 		blob.nic[i].mtu = u->nics[i].mtu;
 		blob.nic[i].prefix = u->nics[i].prefix;
