@@ -482,25 +482,32 @@ TARGETS = [
     ("node_vader_bandwidth", "on a node: MPI over pm ÷ ob1 + vader, 1 MiB bandwidth",
      ("pm_shm", "vader"), lambda r: _div(bw(r, "pm_shm", 1 << 20), bw(r, "vader", 1 << 20)),
      ">=", 0.9, "≥ 0.9 × ob1 + vader's 1 MiB bandwidth"),
-    ("net_native", "2 nodes: MPI over pm ÷ pmbench --device udp, 8 B latency",
-     ("pm_udp", "pmbench_udp"), lambda r: _div(lat(r, "pm_udp"), lat(r, "pmbench_udp")),
-     "<=", 1.1, "within 10 % of native pmbench --device udp"),
-    ("net_tcp", "2 nodes: MPI over pm ÷ ob1 + tcp BTL, 8 B latency", ("pm_udp", "tcp"),
-     lambda r: _div(lat(r, "pm_udp"), lat(r, "tcp")), "<=", 0.5,
-     "≤ 0.5 × ob1 + tcp BTL's latency"),
-    ("net_rxm", "2 nodes: MPI over pm ÷ mtl ofi over tcp;ofi_rxm, 8 B latency",
-     ("pm_udp", "rxm"), lambda r: _div(lat(r, "pm_udp"), lat(r, "rxm")), "<=", 0.5,
-     "≤ 0.5 × tcp;ofi_rxm's latency"),
-    ("net_eth_native", "2 nodes: MPI over pm on eth ÷ pmbench on eth, 8 B latency",
-     ("pm_eth", "pmbench_eth"), lambda r: _div(lat(r, "pm_eth"), lat(r, "pmbench_eth")),
-     "<=", 1.1, "within 10 % of native PM (on the eth device)"),
-    ("net_eth_tcp", "2 nodes: MPI over pm on eth ÷ ob1 + tcp BTL, 8 B latency",
-     ("pm_eth", "tcp"), lambda r: _div(lat(r, "pm_eth"), lat(r, "tcp")), "<=", 0.5,
-     "≤ 0.5 × ob1 + tcp BTL's latency"),
-    ("net_eth_rxm", "2 nodes: MPI over pm on eth ÷ mtl ofi over tcp;ofi_rxm, 8 B latency",
-     ("pm_eth", "rxm"), lambda r: _div(lat(r, "pm_eth"), lat(r, "rxm")), "<=", 0.5,
-     "≤ 0.5 × tcp;ofi_rxm's latency"),
 ]
+
+
+def _net_targets():
+    """The 2-node latency targets, for each of PM's network devices: MPI
+    over pm against native PM on the same device, the tcp BTL and
+    tcp;ofi_rxm."""
+    out = []
+    for dev, mpi, native, native_what, native_issue in (
+            ("", "pm_udp", "pmbench_udp", "pmbench --device udp",
+             "within 10 % of native pmbench --device udp"),
+            ("eth_", "pm_eth", "pmbench_eth", "pmbench on eth",
+             "within 10 % of native PM (on the eth device)")):
+        over = " on eth" if dev else ""
+        out += [
+            (f"net_{dev}native", f"2 nodes: MPI over pm{over} ÷ {native_what}, 8 B latency",
+             (mpi, native), lambda r, a=mpi, b=native: _div(lat(r, a), lat(r, b)), "<=", 1.1,
+             native_issue),
+            (f"net_{dev}tcp", f"2 nodes: MPI over pm{over} ÷ ob1 + tcp BTL, 8 B latency",
+             (mpi, "tcp"), lambda r, a=mpi: _div(lat(r, a), lat(r, "tcp")), "<=", 0.5,
+             "≤ 0.5 × ob1 + tcp BTL's latency"),
+            (f"net_{dev}rxm", f"2 nodes: MPI over pm{over} ÷ mtl ofi over tcp;ofi_rxm, 8 B "
+             "latency", (mpi, "rxm"), lambda r, a=mpi: _div(lat(r, a), lat(r, "rxm")), "<=",
+             0.5, "≤ 0.5 × tcp;ofi_rxm's latency"),
+        ]
+    return out
 
 
 
@@ -527,7 +534,7 @@ def _trunk_targets():
     return out
 
 
-TARGETS += _trunk_targets()
+TARGETS += _net_targets() + _trunk_targets()
 
 # Informational ratios, round by round (no target).
 INFO = [
