@@ -155,14 +155,12 @@ def row_setup(key, ctx, cl):
         return [], {"PM_UDP_NICS": "eth0"}, "udp"
     # The eth device reaches other nodes only: under composite (the
     # default device), which PM_NET_DEVICE points at it.
-    if key == "pm_eth":
+    if key in ("pm_eth", "pm_eth_link"):
         return PM_MCA, dict(provider, PM_NET_DEVICE="eth", PM_UDP_NICS="eth0"), None
     if key == "pmbench_eth":
         return [], {"PM_NET_DEVICE": "eth", "PM_UDP_NICS": "eth0"}, "composite"
     if key == "pm_eth_trunk":
         return PM_MCA, dict(provider, PM_NET_DEVICE="eth", PM_UDP_NICS="eth0,eth1"), None
-    if key == "pm_eth_link":
-        return PM_MCA, dict(provider, PM_NET_DEVICE="eth", PM_UDP_NICS="eth0"), None
     if key in ("pm_trunk", "hpcc_pm"):
         return PM_MCA, dict(provider, PM_DEVICE="udp", PM_UDP_NICS="eth0,eth1"), None
     if key == "pm_link":
