@@ -5,6 +5,7 @@
  * Layout of the source (docs/dsm/design.md, "Source layout"):
  *   diff.c      twins and diffs of a page (pure)
  *   pageset.c   sets of pages as bitmaps and runs (pure)
+ *   bytescan.c  the next byte of a class in a table, 8 at a time (pure)
  *   heap.c      the shared range: memfd, the application's view and the
  *               library's alias, allocations and homes
  *   fault.c     write detection and page faults (SIGSEGV)
@@ -26,6 +27,7 @@
 #include "pmdsm.h"
 #include "diff.h"
 #include "pageset.h"
+#include "bytescan.h"
 
 #define DSM_PAGE 4096u
 #define DSM_PAGE_SHIFT 12
@@ -84,6 +86,15 @@ enum page_state {
 	                           PROT_NONE; the first access makes it
 	                           valid without a fetch                    */
 };
+
+/* The valid pages that are watched, READ and WRITE, are one class of the
+ * state table for bytescan_find(): (state & ~1) == PAGE_READ. */
+#define PAGE_WATCHED_MASK 0xfeu
+_Static_assert(PAGE_WRITE == (PAGE_READ | 1) && !(PAGE_READ & 1) &&
+	       (PAGE_OWN & PAGE_WATCHED_MASK) != PAGE_READ &&
+	       (PAGE_INVALID & PAGE_WATCHED_MASK) != PAGE_READ &&
+	       (PAGE_PREFETCHED & PAGE_WATCHED_MASK) != PAGE_READ,
+	       "READ and WRITE alone make the watched class");
 
 /* One allocation of the heap (the allocator keeps them sorted). */
 struct dsm_extent {

@@ -172,6 +172,11 @@ static void share_home_pages(struct dsm *d)
 	if (!d->nown)
 		return;
 	atomic_thread_fence(memory_order_acquire);
+
+	/* The copied table eight bytes at a time (bytescan.h): of a large
+	 * heap, few pages are copied. */
+	const uint8_t *copied = (const uint8_t *)(uintptr_t)d->copied;
+
 	for (uint32_t i = 0; i < d->nextents; i++) {
 		const struct dsm_extent *e = &d->extents[i];
 		uint32_t end = e->first + e->pages;
@@ -179,7 +184,8 @@ static void share_home_pages(struct dsm *d)
 		for (uint32_t p = e->first; e->used && p < end;) {
 			uint32_t run = 0;
 
-			while (p + run < end && d->state[p + run] == PAGE_OWN && d->copied[p + run])
+			p = (uint32_t)bytescan_find(copied, p, end, 0xff, 0, false);
+			while (p + run < end && d->state[p + run] == PAGE_OWN && copied[p + run])
 				run++;
 			if (!run) {
 				p++;
@@ -241,6 +247,7 @@ void dsm_release(struct dsm *d)
 void dsm_invalidate(struct dsm *d, const struct pageset *set, bool written_since_release)
 {
 	bool flushed = false;
+	uint32_t closing = 0, nclosing = 0;     /* a run of pages to close */
 
 	/* uffd-async: the pages written since the last release are the
 	 * kernel's to tell, unless nothing ran since (a barrier). */
@@ -259,9 +266,21 @@ void dsm_invalidate(struct dsm *d, const struct pageset *set, bool written_since
 			flushed = true;
 		}
 		d->state[p] = PAGE_INVALID;
-		dsm_protect(d, p, 1, PROT_NONE);
 		d->st->invalidations++;
+		/* Closed a run at a time, as release protects: a stencil's
+		 * boundary row is a run of pages, and each mprotect() costs
+		 * its own VMA split and TLB flush. */
+		if (nclosing && closing + nclosing == p) {
+			nclosing++;
+			continue;
+		}
+		if (nclosing)
+			dsm_protect(d, closing, nclosing, PROT_NONE);
+		closing = p;
+		nclosing = 1;
 	}
+	if (nclosing)
+		dsm_protect(d, closing, nclosing, PROT_NONE);
 	if (flushed) {
 		dsm_flush_diffs(d);
 		dsm_wait_until(d, diffs_acked, NULL);

@@ -146,22 +146,29 @@ static void scan(struct dsm *d, uint32_t first, uint32_t npages)
 
 void dsm_wp_collect(struct dsm *d)
 {
-	/* Only the allocated part of the heap can have been written, and of
-	 * it not the pages homed here that no other rank copies (PAGE_OWN):
-	 * they are never armed, so a scan would find them "written" and arm
-	 * them. */
+	/* Only the pages whose writes the kernel may have recorded since they
+	 * were armed are scanned: the valid copies and the home pages other
+	 * ranks copy (READ; WRITE never comes with uffd-async).  Not those
+	 * homed here that no other rank copies (OWN: never armed, a scan would
+	 * find them "written" and arm them), nor the closed ones (INVALID,
+	 * PREFETCHED: a write faults first and makes them READ), nor those
+	 * outside the allocations.  A scan costs by the length of the range it
+	 * walks, and most of a large heap is closed here or homed here
+	 * unwatched (Jacobi on 2 ranks: 8 watched pages of 16384). */
 	for (uint32_t i = 0; i < d->nextents; i++) {
 		const struct dsm_extent *e = &d->extents[i];
 		uint32_t end = e->first + e->pages;
 
 		for (uint32_t p = e->first; e->used && p < end;) {
-			uint32_t run = 0;
+			p = (uint32_t)bytescan_find(d->state, p, end, PAGE_WATCHED_MASK, PAGE_READ,
+						    true);
 
-			while (p + run < end && d->state[p + run] != PAGE_OWN)
-				run++;
-			if (run)
-				scan(d, p, run);
-			p += run + 1;
+			uint32_t stop = (uint32_t)bytescan_find(d->state, p, end, PAGE_WATCHED_MASK,
+								PAGE_READ, false);
+
+			if (stop > p)
+				scan(d, p, stop - p);
+			p = stop;
 		}
 	}
 }
