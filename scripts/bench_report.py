@@ -812,8 +812,15 @@ DSM_TEST_TITLES = {
     "lock-local": ("lock + unlock, managed by the rank itself", "pair"),
     "barrier": ("barrier", "barrier"),
 }
-DSM_WHERE = {"node": "one node, PM's shm device, 2 ranks",
-             "cluster": "2 virtual-cluster nodes, PM's udp device, 1 Gbit/s, 1 rank each"}
+DSM_WHERE = {"node": "one node, PM's shm device",
+             "cluster": "virtual-cluster nodes, PM's udp device, 1 Gbit/s, 1 rank each"}
+DSM_FAULT_WHERE = {"node": "one node, PM's shm device, 2 ranks",
+                   "cluster": "2 virtual-cluster nodes (n1, n2), PM's udp device, 1 Gbit/s, "
+                              "1 rank each"}
+
+
+def capitalised(text):
+    return text[:1].upper() + text[1:]
 
 
 def render_dsm(doc, path):
@@ -826,8 +833,9 @@ def render_dsm(doc, path):
     out = [provenance(doc, path), ""]
     node_bind = (fault.get("node") or {}).get("bindings") or []
     settings = [
-        ["CPUs", f"{doc.get('nproc')}: the applications run with 1 and 2 ranks (4 ranks would "
-                 "share 2 CPUs)"],
+        ["CPUs", f"{doc.get('nproc')}: the applications run with 1 and 2 ranks on one node, "
+                 "and with 1, 2 and 4 virtual-cluster nodes x 1 rank (4 ranks share the 2 CPUs, "
+                 "two each, in both versions alike)"],
         ["placement, one node", doc["placement"]["node"]
          + (f" ({'; '.join(node_bind)})" if node_bind else "")],
         ["placement, virtual cluster", doc["placement"]["cluster"]],
@@ -867,12 +875,12 @@ def render_dsm(doc, path):
     out += ["", "### Fault path (`pmdsm-bench`)", ""]
     for where, f in fault.items():
         if not f or f.get("skipped"):
-            out += [f"**{DSM_WHERE[where][0].upper() + DSM_WHERE[where][1:]}**: not run "
+            out += [f"**{capitalised(DSM_FAULT_WHERE[where])}**: not run "
                     f"({(f or {}).get('skipped', 'no data')}).", ""]
             continue
         n = len(f.get("rounds", []))
         kind = spread_kind(f["us"][methods[0]]["read"])
-        out += [f"**{DSM_WHERE[where][0].upper() + DSM_WHERE[where][1:]}.** µs per operation, median over {n} round(s) with the "
+        out += [f"**{capitalised(DSM_FAULT_WHERE[where])}.** µs per operation, median over {n} round(s) with the "
                 f"[{kind}] in brackets; the ratio is taken round by round (both methods of the "
                 f"same round). JSON: `fault.{where}.us`, `.segv_over_uffd`, "
                 + ("`.read_random_over_pm_read`, " if "read_random_over_pm_read" in f else "")
@@ -935,7 +943,7 @@ def render_dsm(doc, path):
     out += ["### Applications", ""]
     for where, part in (apps or {}).items():
         if not part or part.get("skipped"):
-            out += [f"**{DSM_WHERE[where].replace(', 2 ranks', '')}**: not run "
+            out += [f"**{DSM_WHERE[where]}**: not run "
                     f"({(part or {}).get('skipped', 'no data')}).", ""]
             continue
         for prog in part["programs"]:
@@ -943,35 +951,36 @@ def render_dsm(doc, path):
             n = len(prog["rounds"])
             kind = spread_kind(summ["mpi"]["seconds_1"])
             head = (f"**`{prog['program']} {' '.join(prog['args'])}`, "
-                    f"{DSM_WHERE[where].replace(', 2 ranks', '').replace(', 1 rank each', '')}** "
+                    f"{DSM_WHERE[where].replace(', 1 rank each', '')}** "
                     f"— the `seconds` of its result line (the compute phase), median over {n} "
-                    f"round(s) with the [{kind}]; efficiency = T(1 rank) ÷ (2 × T(2 ranks)) of "
-                    f"the same version and round; checksums of every run "
+                    f"round(s) with the [{kind}]; efficiency = T(1 rank) ÷ (P × T(P ranks)) "
+                    f"of the same version and round; checksums of every run "
                     + ("agree" if prog["checksums_agree"] else "**differ**: "
                        + ", ".join(prog["checksums"]))
                     + f". JSON: `apps.{where}.programs[]`.")
             out += [head, ""]
             rows = []
             if "seq" in summ:
-                rows.append(["sequential", spread_cell(summ["seq"]["seconds_1"], 3), "", "",
-                             "", "", "", ""])
-            for v in [f"dsm-{m}" for m in methods] + ["mpi"]:
-                r = summ[v]
-                m = v[4:] if v.startswith("dsm-") else None
-                ratio = prog["dsm_over_mpi"][m] if m else None
-                tgt = marks.get(f"{where}_{prog['program']}_{m}") if m else None
-                rows.append([f"DSM, {m}" if m else "MPI",
-                             spread_cell(r["seconds_1"], 3), spread_cell(r["seconds_2"], 3),
-                             spread_cell(r["efficiency"], 2),
-                             spread_cell(ratio["efficiency_ratio"], 2) if ratio else "",
-                             target_cell(tgt) if tgt else "",
-                             spread_cell(ratio["time_ratio"], 2) if ratio else "",
-                             spread_cell(r["efficiency_vs_seq"], 2)
-                             if "efficiency_vs_seq" in r else "-"])
-            out.append(table(["version", "1 rank s", "2 ranks s", "efficiency",
-                              "÷ MPI's efficiency", "target", "2 ranks: time ÷ MPI's",
-                              "against the sequential program: T(seq) ÷ (2 × T(2 ranks))"],
-                             rows, ["---", "---:", "---:", "---:", "---:", "---", "---:",
+                rows.append(["sequential", "1", spread_cell(summ["seq"]["seconds_1"], 3), "",
+                             "", "", "", "", ""])
+            for p, by_method in prog["dsm_over_mpi"].items():
+                for v in [f"dsm-{m}" for m in methods] + ["mpi"]:
+                    r = summ[v]
+                    m = v[4:] if v.startswith("dsm-") else None
+                    ratio = by_method[m] if m else None
+                    tgt = marks.get(f"{where}_{prog['program']}_{m}_{p}") if m else None
+                    vs_seq = (r.get("efficiency_vs_seq") or {}).get(p)
+                    rows.append([f"DSM, {m}" if m else "MPI", p,
+                                 spread_cell(r["seconds_1"], 3), spread_cell(r[f"seconds_{p}"], 3),
+                                 spread_cell(r["efficiency"][p], 2),
+                                 spread_cell(ratio["efficiency_ratio"], 2) if ratio else "",
+                                 target_cell(tgt) if tgt else "",
+                                 spread_cell(ratio["time_ratio"], 2) if ratio else "",
+                                 spread_cell(vs_seq, 2) if vs_seq else "-"])
+            out.append(table(["version", "P ranks", "1 rank s", "P ranks s", "efficiency",
+                              "÷ MPI's efficiency", "target", "P ranks: time ÷ MPI's",
+                              "against the sequential program: T(seq) ÷ (P × T(P ranks))"],
+                             rows, ["---", "---:", "---:", "---:", "---:", "---:", "---", "---:",
                                     "---:"]))
             segv_uffd = prog.get("segv_over_uffd") or {}
             if segv_uffd:
