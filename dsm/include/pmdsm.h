@@ -51,6 +51,8 @@ enum pmdsm_write_detect {
 	PMDSM_WRITE_SEGV,          /* "segv": mprotect + SIGSEGV per first write */
 	PMDSM_WRITE_UFFD_ASYNC,    /* "uffd-async": userfaultfd WP_ASYNC, the kernel
 	                              marks written pages; PAGEMAP_SCAN at release */
+	PMDSM_WRITE_UFFD_WP,       /* "uffd-wp": userfaultfd write protection, a
+	                              handler thread takes each first write   */
 };
 
 /*
@@ -82,6 +84,9 @@ int pmdsm_finalize(void);
 
 int pmdsm_rank(void);
 int pmdsm_size(void);
+/* The write detection in use: "segv", "uffd-async" or "uffd-wp" (NULL
+ * outside pmdsm_init()..pmdsm_finalize()). */
+const char *pmdsm_write_detect(void);
 
 /* Where the pages of an allocation have their home. */
 enum pmdsm_placement {

@@ -144,7 +144,12 @@ struct dsm {
 	struct dsm_extent extents[DSM_MAX_ALLOCS];
 	uint32_t nextents;
 	enum pmdsm_write_detect write_detect;
-	int uffd, pagemap;      /* write detection uffd-async (wp_uffd.c) */
+	int uffd, pagemap;      /* write detection uffd-* (wp_uffd.c) */
+	/* uffd-wp: the thread that takes the write faults, and the pipe that
+	 * tells it to end. */
+	pthread_t wp_thread;
+	bool wp_running;
+	int wp_stop[2];
 
 	/* Read-ahead, on the application thread (fault.c): the largest window
 	 * in pages (1: none), the window of the last fetch, and the page after
@@ -318,22 +323,37 @@ void dsm_fetch(struct dsm *d, uint32_t first, uint32_t n);
 void dsm_prefetch(struct dsm *d, const uint32_t *pages, uint32_t n);
 /* Pages [first, first + n), just fetched, become valid (fault.c). */
 void dsm_pages_valid(struct dsm *d, uint32_t first, uint32_t n);
+/* Pages [first, first + n), valid and READ, are watched again: their next
+ * write is seen (segv: read-only; uffd-wp and uffd-async: armed). */
+void dsm_watch(struct dsm *d, uint32_t first, uint32_t n);
+/* The first write to a valid page since the last release: its twin (not
+ * homed here), WRITE, dirty (segv's fault and uffd-wp's thread). */
+void dsm_start_write(struct dsm *d, uint32_t page);
 
-/* ---- wp_uffd.c: write detection uffd-async ---- */
+/* ---- wp_uffd.c: write detection uffd-async and uffd-wp ---- */
 
-/* userfaultfd with asynchronous write protection over the view.
+/* userfaultfd write protection over the view: asynchronous (uffd-async),
+ * or synchronous with the thread that takes the faults started (uffd-wp).
  * -ENOTSUP (or the system call's error) where the kernel lacks it. */
 int dsm_wp_open(struct dsm *d);
 void dsm_wp_close(struct dsm *d);
-/* Write-protect pages [first, first+n): their next write is recorded. */
+/* Write-protect pages [first, first+n): their next write is recorded
+ * (uffd-async) or faults to the thread (uffd-wp). */
 void dsm_wp_arm(struct dsm *d, uint32_t first, uint32_t n);
 /* Add the pages written since they were protected to d->dirty, and
  * protect them again. */
 void dsm_wp_collect(struct dsm *d);
 
+/* uffd-async: valid pages are open, the kernel records their writes. */
 static inline bool dsm_uffd(const struct dsm *d)
 {
 	return d->write_detect == PMDSM_WRITE_UFFD_ASYNC;
+}
+
+/* segv: a valid page is read-only until its first write faults. */
+static inline bool dsm_segv(const struct dsm *d)
+{
+	return d->write_detect == PMDSM_WRITE_SEGV;
 }
 
 /* ---- sync.c ---- */

@@ -184,8 +184,7 @@ void dsm_prefetch(struct dsm *d, const uint32_t *pages, uint32_t n)
 	d->st->fetch_ns += dsm_now_ns() - t0;
 }
 
-/* The first write to a valid page since the last release. */
-static void start_write(struct dsm *d, uint32_t page)
+void dsm_start_write(struct dsm *d, uint32_t page)
 {
 	if (d->home[page] != d->rank) {
 		dsm_make_twin(d, page);
@@ -193,14 +192,30 @@ static void start_write(struct dsm *d, uint32_t page)
 	}
 	d->state[page] = PAGE_WRITE;
 	pageset_add(&d->dirty, page);
-	dsm_protect(d, page, 1, PROT_READ | PROT_WRITE);
 	d->st->write_faults++;
+}
+
+/* segv's first write to a valid page: started, and the page opened. */
+static void start_write(struct dsm *d, uint32_t page)
+{
+	dsm_start_write(d, page);
+	dsm_protect(d, page, 1, PROT_READ | PROT_WRITE);
+}
+
+void dsm_watch(struct dsm *d, uint32_t first, uint32_t n)
+{
+	if (dsm_segv(d))
+		dsm_protect(d, first, n, PROT_READ);
+	else
+		dsm_wp_arm(d, first, n);
 }
 
 /* Pages [first, first + n), just fetched, become valid: READ, readable.
  * With uffd-async no fault will announce their first write, so each gets
  * its twin now and is opened read-write (the kernel write-protects it and
- * records the write).  The faulted page and the pages read ahead beside
+ * records the write).  With uffd-wp they are armed (a write since their
+ * last arming unprotected them) and opened read-write: the first write
+ * faults to the thread.  The faulted page and the pages read ahead beside
  * it all go through here, so a page read ahead is exactly what it would
  * have been had it faulted itself. */
 void dsm_pages_valid(struct dsm *d, uint32_t first, uint32_t n)
@@ -212,7 +227,9 @@ void dsm_pages_valid(struct dsm *d, uint32_t first, uint32_t n)
 			d->st->twins++;
 		}
 	}
-	dsm_protect(d, first, n, dsm_uffd(d) ? PROT_READ | PROT_WRITE : PROT_READ);
+	if (d->write_detect == PMDSM_WRITE_UFFD_WP)
+		dsm_wp_arm(d, first, n);
+	dsm_protect(d, first, n, dsm_segv(d) ? PROT_READ : PROT_READ | PROT_WRITE);
 }
 
 /*
@@ -304,7 +321,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 
 		dsm_call(d, fetch_call, &f);
 		d->st->read_faults++;
-		if (write && !dsm_uffd(d)) {
+		if (write && dsm_segv(d)) {
 			/* Opened for the write at once (one fault, not two). */
 			start_write(d, page);
 			if (f.n > 1)
@@ -317,7 +334,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 	case PAGE_PREFETCHED:
 		/* Its copy is here already (dsm_prefetch). */
 		d->st->prefetch_used++;
-		if (write && !dsm_uffd(d)) {
+		if (write && dsm_segv(d)) {
 			d->state[page] = PAGE_READ;
 			start_write(d, page);
 		} else {

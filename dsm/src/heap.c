@@ -183,7 +183,8 @@ void *dsm_heap_alloc(struct dsm *d, size_t size, enum pmdsm_placement placement)
 	 * copy: they are open, and their writes go unwatched until another
 	 * rank fetches one (sync.c, share_home_pages).  Pages homed elsewhere
 	 * stay closed; with uffd-async they are armed, so that the kernel
-	 * records their writes once they are fetched and opened. */
+	 * records their writes once they are fetched and opened (uffd-wp arms
+	 * them as they become valid). */
 	for (uint32_t k = 0; k < pages;) {
 		uint32_t p = e->first + k, run = 0;
 		bool own = d->home[p] == d->rank;

@@ -81,13 +81,15 @@ static int read_attr(const struct pmdsm_attr *attr, size_t *heap,
 			*wd = PMDSM_WRITE_SEGV;
 		} else if (!strcmp(env, "uffd-async")) {
 			*wd = PMDSM_WRITE_UFFD_ASYNC;
+		} else if (!strcmp(env, "uffd-wp")) {
+			*wd = PMDSM_WRITE_UFFD_WP;
 		} else {
-			dsm_log("PMDSM_WRITE_DETECT=%s: not one of segv, uffd-async", env);
+			dsm_log("PMDSM_WRITE_DETECT=%s: not one of segv, uffd-async, uffd-wp", env);
 			return -EINVAL;
 		}
 	}
 	if (*wd != PMDSM_WRITE_DEFAULT && *wd != PMDSM_WRITE_SEGV &&
-	    *wd != PMDSM_WRITE_UFFD_ASYNC)
+	    *wd != PMDSM_WRITE_UFFD_ASYNC && *wd != PMDSM_WRITE_UFFD_WP)
 		return -EINVAL;
 	*device = attr ? attr->pm_device : NULL;
 	return 0;
@@ -263,6 +265,25 @@ static void destroy(struct dsm *d)
 	free(d);
 }
 
+static const char *write_detect_name(enum pmdsm_write_detect wd)
+{
+	switch (wd) {
+	case PMDSM_WRITE_SEGV:
+		return "segv";
+	case PMDSM_WRITE_UFFD_ASYNC:
+		return "uffd-async";
+	case PMDSM_WRITE_UFFD_WP:
+		return "uffd-wp";
+	default:
+		return NULL;
+	}
+}
+
+const char *pmdsm_write_detect(void)
+{
+	return dsm_ctx ? write_detect_name(dsm_ctx->write_detect) : NULL;
+}
+
 int pmdsm_init(const struct pmdsm_attr *attr)
 {
 	if (dsm_ctx)
@@ -297,6 +318,7 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 	d->rank = -1;
 	d->memfd = -1;
 	d->uffd = d->pagemap = -1;
+	d->wp_stop[0] = d->wp_stop[1] = -1;
 	d->pm_device = device;
 	d->write_detect = wd;
 	d->ra_max = read_ahead;
@@ -317,14 +339,16 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 	/* The default is the kernel's record of writes where the kernel has
 	 * it (several times cheaper: docs/dsm/bench.md), else write faults. */
 	if (wd != PMDSM_WRITE_SEGV) {
-		d->write_detect = PMDSM_WRITE_UFFD_ASYNC;
+		d->write_detect = wd == PMDSM_WRITE_UFFD_WP ? wd : PMDSM_WRITE_UFFD_ASYNC;
 		err = dsm_wp_open(d);
 		if (err && wd == PMDSM_WRITE_DEFAULT) {
 			d->write_detect = PMDSM_WRITE_SEGV;
 		} else if (err) {
-			dsm_log("write detection uffd-async needs userfaultfd with WP_ASYNC, "
-				"WP_UNPOPULATED and shared memory (Linux 6.7 and later): %s; "
-				"PMDSM_WRITE_DETECT=segv works everywhere", strerror(-err));
+			dsm_log("write detection %s needs userfaultfd with %sWP_UNPOPULATED and "
+				"shared memory (Linux %s and later): %s; PMDSM_WRITE_DETECT=segv "
+				"works everywhere", write_detect_name(d->write_detect),
+				dsm_uffd(d) ? "WP_ASYNC, " : "", dsm_uffd(d) ? "6.7" : "6.4",
+				strerror(-err));
 			goto fail;
 		}
 	}

@@ -195,11 +195,7 @@ static void share_home_pages(struct dsm *d)
 				d->state[q] = PAGE_READ;
 				pageset_add(&d->epoch_notices, q);
 			}
-			/* segv: closed for writing; uffd-async: open, armed. */
-			if (dsm_uffd(d))
-				dsm_wp_arm(d, p, run);
-			else
-				dsm_protect(d, p, run, PROT_READ);
+			dsm_watch(d, p, run);
 			d->nown -= run;
 			d->st->home_shared += run;
 			p += run;
@@ -215,7 +211,8 @@ void dsm_release(struct dsm *d)
 
 	/* uffd-async: the kernel's record, protected again by the same call;
 	 * the pages stay open and their twins become the next baseline.
-	 * segv: the pages are protected again, a run of them per call. */
+	 * segv and uffd-wp: the pages are watched again, a run of them per
+	 * call (read-only, or armed). */
 	if (dsm_uffd(d))
 		dsm_wp_collect(d);
 	for (uint32_t p = pageset_next(&d->dirty, 0); p != PAGESET_NONE;) {
@@ -235,7 +232,7 @@ void dsm_release(struct dsm *d)
 			run++;
 		}
 		if (!dsm_uffd(d))
-			dsm_protect(d, p, run, PROT_READ);
+			dsm_watch(d, p, run);
 		p = pageset_next(&d->dirty, p + run);
 	}
 	pageset_clear(&d->dirty);

@@ -1,12 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * wp_uffd.c - write detection without faults: userfaultfd's asynchronous
- * write protection (WP_ASYNC, Linux 6.7+).  Valid pages are mapped
+ * wp_uffd.c - write detection by userfaultfd's write protection.
+ *
+ * uffd-async (WP_ASYNC, Linux 6.7+), without faults: valid pages are mapped
  * read-write; the kernel resolves the first write to a write-protected
  * page itself and marks it written; at a release PAGEMAP_SCAN lists the
  * written pages and write-protects them again in one system call.  A
  * page's twin is made when it is fetched (and refreshed at each release),
  * since no fault announces its first write.
+ *
+ * uffd-wp (synchronous write protection on shared memory, Linux 6.4+):
+ * valid pages are mapped read-write and armed; the first write stops the
+ * writing thread and queues a fault on the userfaultfd, which a thread of
+ * the library takes: it starts the write as segv's handler does (twin,
+ * WRITE, dirty) and lifts the protection, which lets the writer go on.  A
+ * release arms the written pages again.  The issue's third method, kept
+ * selectable beside the other two (docs/dsm/bench.md measures all three).
  *
  * Debian 12's kernel headers predate these interfaces: their constants
  * (stable ABI) are spelled out here when the headers lack them.
@@ -15,6 +24,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <linux/fs.h>
 #include <linux/userfaultfd.h>
 #include <string.h>
@@ -60,18 +71,120 @@ struct pm_scan_arg {
 #define PAGE_IS_WRITTEN (1 << 1)
 #endif
 
-#define WP_FEATURES (UFFD_FEATURE_WP_ASYNC | UFFD_FEATURE_WP_UNPOPULATED | \
-		     UFFD_FEATURE_WP_HUGETLBFS_SHMEM)
+#define WP_SHARED_FEATURES (UFFD_FEATURE_WP_UNPOPULATED | UFFD_FEATURE_WP_HUGETLBFS_SHMEM)
+#define WP_ASYNC_FEATURES (UFFD_FEATURE_WP_ASYNC | WP_SHARED_FEATURES)
+
+/* The faults one read() takes at most. */
+#define WP_FAULT_BATCH 16
+
+static void unprotect(struct dsm *d, uintptr_t page_addr)
+{
+	struct uffdio_writeprotect wp = {
+		.range = { .start = page_addr, .len = DSM_PAGE },
+		.mode = 0,      /* and wake the writer */
+	};
+
+	if (ioctl(d->uffd, UFFDIO_WRITEPROTECT, &wp) < 0)
+		dsm_fatal("lifting the write protection of shared page %#lx: %s",
+			  (unsigned long)page_addr, strerror(errno));
+}
+
+/* uffd-wp: a write to an armed page, whose writer waits until this
+ * returns.  A valid page is armed (READ; WRITE when another thread of the
+ * application wrote it first); so may be one homed here that no other rank
+ * copies (OWN), armed in an allocation before: the kernel keeps a page's
+ * protection across the hole a free punches.  Its writes are not watched:
+ * the protection is just lifted. */
+static void wp_fault(struct dsm *d, uint64_t address)
+{
+	uint64_t t0 = dsm_now_ns();
+	uintptr_t a = (uintptr_t)address & ~(uintptr_t)(DSM_PAGE - 1);
+	size_t off = a - (uintptr_t)d->base;
+
+	if (a < (uintptr_t)d->base || off >= d->heap_size)
+		dsm_fatal("a write-protect fault at %#lx, outside the shared heap",
+			  (unsigned long)address);
+
+	uint32_t page = (uint32_t)(off >> DSM_PAGE_SHIFT);
+
+	if (d->state[page] == PAGE_READ)
+		dsm_start_write(d, page);
+	else if (d->state[page] != PAGE_WRITE && d->state[page] != PAGE_OWN)
+		dsm_fatal("a write-protect fault on shared page %u in state %u", page,
+			  d->state[page]);
+	unprotect(d, a);
+	d->st->fault_ns += dsm_now_ns() - t0;
+}
+
+static void *wp_thread(void *arg)
+{
+	struct dsm *d = arg;
+	struct pollfd fds[2] = { { .fd = d->uffd, .events = POLLIN },
+				 { .fd = d->wp_stop[0], .events = POLLIN } };
+
+	for (;;) {
+		if (poll(fds, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			dsm_fatal("waiting for write-protect faults: %s", strerror(errno));
+		}
+		if (fds[1].revents)
+			return NULL;
+
+		struct uffd_msg msgs[WP_FAULT_BATCH];
+		ssize_t n = read(d->uffd, msgs, sizeof(msgs));
+
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				continue;
+			dsm_fatal("reading write-protect faults: %s", strerror(errno));
+		}
+		for (size_t i = 0; i < (size_t)n / sizeof(msgs[0]); i++) {
+			if (msgs[i].event == UFFD_EVENT_PAGEFAULT &&
+			    (msgs[i].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP))
+				wp_fault(d, msgs[i].arg.pagefault.address);
+			else
+				dsm_fatal("an unexpected userfaultfd event %u at %#llx",
+					  msgs[i].event,
+					  (unsigned long long)msgs[i].arg.pagefault.address);
+		}
+	}
+}
+
+/* uffd-wp: the thread that takes the faults, signals blocked (they are the
+ * application's, and PM's preemption signal its context's thread's). */
+static int wp_thread_start(struct dsm *d)
+{
+	sigset_t all, old;
+
+	if (pipe2(d->wp_stop, O_CLOEXEC) < 0)
+		return -errno;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+
+	int err = pthread_create(&d->wp_thread, NULL, wp_thread, d);
+
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err)
+		return -err;
+	d->wp_running = true;
+	return 0;
+}
 
 int dsm_wp_open(struct dsm *d)
 {
+	bool sync = d->write_detect == PMDSM_WRITE_UFFD_WP;
+	uint64_t want = sync ? WP_SHARED_FEATURES : WP_ASYNC_FEATURES;
+
+	d->wp_stop[0] = d->wp_stop[1] = -1;
 	d->uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
 	if (d->uffd < 0)
 		return -errno;
 
-	struct uffdio_api api = { .api = UFFD_API, .features = WP_FEATURES };
+	struct uffdio_api api = { .api = UFFD_API, .features = want };
 
-	if (ioctl(d->uffd, UFFDIO_API, &api) < 0 || (api.features & WP_FEATURES) != WP_FEATURES)
+	errno = 0;
+	if (ioctl(d->uffd, UFFDIO_API, &api) < 0 || (api.features & want) != want)
 		goto fail;
 
 	struct uffdio_register reg = {
@@ -81,6 +194,15 @@ int dsm_wp_open(struct dsm *d)
 
 	if (ioctl(d->uffd, UFFDIO_REGISTER, &reg) < 0)
 		goto fail;
+	if (sync) {
+		int err = wp_thread_start(d);
+
+		if (err) {
+			errno = -err;
+			goto fail;
+		}
+		return 0;
+	}
 	d->pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
 	if (d->pagemap < 0)
 		goto fail;
@@ -95,6 +217,17 @@ fail:;
 
 void dsm_wp_close(struct dsm *d)
 {
+	if (d->wp_running) {
+		if (write(d->wp_stop[1], "", 1) != 1)
+			dsm_fatal("stopping the write-protect thread: %s", strerror(errno));
+		pthread_join(d->wp_thread, NULL);
+		d->wp_running = false;
+	}
+	for (int i = 0; i < 2; i++) {
+		if (d->wp_stop[i] >= 0)
+			close(d->wp_stop[i]);
+		d->wp_stop[i] = -1;
+	}
 	if (d->uffd >= 0)
 		close(d->uffd);
 	if (d->pagemap >= 0)

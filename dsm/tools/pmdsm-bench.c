@@ -48,7 +48,7 @@
 static const char short_usage[] =
 	"Usage: " PROG " [--test LIST] [--pages N] [--reps N] [--min-time SEC]\n"
 	"                   [--warmup N] [--iters N] [--device NAME] [--seed N]\n"
-	"                   [--write-detect segv|uffd-async] [--pm-read-baseline]\n"
+	"                   [--write-detect segv|uffd-async|uffd-wp] [--pm-read-baseline]\n"
 	"                   [--json] [--help]\n"
 	"Run it with two processes: mpirun -n 2 " PROG " ...\n";
 
@@ -183,7 +183,9 @@ static void usage_full(void)
 "                  (valid in its cache), then releases with pmdsm_unlock() of\n"
 "                  a lock managed by itself: per page, the write detection\n"
 "                  (segv: a fault, a twin, mprotect; uffd-async: the kernel's\n"
-"                  record, PAGEMAP_SCAN at the release, the twin refreshed),\n"
+"                  record, PAGEMAP_SCAN at the release, the twin refreshed;\n"
+"                  uffd-wp: a fault taken by the library's thread, a twin,\n"
+"                  the page armed again at the release),\n"
 "                  the diff sent home and acknowledged.  Time / N.\n"
 "    write-home    the same on N pages homed at rank 1, which rank 0 has\n"
 "                  copied (read) at the start: write detection alone, no\n"
@@ -232,10 +234,10 @@ static void usage_full(void)
 "                    else composite).\n"
 "    --seed N        the order of read-random's pages (default %d); each batch\n"
 "                    has its own order, drawn from this seed.\n"
-"    --write-detect segv|uffd-async\n"
+"    --write-detect segv|uffd-async|uffd-wp\n"
 "                    pmdsm_attr.write_detect (default: $PMDSM_WRITE_DETECT,\n"
-"                    else the library's choice).  The method in use is found\n"
-"                    from the DSM's counters and printed.\n"
+"                    else the library's choice).  The method in use, as the\n"
+"                    library says (pmdsm_write_detect()), is printed.\n"
 "    --pm-read-baseline  the baseline above instead of the DSM tests.\n"
 "    --json          one JSON object per test on standard output instead of\n"
 "                    the table.\n"
@@ -325,8 +327,11 @@ static void parse_options(int argc, char **argv, struct options *o)
 				o->wd = PMDSM_WRITE_SEGV;
 			else if (strcmp(optarg, "uffd-async") == 0)
 				o->wd = PMDSM_WRITE_UFFD_ASYNC;
+			else if (strcmp(optarg, "uffd-wp") == 0)
+				o->wd = PMDSM_WRITE_UFFD_WP;
 			else
-				bad_usage("--write-detect: unknown method '%s' (segv, uffd-async)",
+				bad_usage("--write-detect: unknown method '%s' (segv, uffd-async, "
+					  "uffd-wp)",
 					  optarg);
 			break;
 		case O_SEED:
@@ -800,24 +805,6 @@ static void check_work(const struct bench *b, const struct result *r)
 	}
 }
 
-/* Which write detection the DSM uses, from what one write and release
- * did: a PAGEMAP_SCAN (uffd-async), or a write fault (segv). */
-static const char *probe_write_detect(struct bench *b)
-{
-	struct pmdsm_stats a, z;
-
-	call(pmdsm_stats_get(&a, sizeof(a)), "pmdsm_stats_get");
-	call(pmdsm_lock(LOCAL_LOCK), "pmdsm_lock");
-	*word_of(b, b->pages) += 1;
-	call(pmdsm_unlock(LOCAL_LOCK), "pmdsm_unlock");
-	call(pmdsm_stats_get(&z, sizeof(z)), "pmdsm_stats_get");
-	if (z.wp_scans > a.wp_scans)
-		return "uffd-async";
-	if (z.write_faults > a.write_faults)
-		return "segv";
-	return "unknown";
-}
-
 /* ---- output ---- */
 
 static double per(uint64_t x, uint64_t n)
@@ -1081,7 +1068,7 @@ static int run_dsm(struct bench *b)
 	if (b->rank == 0) {
 		serve(b);
 	} else {
-		b->write_detect = probe_write_detect(b);
+		b->write_detect = pmdsm_write_detect();
 		if (!b->opt.json)
 			print_header(b);
 		for (int t = 0; t < T_COUNT; t++) {

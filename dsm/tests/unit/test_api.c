@@ -89,7 +89,7 @@ static long service_slice_ns(void)
 
 int main(int argc, char **argv)
 {
-	/* The write detection to test: segv or uffd-async. */
+	/* The write detection to test: segv, uffd-async or uffd-wp. */
 	const char *method = argc > 1 ? argv[1] : "segv";
 
 	/* A job of one, whatever launched the test. */
@@ -102,6 +102,7 @@ int main(int argc, char **argv)
 	CHECK_ERR(pmdsm_barrier(), -ENXIO);
 	CHECK_ERR(pmdsm_lock(1), -ENXIO);
 	CHECK_ERR(pmdsm_rank(), -ENXIO);
+	CHECK(pmdsm_write_detect() == NULL);
 
 	/* Bad settings are refused. */
 	setenv("PMDSM_HEAP_SIZE", "lots", 1);
@@ -127,6 +128,9 @@ int main(int argc, char **argv)
 	unsetenv("PMDSM_SERVICE_SCHED");
 
 	CHECK_OK(pmdsm_init(NULL));
+	/* The method asked for is the one in use (each is on this kernel). */
+	CHECK(pmdsm_write_detect() != NULL);
+	CHECK_EQ(strcmp(pmdsm_write_detect(), method), 0);
 	/* The service thread runs with the shortest slice (by default) where
 	 * the kernel takes one (Linux 6.12+; it shows it in /proc). */
 	if (kernel_at_least(6, 12))
