@@ -8,7 +8,7 @@ so that a drift of the machine does not always favour the same side):
 
   fault path (pmdsm-bench, docs/dsm/bench.md), 2 ranks:
     on this host, PM's shm device: mpirun -n 2 --bind-to core --map-by core
-      pmdsm-bench --write-detect segv, the same with uffd-async, and
+      pmdsm-bench --write-detect segv, the same with uffd-async and uffd-wp, and
       pmdsm-bench --pm-read-baseline (PM's pm_read of 4 KiB alone, the same
       pages, the same device);
     between n1 and n2 of a virtual cluster (bdsm, 10.244.0.0/16, one NIC,
@@ -18,7 +18,7 @@ so that a drift of the machine does not always favour the same side):
   applications (build/bin/{jacobi,sor,matmul,histogram}_{seq,dsm,mpi}, the
   same arguments, so the same result: the checksums are compared):
     on this host: the sequential program, the DSM version with segv and with
-      uffd-async, the MPI version (Open MPI's ob1 + vader), each with 1 and
+      uffd-async and with uffd-wp, the MPI version (Open MPI's ob1 + vader), each with 1 and
       with 2 ranks (the machine has 2 cores);
     on the virtual cluster (4 nodes): jacobi, DSM (PM's udp device) and MPI
       (ob1 + tcp on net0), 1 rank on n1, 1 rank on each of n1 and n2, and
@@ -55,7 +55,10 @@ from bench_udp import VCLUSTER, cell, pin
 NAME = "bdsm"                  # no other suite or test uses it
 SUBNET = "10.244.0.0/16"       # outside vcluster's default 10.250-10.255 and the other suites'
 RATE = "1gbit"
-METHODS = ["segv", "uffd-async"]
+# The write detections, segv first: the others are compared with it (segv
+# ÷ method), and the issue's "chosen method" is uffd-async, the default.
+METHODS = ["segv", "uffd-async", "uffd-wp"]
+CHOSEN = "uffd-async"
 FAULT_TESTS = ["write-remote", "write-home", "read", "read-random", "lock", "lock-local",
                "barrier"]
 # The read fault judged against pm_read: pages in a random order, one fault
@@ -84,7 +87,7 @@ CLUSTER_PROGRAMS = ["jacobi"]
 # virtual cluster one per node, 4 nodes being the issue's Jacobi shape.
 RANKS = {"node": [1, 2], "cluster": [1, 2, 4]}
 CLUSTER_NODES = 4
-VERSIONS = ["seq", "dsm-segv", "dsm-uffd-async", "mpi"]
+VERSIONS = ["seq"] + [f"dsm-{m}" for m in METHODS] + ["mpi"]
 TARGET_PROGRAM = "jacobi"
 VADER = ["--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
 MPIRUN_NODE = ["mpirun", "--bind-to", "core", "--map-by", "core", "--report-bindings"]
@@ -263,12 +266,15 @@ def summarise_fault(all_rounds, prefix):
     samples = [fault_value(r, "baseline", BASELINE_TEST) for r in rounds]
     us["baseline"] = {BASELINE_TEST: dict(spread(samples), samples=samples)}
     part["us"] = us
-    # segv / uffd-async per test, round by round: above 1, uffd-async is cheaper.
-    part["segv_over_uffd"] = {}
-    for test in FAULT_TESTS:
-        s = ratios([fault_value(r, "segv", test) for r in rounds],
-                   [fault_value(r, "uffd-async", test) for r in rounds])
-        part["segv_over_uffd"][test] = dict(spread(s), samples=s)
+    # segv ÷ each other method per test, round by round: above 1, the other
+    # is cheaper.
+    part["segv_over"] = {}
+    for m in METHODS[1:]:
+        part["segv_over"][m] = {}
+        for test in FAULT_TESTS:
+            s = ratios([fault_value(r, "segv", test) for r in rounds],
+                       [fault_value(r, m, test) for r in rounds])
+            part["segv_over"][m][test] = dict(spread(s), samples=s)
     # A read fault (read-random, judged) and a sequential sweep per page
     # (read, with read-ahead) against pm_read of 4 KiB alone, per method.
     base = [fault_value(r, "baseline", BASELINE_TEST) for r in rounds]
@@ -415,11 +421,13 @@ def summarise_app(prog, where):
             by_method[method] = {
                 "efficiency_ratio": dict(spread(eff_ratio), samples=eff_ratio),
                 "time_ratio": dict(spread(time_ratio), samples=time_ratio)}
-    prog["segv_over_uffd"] = {}
-    for ranks in counts:
-        s = ratios([t(r, "dsm-segv", ranks) for r in rounds],
-                   [t(r, "dsm-uffd-async", ranks) for r in rounds])
-        prog["segv_over_uffd"][str(ranks)] = dict(spread(s), samples=s)
+    prog["segv_over"] = {}
+    for m in METHODS[1:]:
+        prog["segv_over"][m] = {}
+        for ranks in counts:
+            s = ratios([t(r, "dsm-segv", ranks) for r in rounds],
+                       [t(r, f"dsm-{m}", ranks) for r in rounds])
+            prog["segv_over"][m][str(ranks)] = dict(spread(s), samples=s)
     # Every version, every rank count: the same result.
     sums_seen = {}
     for r in rounds:
@@ -439,10 +447,10 @@ def judge(doc):
         if not f or f.get("skipped"):
             continue
         label = "one node, shm" if where == "node" else "2 nodes, udp, 1 Gbit/s"
-        s = f["segv_over_uffd"]["write-remote"]["samples"]
+        s = f["segv_over"][CHOSEN]["write-remote"]["samples"]
         v = verdict(s, ">=", 3.0)
         v.update(key=f"{where}_write", where=where, samples=s,
-                 what=f"write fault + diff per page, segv ÷ uffd-async ({label})",
+                 what=f"write fault + diff per page, segv ÷ {CHOSEN} ({label})",
                  issue="the chosen method ≥ 3 × cheaper than segv")
         out.append(v)
         for method in METHODS:
@@ -482,23 +490,28 @@ def app_shape(where, ranks):
 
 
 def recommend(doc):
-    """Which write detection the figures favour.  Each comparison of the
-    two methods (a fault-path test, an application run; segv ÷ uffd-async
-    round by round) counts for a method only when its whole spread is on
-    that method's side of 1, as a verdict would; the others are undecided.
-    The method cheaper in more application runs is favoured, then the one
-    cheaper in more fault-path tests."""
+    """Which write detection the figures favour.  A comparison (a fault-path
+    test, an application run) counts for a method when it is cheaper than
+    every other round by round with the whole spread of each ratio (other ÷
+    it) above 1, as a verdict would; otherwise it is undecided.  The method
+    cheaper in more application runs is favoured, then the one cheaper in
+    more fault-path tests."""
     wins = {m: [] for m in METHODS}
     undecided = []
 
-    def count(what, r):
-        if r.get("median") is None:
+    def count(what, by_method):
+        """by_method: {method: [a figure per round]}, lower is cheaper."""
+        if any(not any(v is not None for v in vals) for vals in by_method.values()):
             return
-        item = {"what": what, "segv_over_uffd": r["median"], "lo": r["lo"], "hi": r["hi"]}
-        if r["lo"] > 1:
-            wins["uffd-async"].append(item)
-        elif r["hi"] < 1:
-            wins["segv"].append(item)
+        versus = {m: {o: spread(ratios(by_method[o], by_method[m]))
+                      for o in METHODS if o != m} for m in METHODS}
+        item = {"what": what, "over": {m: {o: r["median"] for o, r in versus[m].items()}
+                                       for m in METHODS}}
+        best = [m for m in METHODS
+                if all(r["median"] is not None and r["lo"] > 1 for r in versus[m].values())]
+        if best:
+            item["ratios"] = {o: r["median"] for o, r in versus[best[0]].items()}
+            wins[best[0]].append(item)
         else:
             undecided.append(item)
 
@@ -506,20 +519,23 @@ def recommend(doc):
         if not f or f.get("skipped"):
             continue
         for test in FAULT_TESTS:
-            count(f"{test} ({where})", f["segv_over_uffd"][test])
+            count(f"{test} ({where})",
+                  {m: [fault_value(r, m, test) for r in f["rounds"]] for m in METHODS})
     for where, part in doc["apps"].items():
         if not part or part.get("skipped"):
             continue
         for prog in part["programs"]:
-            for ranks, r in prog["segv_over_uffd"].items():
-                count(f"{prog['program']} x{ranks} ({where})", r)
+            for ranks in RANKS[where]:
+                count(f"{prog['program']} x{ranks} ({where})",
+                      {m: [t(r, f"dsm-{m}", ranks) for r in prog["rounds"]]
+                       for m in METHODS})
     apps = {m: [w for w in wins[m] if " x" in w["what"]] for m in METHODS}
     best = max(METHODS, key=lambda m: (len(apps[m]), len(wins[m])))
     return {"method": best, "wins": wins, "undecided": undecided,
-            "rule": "a comparison (segv ÷ uffd-async, round by round) counts for the method "
-                    "whose side of 1 holds its whole spread; the method cheaper in more "
-                    "application runs is favoured, then the one cheaper in more fault-path "
-                    "tests"}
+            "rule": "a comparison (the methods' figures of each round) counts for the "
+                    "method cheaper than every other, each ratio's whole spread above 1; "
+                    "the method cheaper in more application runs is favoured, then the one "
+                    "cheaper in more fault-path tests"}
 
 
 # ---------------------------------------------------------------- the suite
@@ -641,11 +657,11 @@ def print_tables(doc):
             continue
         print(f"\n  fault path ({where}), us per operation, median [min-max] of "
               f"{len(f['rounds'])} round(s)")
-        print(f"  {'test':14} {'segv':>24} {'uffd-async':>24} {'segv/uffd':>22}")
+        print(f"  {'test':14}" + "".join(f" {m:>24}" for m in METHODS)
+              + "".join(f" {'segv/' + m:>22}" for m in METHODS[1:]))
         for test in FAULT_TESTS:
-            print(f"  {test:14} {cell(f['us']['segv'][test]):>24} "
-                  f"{cell(f['us']['uffd-async'][test]):>24} "
-                  f"{cell(f['segv_over_uffd'][test]):>22}")
+            print(f"  {test:14}" + "".join(f" {cell(f['us'][m][test]):>24}" for m in METHODS)
+                  + "".join(f" {cell(f['segv_over'][m][test]):>22}" for m in METHODS[1:]))
         print(f"  {'pm-read':14} {cell(f['us']['baseline'][BASELINE_TEST]):>24}  (PM alone)")
         for m in METHODS:
             print(f"  read fault ({m}, {READ_FAULT_TEST}) / pm-read: "
@@ -680,9 +696,9 @@ def print_tables(doc):
         why = f" ({v['why']})" if v.get("why") else ""
         print(f"  {v['what']}: {cell(v, '.3f')} (target {v['target']}) {v['verdict']}{why}")
     rec = doc["recommendation"]
-    print(f"\n  write detection favoured by the figures: {rec['method']} "
-          f"({len(rec['wins']['uffd-async'])} comparisons for uffd-async, "
-          f"{len(rec['wins']['segv'])} for segv, {len(rec['undecided'])} undecided)")
+    print(f"\n  write detection favoured by the figures: {rec['method']} ("
+          + ", ".join(f"{len(rec['wins'][m])} comparisons for {m}" for m in METHODS)
+          + f", {len(rec['undecided'])} undecided)")
     for when in ("before", "after"):
         idle = doc.get(f"idle_{when}_pct")
         if idle is not None and idle < 90:

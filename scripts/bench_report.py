@@ -828,6 +828,7 @@ def render_dsm(doc, path):
     if not fault or "targets" not in doc:
         return None
     methods = doc.get("methods", ["segv", "uffd-async"])
+    others = methods[1:]           # each compared with segv (segv ÷ method)
     fs = doc.get("fault_settings", {})
     cl = doc.get("cluster", {})
     out = [provenance(doc, path), ""]
@@ -881,8 +882,8 @@ def render_dsm(doc, path):
         n = len(f.get("rounds", []))
         kind = spread_kind(f["us"][methods[0]]["read"])
         out += [f"**{capitalised(DSM_FAULT_WHERE[where])}.** µs per operation, median over {n} round(s) with the "
-                f"[{kind}] in brackets; the ratio is taken round by round (both methods of the "
-                f"same round). JSON: `fault.{where}.us`, `.segv_over_uffd`, "
+                f"[{kind}] in brackets; the ratio is taken round by round (all the methods of the "
+                f"same round). JSON: `fault.{where}.us`, `.segv_over`, "
                 + ("`.read_random_over_pm_read`, " if "read_random_over_pm_read" in f else "")
                 + "`.read_over_pm_read`, every run in `.rounds[]`.", ""]
         rows = []
@@ -891,19 +892,22 @@ def render_dsm(doc, path):
             v = marks.get(f"{where}_write") if test == "write-remote" else None
             rows.append([f"`{test}`: {title}", op]
                         + [spread_cell(f["us"][m][test]) for m in methods]
-                        + [spread_cell(f["segv_over_uffd"][test], 2),
-                           target_cell(v) if v else ""])
+                        + [spread_cell(segv_over(f, m)[test], 2) for m in others]
+                        + [target_cell(v) if v else ""])
         base = f["us"]["baseline"]["pm-read"]
         rows.append(["`pm-read`: PM's `pm_read` of 4 KiB alone (the read fault's baseline)",
-                     "page", spread_cell(base), "(the same run for both)", "", ""])
-        out.append(table(["test", "per", "segv µs", "uffd-async µs", "segv ÷ uffd-async",
-                          "target"], rows, ["---", "---", "---:", "---:", "---:", "---"]))
+                     "page", spread_cell(base), "(the same run for all)"]
+                    + [""] * (len(methods) - 2 + len(others) + 1))
+        out.append(table(["test", "per"] + [f"{m} µs" for m in methods]
+                         + [f"segv ÷ {m}" for m in others]
+                         + [f"target (segv ÷ {others[0]})"], rows,
+                         ["---", "---"] + ["---:"] * (len(methods) + len(others)) + ["---"]))
         out.append("")
         out += dsm_read_table(f, methods, marks, where, base)
         work = f.get("work") or {}
         if work:
             out += ["", "What each method did per operation in the timed parts (the DSM's "
-                    "counters of the first round; `fault.<where>.work`): both did the same "
+                    "counters of the first round; `fault.<where>.work`): every one did the same "
                     "protocol work, one diff per page written; the methods differ in how a "
                     "write is found and where the twin is made.", ""]
             rows = []
@@ -934,10 +938,13 @@ def render_dsm(doc, path):
                     f"places each rank's application and service threads on either CPU; "
                     f"`fault.{where}.unpinned`), µs per operation:", ""]
             rows = [[f"`{t}`"] + [spread_cell(un["us"][m][t]) for m in methods]
-                    + [spread_cell(un["segv_over_uffd"][t], 2)] for t in DSM_FAULT_TESTS(un)]
-            rows.append(["`pm-read`", spread_cell(un["us"]["baseline"]["pm-read"]), "", ""])
-            out.append(table(["test", "segv µs", "uffd-async µs", "segv ÷ uffd-async"], rows,
-                             ["---", "---:", "---:", "---:"]))
+                    + [spread_cell(segv_over(un, m)[t], 2) for m in others]
+                    for t in DSM_FAULT_TESTS(un)]
+            rows.append(["`pm-read`", spread_cell(un["us"]["baseline"]["pm-read"])]
+                        + [""] * (len(methods) - 1 + len(others)))
+            out.append(table(["test"] + [f"{m} µs" for m in methods]
+                             + [f"segv ÷ {m}" for m in others], rows,
+                             ["---"] + ["---:"] * (len(methods) + len(others))))
         out.append("")
 
     out += ["### Applications", ""]
@@ -982,10 +989,11 @@ def render_dsm(doc, path):
                               "against the sequential program: T(seq) ÷ (P × T(P ranks))"],
                              rows, ["---", "---:", "---:", "---:", "---:", "---:", "---", "---:",
                                     "---:"]))
-            segv_uffd = prog.get("segv_over_uffd") or {}
-            if segv_uffd:
-                out += ["", "DSM segv ÷ uffd-async, time: " + ", ".join(
-                    f"{k} rank(s) {spread_cell(v, 2)}" for k, v in segv_uffd.items()) + "."]
+            for m in others:
+                by_ranks = segv_over(prog, m)
+                if by_ranks:
+                    out += ["", f"DSM segv ÷ {m}, time: " + ", ".join(
+                        f"{k} rank(s) {spread_cell(v, 2)}" for k, v in by_ranks.items()) + "."]
             out.append("")
 
     out += ["### Targets", "", "Ratios taken round by round; PASS only when the whole spread "
@@ -1004,13 +1012,19 @@ def render_dsm(doc, path):
         out += ["", f"**Write detection favoured by these figures: `{rec['method']}`** "
                 f"(rule: {rec['rule']}; JSON: `recommendation`).", ""]
         for m in methods:
-            items = ", ".join(f"{w['what']} ({num(w['segv_over_uffd'], 2)})" for w in wins[m])
-            out.append(f"- `{m}` cheaper in {len(wins[m])} (segv ÷ uffd-async in brackets): "
-                       f"{items or 'none'}")
+            items = ", ".join(
+                f"{w['what']} ("
+                + ", ".join(f"{o} ÷ {m} {num(r, 2)}" for o, r in w["ratios"].items()) + ")"
+                for w in wins[m])
+            out.append(f"- `{m}` cheaper than every other in {len(wins[m])} (medians of the "
+                       f"ratios in brackets): {items or 'none'}")
         und = rec.get("undecided") or []
-        items = ", ".join(f"{w['what']} ({num(w['segv_over_uffd'], 2)} [{num(w['lo'], 2)}–"
-                          f"{num(w['hi'], 2)}])" for w in und)
-        out.append(f"- undecided, the spread straddling 1 ({len(und)}): {items or 'none'}")
+        items = ", ".join(
+            f"{w['what']} ("
+            + ", ".join(f"segv ÷ {m} {num(w['over'][m]['segv'], 2)}" for m in others) + ")"
+            for w in und)
+        out.append(f"- undecided, no method cheaper than every other with the whole spread "
+                   f"({len(und)}): {items or 'none'}")
     if doc.get("errors"):
         out += ["", "Errors (the first line of each; JSON: `errors`):", ""]
         out += [f"- {relative(e.splitlines()[0])}" for e in doc["errors"]]
@@ -1047,6 +1061,14 @@ def dsm_read_table(f, methods, marks, where, base):
         head += ["sequential sweep (`read`), µs per page", "sweep per page ÷ pm_read"]
         align += ["---:", "---:"]
     return [table(head, rows, align)]
+
+
+def segv_over(summary, method):
+    """segv ÷ method of a fault-path or application summary ({test or rank
+    count: spread}); a summary from before uffd-wp has uffd-async's alone."""
+    if "segv_over" in summary:
+        return summary["segv_over"].get(method) or {}
+    return summary.get("segv_over_uffd", {}) if method == "uffd-async" else {}
 
 
 def DSM_FAULT_TESTS(f):
