@@ -343,6 +343,8 @@ void dsm_wp_arm(struct dsm *d, uint32_t first, uint32_t n);
 /* Add the pages written since they were protected to d->dirty, and
  * protect them again. */
 void dsm_wp_collect(struct dsm *d);
+/* The same for the pages of set alone (an acquire: what it drops). */
+void dsm_wp_collect_set(struct dsm *d, const struct pageset *set);
 
 /* uffd-async: valid pages are open, the kernel records their writes. */
 static inline bool dsm_uffd(const struct dsm *d)

@@ -246,10 +246,12 @@ void dsm_invalidate(struct dsm *d, const struct pageset *set, bool written_since
 	bool flushed = false;
 	uint32_t closing = 0, nclosing = 0;     /* a run of pages to close */
 
-	/* uffd-async: the pages written since the last release are the
-	 * kernel's to tell, unless nothing ran since (a barrier). */
+	/* uffd-async: which of the pages it drops were written since the last
+	 * release is the kernel's to tell, unless nothing ran since (a
+	 * barrier).  Only those are asked for: the others' writes stay
+	 * recorded until the next release's scan. */
 	if (dsm_uffd(d) && set->count && written_since_release)
-		dsm_wp_collect(d);
+		dsm_wp_collect_set(d, set);
 	for (uint32_t p = pageset_next(set, 0); p != PAGESET_NONE; p = pageset_next(set, p + 1)) {
 		if (d->home[p] == d->rank || d->state[p] == PAGE_INVALID ||
 		    d->state[p] == PAGE_UNUSED)

@@ -305,3 +305,17 @@ void dsm_wp_collect(struct dsm *d)
 		}
 	}
 }
+
+void dsm_wp_collect_set(struct dsm *d, const struct pageset *set)
+{
+	for (uint32_t p = pageset_next(set, 0); p != PAGESET_NONE;) {
+		uint32_t run = 0;
+
+		while (p + run < d->npages && pageset_has(set, p + run) &&
+		       (d->state[p + run] & PAGE_WATCHED_MASK) == PAGE_READ)
+			run++;
+		if (run)
+			scan(d, p, run);
+		p = pageset_next(set, p + run + 1);
+	}
+}
