@@ -450,7 +450,12 @@ static void usage(FILE *f)
 		"  --heap SIZE    also fill SIZE bytes, each rank its block, and read every block\n"
 		"                 back on the next rank\n"
 		"                 (PMDSM_HEAP_SIZE must be larger)\n"
-		"  --quiet        no JSON line\n");
+		"  --quiet        no JSON line\n"
+		"Rank 0 prints, once every check has passed, one JSON line: ok, ranks,\n"
+		"seed, rounds, bytes, heap, write_detect (the method the DSM used: the\n"
+		"library's default, or PMDSM_WRITE_DETECT=segv|uffd-async|uffd-wp),\n"
+		"seconds, and rank 0's counters.  A failed check prints the seed and\n"
+		"the value that differs, and exits 1.\n");
 }
 
 /*
@@ -550,15 +555,19 @@ int main(int argc, char **argv)
 
 	call(pmdsm_stats_get(&st, sizeof(st)), "pmdsm_stats_get");
 	prefetch_check(&o, &st);
+
+	const char *write_detect = pmdsm_write_detect();      /* a constant string */
+
 	call(pmdsm_finalize(), "pmdsm_finalize");
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (rank == 0 && !o.quiet)
 		printf("{\"ok\": true, \"ranks\": %d, \"seed\": %" PRIu64 ", \"rounds\": %u, "
-		       "\"bytes\": %zu, \"heap\": %zu, \"seconds\": %.3f, \"rank0\": "
+		       "\"bytes\": %zu, \"heap\": %zu, \"write_detect\": \"%s\", "
+		       "\"seconds\": %.3f, \"rank0\": "
 		       "{\"read_faults\": %" PRIu64 ", \"write_faults\": %" PRIu64
 		       ", \"diffs_sent\": %" PRIu64 ", \"diffs_applied\": %" PRIu64
 		       ", \"invalidations\": %" PRIu64 ", \"locks\": %" PRIu64 "}}\n",
-		       size, o.seed, o.rounds, o.bytes, o.heap,
+		       size, o.seed, o.rounds, o.bytes, o.heap, write_detect,
 		       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
 		       st.read_faults, st.write_faults, st.diffs_sent, st.diffs_applied,
 		       st.invalidations, st.locks);

@@ -5,8 +5,9 @@ within a node.
 
 - pmdsm-check, generated race-free programs checked against the sequential
   result, on 4x1 and 4x2; 8 ranks writing disjoint bytes of one page (false
-  sharing); a 1 GiB shared heap read back exactly, each node's quarter by
-  the next node.
+  sharing); both with each write detection (the default, uffd-async, and
+  segv and uffd-wp), the one used checked in pmdsm-check's result; a 1 GiB
+  shared heap read back exactly, each node's quarter by the next node.
 - The examples (jacobi, sor, matmul, histogram) on 4x2 with --check: their
   checksum equals the sequential version's, run here with the same arguments.
 - A rank killed mid-run: scrun ends the job at once with a message naming
@@ -36,6 +37,10 @@ from scored.score import BUILD_BIN, Watch, wait_for
 PMDSM_CHECK = BUILD_BIN / "pmdsm-check"
 PMINFO = BUILD_BIN / "pminfo"
 HEAP = "64M"
+# The write detection the library picks on this kernel (6.7 and later).
+DEFAULT_DETECT = "uffd-async"
+# The others, which the consistency tests run too.
+OTHER_DETECTS = ["segv", "uffd-wp"]
 # scrun of a job that should take seconds; a hang fails the test after this.
 RUN_TIMEOUT = 120
 NODES = ["n1", "n2", "n3", "n4"]
@@ -49,8 +54,10 @@ def seed_for(request):
     return zlib.crc32(request.node.nodeid.encode())
 
 
-def scrun_args(nodes, program, args, heap=HEAP):
-    return [f"-nodes={nodes}", "--env", f"PMDSM_HEAP_SIZE={heap}", program, *map(str, args)]
+def scrun_args(nodes, program, args, heap=HEAP, env=None):
+    extra = [a for k, v in sorted((env or {}).items()) for a in ("--env", f"{k}={v}")]
+    return [f"-nodes={nodes}", "--env", f"PMDSM_HEAP_SIZE={heap}", *extra, program,
+            *map(str, args)]
 
 
 def replay(args):
@@ -76,9 +83,12 @@ def rank0_result(stdout, what):
     return results[0][1]
 
 
-def run_check(score, nodes, seed, *args, heap=HEAP, timeout=RUN_TIMEOUT):
-    """pmdsm-check under scrun; its JSON line once it has passed."""
-    argv = scrun_args(nodes, PMDSM_CHECK, ["--seed", seed, *args], heap)
+def run_check(score, nodes, seed, *args, heap=HEAP, timeout=RUN_TIMEOUT, detect=None):
+    """pmdsm-check under scrun; its JSON line once it has passed.  detect:
+    the write detection to ask for (PMDSM_WRITE_DETECT), else the default;
+    the one the DSM used must be it."""
+    env = {"PMDSM_WRITE_DETECT": detect} if detect else None
+    argv = scrun_args(nodes, PMDSM_CHECK, ["--seed", seed, *args], heap, env)
     print(f"\nreplay: {replay(argv)}")
     assert PMDSM_CHECK.exists(), f"{PMDSM_CHECK} is missing: make build"
     start = time.monotonic()
@@ -89,19 +99,22 @@ def run_check(score, nodes, seed, *args, heap=HEAP, timeout=RUN_TIMEOUT):
     r = rank0_result(proc.stdout, replay(argv))
     n, _, ppn = nodes.partition("x")
     assert r["ok"] is True and r["ranks"] == int(n) * int(ppn or 1) and r["seed"] == seed, r
+    assert r["write_detect"] == (detect or DEFAULT_DETECT), r
     return r
 
 
 # --- consistency -----------------------------------------------------------------
 
 
+@pytest.mark.parametrize("detect", [None] + OTHER_DETECTS)
 @pytest.mark.parametrize("nodes", ["4x1", "4x2"])
-def test_generated_programs_see_the_sequential_result(score, request, nodes):
+def test_generated_programs_see_the_sequential_result(score, request, nodes, detect):
     """4x1: udp between every pair of ranks.  4x2: shm within a node, udp
-    striped over both NICs between nodes (every node's two NICs carry it)."""
+    striped over both NICs between nodes (every node's two NICs carry it).
+    With each write detection (None: the library's default)."""
     vc = score.vc
     before = {n: nic_counters(vc, n) for n in NODES}
-    r = run_check(score, nodes, seed_for(request), "--rounds", 4)
+    r = run_check(score, nodes, seed_for(request), "--rounds", 4, detect=detect)
     after = {n: nic_counters(vc, n) for n in NODES}
     assert r["rounds"] == 4, r
     tx = {n: {nic: grown(before[n], after[n], nic) for nic in ("eth0", "eth1")} for n in NODES}
@@ -110,11 +123,13 @@ def test_generated_programs_see_the_sequential_result(score, request, nodes):
             assert tx[node][nic] > 100, f"{node} {nic} carried little of the job: {tx}"
 
 
-def test_eight_writers_of_one_page_lose_nothing(score, request):
+@pytest.mark.parametrize("detect", [None] + OTHER_DETECTS)
+def test_eight_writers_of_one_page_lose_nothing(score, request, detect):
     """False sharing: with --bytes 4096 the shared array is one page, and
     every byte's writer is drawn at random among the 8 ranks, so that they
     all write disjoint bytes of that page between two barriers."""
-    r = run_check(score, "4x2", seed_for(request), "--bytes", 4096, "--rounds", 4)
+    r = run_check(score, "4x2", seed_for(request), "--bytes", 4096, "--rounds", 4,
+                  detect=detect)
     assert r["bytes"] == 4096, r
 
 
