@@ -352,6 +352,13 @@ static inline bool dsm_uffd(const struct dsm *d)
 	return d->write_detect == PMDSM_WRITE_UFFD_ASYNC;
 }
 
+/* uffd-wp: valid pages are open and armed, a first write faults to the
+ * library's thread. */
+static inline bool dsm_uffd_wp(const struct dsm *d)
+{
+	return d->write_detect == PMDSM_WRITE_UFFD_WP;
+}
+
 /* segv: a valid page is read-only until its first write faults. */
 static inline bool dsm_segv(const struct dsm *d)
 {

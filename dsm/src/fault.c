@@ -227,7 +227,7 @@ void dsm_pages_valid(struct dsm *d, uint32_t first, uint32_t n)
 			d->st->twins++;
 		}
 	}
-	if (d->write_detect == PMDSM_WRITE_UFFD_WP)
+	if (dsm_uffd_wp(d))
 		dsm_wp_arm(d, first, n);
 	dsm_protect(d, first, n, dsm_segv(d) ? PROT_READ : PROT_READ | PROT_WRITE);
 }

@@ -53,6 +53,20 @@ static size_t parse_size(const char *s)
 	return *end ? 0 : (size_t)v;
 }
 
+/* The names of the write detections, in PMDSM_WRITE_DETECT and
+ * pmdsm_write_detect(). */
+static const char *const write_detect_names[] = {
+	[PMDSM_WRITE_SEGV] = "segv",
+	[PMDSM_WRITE_UFFD_ASYNC] = "uffd-async",
+	[PMDSM_WRITE_UFFD_WP] = "uffd-wp",
+};
+#define WRITE_DETECT_COUNT (sizeof(write_detect_names) / sizeof(write_detect_names[0]))
+
+static const char *write_detect_name(enum pmdsm_write_detect wd)
+{
+	return (unsigned)wd < WRITE_DETECT_COUNT ? write_detect_names[wd] : NULL;
+}
+
 static int read_attr(const struct pmdsm_attr *attr, size_t *heap,
 		     enum pmdsm_write_detect *wd, const char **device)
 {
@@ -77,19 +91,15 @@ static int read_attr(const struct pmdsm_attr *attr, size_t *heap,
 
 	*wd = attr ? attr->write_detect : PMDSM_WRITE_DEFAULT;
 	if (*wd == PMDSM_WRITE_DEFAULT && (env = getenv("PMDSM_WRITE_DETECT")) && *env) {
-		if (!strcmp(env, "segv")) {
-			*wd = PMDSM_WRITE_SEGV;
-		} else if (!strcmp(env, "uffd-async")) {
-			*wd = PMDSM_WRITE_UFFD_ASYNC;
-		} else if (!strcmp(env, "uffd-wp")) {
-			*wd = PMDSM_WRITE_UFFD_WP;
-		} else {
+		for (unsigned i = PMDSM_WRITE_SEGV; i < WRITE_DETECT_COUNT; i++)
+			if (!strcmp(env, write_detect_names[i]))
+				*wd = (enum pmdsm_write_detect)i;
+		if (*wd == PMDSM_WRITE_DEFAULT) {
 			dsm_log("PMDSM_WRITE_DETECT=%s: not one of segv, uffd-async, uffd-wp", env);
 			return -EINVAL;
 		}
 	}
-	if (*wd != PMDSM_WRITE_DEFAULT && *wd != PMDSM_WRITE_SEGV &&
-	    *wd != PMDSM_WRITE_UFFD_ASYNC && *wd != PMDSM_WRITE_UFFD_WP)
+	if (*wd != PMDSM_WRITE_DEFAULT && !write_detect_name(*wd))
 		return -EINVAL;
 	*device = attr ? attr->pm_device : NULL;
 	return 0;
@@ -265,20 +275,6 @@ static void destroy(struct dsm *d)
 	free(d);
 }
 
-static const char *write_detect_name(enum pmdsm_write_detect wd)
-{
-	switch (wd) {
-	case PMDSM_WRITE_SEGV:
-		return "segv";
-	case PMDSM_WRITE_UFFD_ASYNC:
-		return "uffd-async";
-	case PMDSM_WRITE_UFFD_WP:
-		return "uffd-wp";
-	default:
-		return NULL;
-	}
-}
-
 const char *pmdsm_write_detect(void)
 {
 	return dsm_ctx ? write_detect_name(dsm_ctx->write_detect) : NULL;
@@ -318,7 +314,7 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 	d->rank = -1;
 	d->memfd = -1;
 	d->uffd = d->pagemap = -1;
-	d->wp_stop[0] = d->wp_stop[1] = -1;
+	d->wp_stop[0] = d->wp_stop[1] = -1;     /* dsm_wp_close() looks at them */
 	d->pm_device = device;
 	d->write_detect = wd;
 	d->ra_max = read_ahead;

@@ -173,10 +173,9 @@ static int wp_thread_start(struct dsm *d)
 
 int dsm_wp_open(struct dsm *d)
 {
-	bool sync = d->write_detect == PMDSM_WRITE_UFFD_WP;
+	bool sync = dsm_uffd_wp(d);
 	uint64_t want = sync ? WP_SHARED_FEATURES : WP_ASYNC_FEATURES;
 
-	d->wp_stop[0] = d->wp_stop[1] = -1;
 	d->uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
 	if (d->uffd < 0)
 		return -errno;
