@@ -892,7 +892,7 @@ def render_dsm(doc, path):
             v = marks.get(f"{where}_write") if test == "write-remote" else None
             rows.append([f"`{test}`: {title}", op]
                         + [spread_cell(f["us"][m][test]) for m in methods]
-                        + [spread_cell(segv_over(f, m)[test], 2) for m in others]
+                        + [spread_cell(f["segv_over"][m][test], 2) for m in others]
                         + [target_cell(v) if v else ""])
         base = f["us"]["baseline"]["pm-read"]
         rows.append(["`pm-read`: PM's `pm_read` of 4 KiB alone (the read fault's baseline)",
@@ -938,7 +938,7 @@ def render_dsm(doc, path):
                     f"places each rank's application and service threads on either CPU; "
                     f"`fault.{where}.unpinned`), µs per operation:", ""]
             rows = [[f"`{t}`"] + [spread_cell(un["us"][m][t]) for m in methods]
-                    + [spread_cell(segv_over(un, m)[t], 2) for m in others]
+                    + [spread_cell(un["segv_over"][m][t], 2) for m in others]
                     for t in DSM_FAULT_TESTS(un)]
             rows.append(["`pm-read`", spread_cell(un["us"]["baseline"]["pm-read"])]
                         + [""] * (len(methods) - 1 + len(others)))
@@ -990,10 +990,9 @@ def render_dsm(doc, path):
                              rows, ["---", "---:", "---:", "---:", "---:", "---:", "---", "---:",
                                     "---:"]))
             for m in others:
-                by_ranks = segv_over(prog, m)
-                if by_ranks:
-                    out += ["", f"DSM segv ÷ {m}, time: " + ", ".join(
-                        f"{k} rank(s) {spread_cell(v, 2)}" for k, v in by_ranks.items()) + "."]
+                out += ["", f"DSM segv ÷ {m}, time: " + ", ".join(
+                    f"{k} rank(s) {spread_cell(v, 2)}"
+                    for k, v in prog["segv_over"][m].items()) + "."]
             out.append("")
 
     out += ["### Targets", "", "Ratios taken round by round; PASS only when the whole spread "
@@ -1061,14 +1060,6 @@ def dsm_read_table(f, methods, marks, where, base):
         head += ["sequential sweep (`read`), µs per page", "sweep per page ÷ pm_read"]
         align += ["---:", "---:"]
     return [table(head, rows, align)]
-
-
-def segv_over(summary, method):
-    """segv ÷ method of a fault-path or application summary ({test or rank
-    count: spread}); a summary from before uffd-wp has uffd-async's alone."""
-    if "segv_over" in summary:
-        return summary["segv_over"].get(method) or {}
-    return summary.get("segv_over_uffd", {}) if method == "uffd-async" else {}
 
 
 def DSM_FAULT_TESTS(f):
