@@ -157,5 +157,9 @@ int pmfi_fabric_open(struct fi_fabric_attr *attr, struct fid_fabric **fabric, vo
 	f->fid.fid.ops = &fabric_fi_ops;
 	f->fid.ops = &fabric_ops;
 	*fabric = &f->fid;
+	/* Which API's meaning the application asked for (getinfo answered in
+	 * its terms): tests and users read it with FI_LOG_LEVEL=info. */
+	PMFI_INFO("fabric opened for API %u.%u", FI_MAJOR(attr->api_version),
+		  FI_MINOR(attr->api_version));
 	return 0;
 }

@@ -43,10 +43,44 @@ static bool rma_mr_mode_fits(const struct fi_info *h)
 	       (mode & PMFI_RMA_MR_MODE) == PMFI_RMA_MR_MODE;
 }
 
-/* Everything of the hints we cannot honour; 0 when they fit. */
-static int check_hints(const struct fi_info *h)
+_Static_assert(offsetof(struct pmfi_domain_attr_v2, max_ep_auth_key) == 192 &&
+	       offsetof(struct pmfi_domain_attr_v2, max_group_id) == 200 &&
+	       offsetof(struct pmfi_domain_attr_v2, max_cntr_value) == 208 &&
+	       offsetof(struct pmfi_domain_attr_v2, max_err_cntr_value) == 216,
+	       "the 2.x fields of fi_domain_attr where libfabric v2.5.1 has them");
+
+/* The capabilities a request of this version may ask (2.x names tagged-only
+ * and exact directed receives, which our matching serves as it serves
+ * FI_DIRECTED_RECV). */
+static uint64_t caps_for(uint32_t version)
 {
-	uint64_t caps = PMFI_CAPS;
+	return PMFI_CAPS | (version >= PMFI_V2 ?
+			    PMFI_TAGGED_DIRECTED_RECV | PMFI_EXACT_DIRECTED_RECV : 0);
+}
+
+/* What 2.x added to the hints: peer groups and authorization keys we do not
+ * have; counters count the full 64 bits, whatever range is asked. */
+static int check_hints_v2(const struct fi_info *h)
+{
+	const struct fi_ep_attr *e = h->ep_attr;
+
+	if (e && e->mem_tag_format < PMFI_TAG_MAX_FORMAT && e->mem_tag_format > PMFI_TAG_CCL)
+		return refuse("a tag format this API does not define");
+	if (h->domain_attr) {
+		const struct pmfi_domain_attr_v2 *d = (const void *)h->domain_attr;
+
+		if (d->max_ep_auth_key)
+			return refuse("authorization keys per endpoint");
+		if (d->max_group_id)
+			return refuse("peer groups");
+	}
+	return 0;
+}
+
+/* Everything of the hints we cannot honour; 0 when they fit. */
+static int check_hints(const struct fi_info *h, uint32_t version)
+{
+	uint64_t caps = caps_for(version);
 
 	if (h->ep_attr && h->ep_attr->type != FI_EP_UNSPEC && h->ep_attr->type != FI_EP_RDM)
 		return refuse("endpoint type is not RDM");
@@ -56,7 +90,8 @@ static int check_hints(const struct fi_info *h)
 		caps |= PMFI_RMA_CAPS;
 	}
 	if (!bits_within(h->caps, caps))
-		return refuse("capabilities beyond TAGGED|MSG|DIRECTED_RECV|SOURCE|RMA|ATOMIC");
+		return refuse("capabilities beyond TAGGED|MSG|DIRECTED_RECV|SOURCE|RMA|ATOMIC"
+			      " (and, from API 2.0, TAGGED_ or EXACT_DIRECTED_RECV)");
 	if (h->addr_format != FI_FORMAT_UNSPEC && h->addr_format != PMFI_ADDR_FORMAT)
 		return refuse("foreign address format");
 	/* An address in the hints is one of our names (fi_pingpong's client
@@ -85,6 +120,8 @@ static int check_hints(const struct fi_info *h)
 			return refuse("MR key above 8 bytes");
 		if (!bits_within(d->caps, FI_LOCAL_COMM | FI_REMOTE_COMM))
 			return refuse("domain capabilities");
+		if (d->auth_key_size || d->auth_key)
+			return refuse("an authorization key");
 	}
 	if (h->tx_attr) {
 		const struct fi_tx_attr *t = h->tx_attr;
@@ -112,8 +149,10 @@ static int check_hints(const struct fi_info *h)
 			return refuse("message size");
 		if (h->ep_attr->tx_ctx_cnt > 1 || h->ep_attr->rx_ctx_cnt > 1)
 			return refuse("several contexts per endpoint");
+		if (h->ep_attr->auth_key_size || h->ep_attr->auth_key)
+			return refuse("an authorization key");
 	}
-	return 0;
+	return version >= PMFI_V2 ? check_hints_v2(h) : 0;
 }
 
 /* A copy of a name of the hints into the answer (fi_freeinfo frees it). */
@@ -136,8 +175,8 @@ static int set_name(char **dst, const char *name)
 	return *dst ? 0 : -FI_ENOMEM;
 }
 
-/* Our answer for these hints (h may be NULL). */
-static int fill(struct fi_info *fi, const struct fi_info *h)
+/* Our answer for these hints (h may be NULL), in the terms of version. */
+static int fill(struct fi_info *fi, const struct fi_info *h, uint32_t version)
 {
 	uint64_t caps = PMFI_CAPS;
 
@@ -222,6 +261,13 @@ static int fill(struct fi_info *fi, const struct fi_info *h)
 	d->caps = FI_LOCAL_COMM | FI_REMOTE_COMM;
 	d->mode = 0;
 	d->mr_cnt = 256;
+	if (version >= FI_VERSION(2, 5)) {
+		/* Counters are plain 64-bit sums (cntr.c). */
+		struct pmfi_domain_attr_v2 *d2 = (void *)d;
+
+		d2->max_cntr_value = UINT64_MAX;
+		d2->max_err_cntr_value = UINT64_MAX;
+	}
 	int err = set_name(&d->name, PMFI_NAME);
 
 	if (err)
@@ -241,7 +287,7 @@ int pmfi_getinfo(uint32_t version, const char *node, const char *service, uint64
 	if (node || service)
 		return refuse("node or service to resolve");
 	if (hints) {
-		int err = check_hints(hints);
+		int err = check_hints(hints, version);
 
 		if (err)
 			return err;
@@ -251,7 +297,7 @@ int pmfi_getinfo(uint32_t version, const char *node, const char *service, uint64
 
 	if (!fi)
 		return -FI_ENOMEM;
-	int err = fill(fi, hints);
+	int err = fill(fi, hints, version);
 
 	if (err) {
 		fi_freeinfo(fi);

@@ -29,10 +29,38 @@
 #include <stdint.h>
 
 #define PMFI_NAME        "pm"
-#define PMFI_API_VERSION FI_VERSION(1, 18)
+/* The newest API whose semantics the provider implements (design §1): a
+ * request of any version from PMFI_API_MIN to this one gets the meaning of
+ * its own version (info.c). */
+#define PMFI_API_VERSION FI_VERSION(2, 5)
 #define PMFI_PROV_VERSION FI_VERSION(0, 1)
 /* Oldest API whose memory-registration semantics we implement. */
 #define PMFI_API_MIN     FI_VERSION(1, 5)
+
+/*
+ * What API 2.x added that Debian's 1.17 headers, which we build against,
+ * lack (values of libfabric v2.5.1's fabric.h).  From 2.0 on, bits 45 and
+ * 48 of caps mean FI_TAGGED_DIRECTED_RECV and FI_EXACT_DIRECTED_RECV (in
+ * 1.x they were other flags), and a mem_tag_format below 1 << 16 names a
+ * format instead of describing bits.
+ */
+#define PMFI_V2                     FI_VERSION(2, 0)
+#define PMFI_TAGGED_DIRECTED_RECV   (1ULL << 45)
+#define PMFI_EXACT_DIRECTED_RECV    (1ULL << 48)
+#define PMFI_TAG_MPI                1u
+#define PMFI_TAG_CCL                2u
+#define PMFI_TAG_MAX_FORMAT         (1ull << 16)
+
+/* fi_domain_attr as a 2.x core allocates it: the 1.17 structure and the
+ * fields appended since (only read or written for requests of a version
+ * that has them: the core that takes such a request has them too). */
+struct pmfi_domain_attr_v2 {
+	struct fi_domain_attr v1;
+	size_t max_ep_auth_key;         /* 1.20 */
+	uint32_t max_group_id;          /* 2.0  */
+	uint64_t max_cntr_value;        /* 2.5  */
+	uint64_t max_err_cntr_value;    /* 2.5  */
+};
 
 /* A provider-specific address format ("PM" in the low bits). */
 #define PMFI_ADDR_FORMAT ((uint32_t)(1u << 31) | 0x504du)

@@ -32,22 +32,25 @@ MPI4PY_WHEEL = f"mpi4py-{MPI4PY_VERSION}-cp311-cp311-manylinux1_x86_64.manylinux
 MPI4PY_WHEEL_SHA256 = "a753d5d61b46f90260247f344a6c57c527a6a4e7bea126830120ab41c3d057e5"
 MPI4PY_SDIST_SHA256 = "eb2c8489bdbc47fdc6b26ca7576e927a11b070b6de196a443132766b3d0a2a22"
 
-# What makes the wheel's MPICH run over pm.  Its libfabric asks API 2.5
-# unless told otherwise; the provider implements 1.18 (design.md §1).  MPICH
-# builds its request from the answer to NULL hints, which offers no RMA or
-# atomics (the provider gives them only to hints with its mr_mode): these
-# say it up front, and MPI one-sided goes through MPICH's active messages
-# (FI_MSG + FI_MULTI_RECV).  NOLOCAL keeps MPICH's own shared memory out,
-# so ranks on one node talk through the netmod too.
+# What makes the wheel's MPICH run over pm.  Its libfabric asks API 2.5,
+# which the provider implements (design.md §1; MPICH_API_1_18 asks 1.18
+# instead, as scrun did before).  MPICH builds its request from the answer
+# to NULL hints, which offers no RMA or atomics (the provider gives them
+# only to hints with its mr_mode): these say it up front, and MPI one-sided
+# goes through MPICH's active messages (FI_MSG + FI_MULTI_RECV).  NOLOCAL
+# keeps MPICH's own shared memory out, so ranks on one node talk through
+# the netmod too.
 MPICH_ENV = {
     "FI_PROVIDER": "pm",
     "FI_PROVIDER_PATH": str(PROVIDER_DIR),
     "MPIR_CVAR_CH4_NETMOD": "ofi",
     "MPIR_CVAR_NOLOCAL": "1",
-    "MPIR_CVAR_CH4_OFI_MAJOR_VERSION": "1",
-    "MPIR_CVAR_CH4_OFI_MINOR_VERSION": "18",
     "MPIR_CVAR_CH4_OFI_ENABLE_RMA": "0",
     "MPIR_CVAR_CH4_OFI_ENABLE_ATOMICS": "0",
+}
+MPICH_API_1_18 = {
+    "MPIR_CVAR_CH4_OFI_MAJOR_VERSION": "1",
+    "MPIR_CVAR_CH4_OFI_MINOR_VERSION": "18",
 }
 
 

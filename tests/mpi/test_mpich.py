@@ -19,7 +19,9 @@ with tcp passes with pm.
 
 Skipped only when the wheels cannot be fetched (no network)."""
 
+import os
 import shutil
+import subprocess
 import tempfile
 
 import pytest
@@ -27,9 +29,9 @@ import pytest
 from conftest import VCLUSTER
 
 from .mpi4py_suite import assert_pm_passes_what_tcp_passes, run_suite, suite_dir
-from .mpich import (MPI4PY_SDIST_SHA256, MPI4PY_VERSION, hydra_across, install, install_mpi4py,
-                    mpich_env, rsh_script)
-from .mpijob import Run, striped_over_both_nics, watch
+from .mpich import (MPI4PY_SDIST_SHA256, MPI4PY_VERSION, MPICH_API_1_18, hydra_across, install,
+                    install_mpi4py, mpich_env, rsh_script)
+from .mpijob import BUILD, PROVIDER_DIR, Run, striped_over_both_nics, watch
 from .wheels import build_program
 
 
@@ -85,12 +87,37 @@ def test_mpich_program_over_pm_on_one_node(mpich, programs, stats_dir, device, n
     assert len({c["pid"] for c in ctxs}) == nranks, ctxs
 
 
-def test_mpich_truncation_cancel_and_probe(mpich, programs):
+def test_getinfo_answers_api_2_requests_under_the_wheels_libfabric(mpich):
+    """The provider's unit test of getinfo in its API 2.x mode, run under
+    the wheel's libfabric (2.5.1) instead of the system's 1.17: 2.x's
+    tagged-only and exact directed receives, tag formats, peer groups,
+    authorization keys per endpoint and counter ranges, through the core's
+    newest symbols."""
+    test = BUILD / "meson" / "mpi" / "tests" / "test_getinfo"
+    libdir = mpich / "lib" / "mpich"
+    assert (libdir / "libfabric.so.1").exists(), libdir
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FI_")}
+    env["LD_LIBRARY_PATH"] = str(libdir)
+    run = subprocess.run([str(test), str(PROVIDER_DIR), "--api2"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "getinfo API 2.x tests passed (libfabric 2.5)" in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize("api", ["2.5", "1.18"])
+def test_mpich_truncation_cancel_and_probe(mpich, programs, api):
     """MPI_ERR_TRUNCATE, a cancelled receive, Iprobe/Probe/Mprobe and Ssend,
-    as MPICH defines them, over pm."""
-    run = mpiexec(mpich, 2, [programs["mpi_errors"]]).wait()
+    as MPICH defines them, over pm; at the API MPICH asks by default (its
+    libfabric's, 2.5) and at 1.18 (MPICH_API_1_18), each answered in its own
+    terms: the provider says which API each rank's fabric was opened for."""
+    versions = MPICH_API_1_18 if api == "1.18" else {}
+    run = mpiexec(mpich, 2, [programs["mpi_errors"]], FI_LOG_LEVEL="info",
+                  **versions).wait()
     assert run.returncode == 0, run.describe()
     assert "mpi_errors: passed" in run.stdout, run.describe()
+    opened = [ln for ln in run.stderr.splitlines() if "fabric opened for API" in ln]
+    assert len(opened) == 2 and all(ln.endswith(f"API {api}") for ln in opened), \
+        f"{opened}\n{run.describe()}"
 
 
 def test_mpich_one_sided_through_active_messages(mpich, programs):

@@ -90,16 +90,22 @@ def test_openmpi5_truncation_cancel_and_probe(ompi5, programs):
 
 
 def test_openmpi5_loads_the_provider_at_api_1_18(ompi5, programs):
-    """The wheel's libfabric (2.5.1) opens the fabric of the provider pm at
-    the version the provider declares, the one Open MPI 5's mtl asks for."""
+    """The wheel's libfabric (2.5.1) loads the provider pm at the newest API
+    it implements (2.5) and opens its fabric for the API Open MPI 5's mtl
+    asks (1.18), whose meaning the provider's answers then keep."""
     run = mpirun(ompi5, 2, [programs["mpi_errors"]], PM_DEVICE="shm",
                  FI_LOG_LEVEL="info").wait()
     assert run.returncode == 0, run.describe()
-    # "libfabric:PID:...: Using pm provider 1.18, path:...", once per fabric
-    # a rank opens (Open MPI 5 may open more than one).
-    used = [ln for ln in run.stderr.splitlines() if "Using pm provider" in ln]
-    assert used and all("Using pm provider 1.18," in ln for ln in used), \
+    # "libfabric:PID:...: Using pm provider 2.5, path:..." from the core and
+    # "libfabric:PID:...: fabric opened for API 1.18" from the provider,
+    # once per fabric a rank opens (Open MPI 5 may open more than one).
+    lines = run.stderr.splitlines()
+    used = [ln for ln in lines if "Using pm provider" in ln]
+    opened = [ln for ln in lines if "fabric opened for API" in ln]
+    assert used and all("Using pm provider 2.5," in ln for ln in used), \
         f"{used}\n{run.describe()}"
+    assert len(opened) == len(used) and all(ln.endswith("API 1.18") for ln in opened), \
+        f"{opened}\n{run.describe()}"
     assert len({ln.split(":")[1] for ln in used}) == 2, f"{used}\n{run.describe()}"
 
 

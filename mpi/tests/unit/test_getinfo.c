@@ -4,14 +4,20 @@
  * through the real fi_getinfo of the system's libfabric, which loads
  * libpm-fi.so from FI_PROVIDER_PATH (design §9, §10).
  *
- * Usage: test_getinfo DIR, DIR holding the freshly built libpm-fi.so.
- * FI_PROVIDER=pm (set by meson, else here) keeps every other provider out.
+ * Usage: test_getinfo DIR [--api2], DIR holding the freshly built
+ * libpm-fi.so.  FI_PROVIDER=pm (set by meson, else here) keeps every other
+ * provider out.  --api2: the requests of API 2.x, which need a libfabric
+ * core of 2.5 or later in the process (LD_LIBRARY_PATH: the MPICH wheel's,
+ * tests/mpi/test_mpich.py); this program is built with the system's 1.17
+ * headers, so it reaches the 2.x structures through the core's newest
+ * symbols (dlvsym) and the provider's own view of them (pmfi.h).
  *
  * Only objects that never open PM are opened: fabric, domain, EQ, CQs and
  * MRs.  Endpoints and AVs open the process's PM context and belong to the
  * multi-process tests.
  */
 #include "check.h"
+#include "pmfi.h"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_atomic.h>
@@ -19,6 +25,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 
+#include <dlfcn.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -349,6 +356,23 @@ static void test_old_api(void)
 	CHECK_REFUSED(FI_VERSION(1, 4), NULL);
 }
 
+/* No authorization keys: a request for one is refused, at any API. */
+static void test_auth_key(void)
+{
+	/* fi_freeinfo frees the key with the hints. */
+	struct fi_info *h = hints_rdm();
+
+	h->domain_attr->auth_key = calloc(1, 8);
+	h->domain_attr->auth_key_size = 8;
+	CHECK(h->domain_attr->auth_key);
+	CHECK_REFUSED(FI_VERSION(1, 17), h);
+	h = hints_rdm();
+	h->ep_attr->auth_key = calloc(1, 8);
+	h->ep_attr->auth_key_size = 8;
+	CHECK(h->ep_attr->auth_key);
+	CHECK_REFUSED(FI_VERSION(1, 17), h);
+}
+
 static void test_auto_progress(void)
 {
 	struct fi_info *h = hints_rdm();
@@ -539,15 +563,137 @@ static void test_domain_busy(void)
 	fi_freeinfo(info);
 }
 
+/* ---- API 2.x (--api2) ---- */
+
+/* The core's newest getinfo, dupinfo and freeinfo (ABI FABRIC_1.9, libfabric
+ * 2.5): they take and give the whole 2.x structures, where the symbols this
+ * program was linked with (FABRIC_1.3) copy the 1.3 layout and drop what
+ * came after it. */
+static int (*getinfo2)(uint32_t, const char *, const char *, uint64_t, const struct fi_info *,
+		       struct fi_info **);
+static struct fi_info *(*dupinfo2)(const struct fi_info *);
+static void (*freeinfo2)(struct fi_info *);
+
+static void *newest(const char *name)
+{
+	void *f = dlvsym(RTLD_DEFAULT, name, "FABRIC_1.9");
+
+	CHECK_MSG(f, "%s@FABRIC_1.9 not in the libfabric loaded (libfabric %u.%u): --api2 "
+		  "needs 2.5 or later", name, FI_MAJOR(fi_version()), FI_MINOR(fi_version()));
+	return f;
+}
+
+static struct fi_info *hints2(uint64_t caps)
+{
+	struct fi_info *h = dupinfo2(NULL);
+
+	CHECK(h && h->ep_attr && h->domain_attr);
+	h->ep_attr->type = FI_EP_RDM;
+	h->caps = caps;
+	return h;
+}
+
+static struct pmfi_domain_attr_v2 *dom2(struct fi_info *fi)
+{
+	return (struct pmfi_domain_attr_v2 *)(void *)fi->domain_attr;
+}
+
+/* getinfo2(version, hints): the answer (NULL when refused, which must be
+ * -FI_ENODATA); hints freed. */
+static struct fi_info *ask2(uint32_t version, struct fi_info *h, int line)
+{
+	struct fi_info *info = NULL;
+	int ret = getinfo2(version, NULL, NULL, 0, h, &info);
+
+	freeinfo2(h);
+	if (ret == -FI_ENODATA && !info)
+		return NULL;
+	if (ret != 0 || !info || info->next)
+		check_fail(__FILE__, line, "fi_getinfo returned %d (%s), info %p", ret,
+			   fi_strerror(-ret), (void *)info);
+	return info;
+}
+
+#define ASK2(version, hints) ask2((version), (hints), __LINE__)
+
+static void test_api2(void)
+{
+	getinfo2 = newest("fi_getinfo");
+	dupinfo2 = newest("fi_dupinfo");
+	freeinfo2 = newest("fi_freeinfo");
+
+	/* MPICH's first request: NULL hints at its library's API. */
+	struct fi_info *info = ASK2(FI_VERSION(2, 5), NULL);
+
+	CHECK(info && (info->caps & (FI_TAGGED | FI_MSG | FI_DIRECTED_RECV)) ==
+		      (FI_TAGGED | FI_MSG | FI_DIRECTED_RECV));
+	CHECK(dom2(info)->max_cntr_value == UINT64_MAX &&
+	      dom2(info)->max_err_cntr_value == UINT64_MAX);
+	CHECK(dom2(info)->max_group_id == 0 && dom2(info)->max_ep_auth_key == 0);
+	freeinfo2(info);
+
+	/* 2.0's tagged-only and exact directed receives: served as directed
+	 * receives are; at 1.x the same bits meant other things. */
+	info = ASK2(FI_VERSION(2, 5), hints2(FI_TAGGED | PMFI_TAGGED_DIRECTED_RECV |
+					      PMFI_EXACT_DIRECTED_RECV));
+	CHECK(info && (info->caps & (PMFI_TAGGED_DIRECTED_RECV | PMFI_EXACT_DIRECTED_RECV)) ==
+		      (PMFI_TAGGED_DIRECTED_RECV | PMFI_EXACT_DIRECTED_RECV));
+	freeinfo2(info);
+	CHECK(!ASK2(FI_VERSION(1, 18), hints2(FI_TAGGED | PMFI_TAGGED_DIRECTED_RECV)));
+	/* Tagged multi-receive buffers (2.0, bit 46): not ours. */
+	CHECK(!ASK2(FI_VERSION(2, 5), hints2(FI_TAGGED | (1ULL << 46))));
+
+	/* Tag formats: FI_TAG_MPI is bits with fields, which matching on bits
+	 * serves; an undefined format is refused; at 1.x a small value is a
+	 * plain bit layout. */
+	struct fi_info *h = hints2(FI_TAGGED);
+
+	h->ep_attr->mem_tag_format = PMFI_TAG_MPI;
+	info = ASK2(FI_VERSION(2, 5), h);
+	CHECK(info && info->ep_attr->mem_tag_format == PMFI_TAG_MPI);
+	freeinfo2(info);
+	h = hints2(FI_TAGGED);
+	h->ep_attr->mem_tag_format = PMFI_TAG_CCL + 1;
+	CHECK(!ASK2(FI_VERSION(2, 5), h));
+	h = hints2(FI_TAGGED);
+	h->ep_attr->mem_tag_format = PMFI_TAG_CCL + 1;
+	info = ASK2(FI_VERSION(1, 18), h);
+	CHECK(info);
+	freeinfo2(info);
+
+	/* Peer groups and authorization keys per endpoint: none. */
+	h = hints2(FI_TAGGED);
+	dom2(h)->max_group_id = 1;
+	CHECK(!ASK2(FI_VERSION(2, 5), h));
+	h = hints2(FI_TAGGED);
+	dom2(h)->max_ep_auth_key = 1;
+	CHECK(!ASK2(FI_VERSION(2, 5), h));
+	/* Any counter range: they are 64-bit sums. */
+	h = hints2(FI_TAGGED);
+	dom2(h)->max_cntr_value = UINT64_MAX;
+	info = ASK2(FI_VERSION(2, 5), h);
+	CHECK(info);
+	freeinfo2(info);
+}
+
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr, "usage: %s DIR (the directory of libpm-fi.so)\n", argv[0]);
+	bool api2 = argc == 3 && strcmp(argv[2], "--api2") == 0;
+
+	if (argc != 2 && !api2) {
+		fprintf(stderr, "usage: %s DIR [--api2] (DIR: the directory of libpm-fi.so)\n",
+			argv[0]);
 		return 2;
 	}
 	/* Read by libfabric at its first call, so set before any. */
 	CHECK_OK(setenv("FI_PROVIDER_PATH", argv[1], 1));
 	CHECK_OK(setenv("FI_PROVIDER", "pm", 0));
+	if (api2) {
+		test_api2();
+		printf("getinfo API 2.x tests passed (libfabric %u.%u)\n", FI_MAJOR(fi_version()),
+		       FI_MINOR(fi_version()));
+		return 0;
+	}
 
 	test_null_hints();
 	test_ompi_hints();
@@ -560,6 +706,7 @@ int main(int argc, char **argv)
 	test_pingpong_hints();
 	test_old_api();
 	test_auto_progress();
+	test_auth_key();
 	test_msg_order();
 	test_foreign_fabric();
 	test_node_service();

@@ -211,8 +211,9 @@ pub enum MpiTransport {
 /// Open MPI: the cm PML with the ofi MTL restricted to the provider pm (the
 /// environment overrides its system-wide parameter file, whose Debian
 /// default excludes ofi).  MPICH (ch4): the ofi netmod, libfabric restricted
-/// to pm, ranks of one node through it too (PM's shm), the API version the
-/// provider implements, and one-sided MPI as active messages.  Each MPI
+/// to pm, ranks of one node through it too (PM's shm), and one-sided MPI as
+/// active messages (MPICH asks its libfabric's API, 2.5, which the provider
+/// implements: no version variables).  Each MPI
 /// ignores the other's variables.  Variables the user set win (they are
 /// added only where absent: [`add_mpi_env`]).
 pub fn mpi_env(transport: MpiTransport) -> &'static [(&'static str, &'static str)] {
@@ -224,8 +225,6 @@ pub fn mpi_env(transport: MpiTransport) -> &'static [(&'static str, &'static str
             ("FI_PROVIDER", "pm"),
             ("MPIR_CVAR_CH4_NETMOD", "ofi"),
             ("MPIR_CVAR_NOLOCAL", "1"),
-            ("MPIR_CVAR_CH4_OFI_MAJOR_VERSION", "1"),
-            ("MPIR_CVAR_CH4_OFI_MINOR_VERSION", "18"),
             ("MPIR_CVAR_CH4_OFI_ENABLE_RMA", "0"),
             ("MPIR_CVAR_CH4_OFI_ENABLE_ATOMICS", "0"),
         ],
