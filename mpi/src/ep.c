@@ -450,12 +450,17 @@ int pmfi_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep 
 	}
 	ep->dom = d;
 	ep->self = pm_rank(ep->pm);
-	/* Without FI_DIRECTED_RECV a receive's src_addr is ignored (the spec;
-	 * fi_pingpong posts its first receive from fi_addr 0 before its AV
-	 * holds anything, and asks no such capability). */
-	ep->directed = (info->caps & FI_DIRECTED_RECV) &&
-		       (!info->rx_attr || !info->rx_attr->caps ||
-			(info->rx_attr->caps & FI_DIRECTED_RECV));
+	/* Without a directed-receive capability a receive's src_addr is
+	 * ignored (the spec; fi_pingpong posts its first receive from fi_addr
+	 * 0 before its AV holds anything, and asks no such capability).  The
+	 * 2.x bits mean something else to a 1.x caller (info.c). */
+	uint64_t rx_caps = info->caps & (info->rx_attr && info->rx_attr->caps ?
+					 info->rx_attr->caps : ~(uint64_t)0);
+	bool v2 = d->fabric->fid.api_version >= PMFI_V2;
+
+	ep->exact = v2 && (rx_caps & PMFI_EXACT_DIRECTED_RECV);
+	ep->directed_msg = (rx_caps & FI_DIRECTED_RECV) || ep->exact;
+	ep->directed_tagged = ep->directed_msg || (v2 && (rx_caps & PMFI_TAGGED_DIRECTED_RECV));
 	ep->min_multi_recv = PMFI_MIN_MULTI_RECV;
 	ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags & PMFI_TX_OP_FLAGS : 0;
 	ep->rx_op_flags = info->rx_attr ? info->rx_attr->op_flags & PMFI_RX_OP_FLAGS : 0;

@@ -426,7 +426,11 @@ struct pmfi_ep {
 	int self;               /* our PM rank */
 	int npeers;             /* slots in peers: pmfi_proc_max_peers() */
 	struct pmfi_peer_q *peers;
-	bool directed;          /* FI_DIRECTED_RECV: receives honour src_addr */
+	/* Which receives honour src_addr: FI_DIRECTED_RECV both kinds; from API
+	 * 2.0 FI_TAGGED_DIRECTED_RECV tagged ones only, and
+	 * FI_EXACT_DIRECTED_RECV as FI_DIRECTED_RECV with FI_ADDR_UNSPEC
+	 * refused (exact). */
+	bool directed_msg, directed_tagged, exact;
 	size_t min_multi_recv;  /* FI_OPT_MIN_MULTI_RECV */
 	bool multi_retry;       /* unexpected messages wait for a multi-receive
 				   buffer that had no room for them in the CQ

@@ -181,8 +181,11 @@ static ssize_t post_recv(struct pmfi_ep *ep, const struct recv_args *a)
 		return -FI_EOPBADSTATE;
 
 	int peer = -1;
+	bool directed = a->tagged ? ep->directed_tagged : ep->directed_msg;
 
-	if (a->src != FI_ADDR_UNSPEC && ep->directed) {
+	if (a->src == FI_ADDR_UNSPEC && directed && ep->exact)
+		return -FI_EINVAL;      /* FI_EXACT_DIRECTED_RECV: a source, always */
+	if (a->src != FI_ADDR_UNSPEC && directed) {
 		const struct pmfi_av_entry *e = pmfi_av_lookup(ep->av, a->src);
 
 		if (!e)

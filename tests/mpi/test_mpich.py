@@ -32,7 +32,7 @@ from .mpi4py_suite import assert_pm_passes_what_tcp_passes, run_suite, suite_dir
 from .mpich import (MPI4PY_SDIST_SHA256, MPI4PY_VERSION, MPICH_API_1_18, hydra_across, install,
                     install_mpi4py, mpich_env, rsh_script)
 from .mpijob import BUILD, PROVIDER_DIR, Run, striped_over_both_nics, watch
-from .wheels import build_program
+from .wheels import build_program, compile_program
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +87,17 @@ def test_mpich_program_over_pm_on_one_node(mpich, programs, stats_dir, device, n
     assert len({c["pid"] for c in ctxs}) == nranks, ctxs
 
 
+def wheel_libfabric_env(mpich):
+    """os.environ with the wheel's libfabric (2.5.1) first on the library
+    path and no FI_ variable but those that select the provider pm."""
+    libdir = mpich / "lib" / "mpich"
+    assert (libdir / "libfabric.so.1").exists(), libdir
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FI_", "PMIX_"))}
+    env.update(LD_LIBRARY_PATH=str(libdir), FI_PROVIDER="pm",
+               FI_PROVIDER_PATH=str(PROVIDER_DIR))
+    return env
+
+
 def test_getinfo_answers_api_2_requests_under_the_wheels_libfabric(mpich):
     """The provider's unit test of getinfo in its API 2.x mode, run under
     the wheel's libfabric (2.5.1) instead of the system's 1.17: 2.x's
@@ -94,14 +105,25 @@ def test_getinfo_answers_api_2_requests_under_the_wheels_libfabric(mpich):
     authorization keys per endpoint and counter ranges, through the core's
     newest symbols."""
     test = BUILD / "meson" / "mpi" / "tests" / "test_getinfo"
-    libdir = mpich / "lib" / "mpich"
-    assert (libdir / "libfabric.so.1").exists(), libdir
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FI_")}
-    env["LD_LIBRARY_PATH"] = str(libdir)
-    run = subprocess.run([str(test), str(PROVIDER_DIR), "--api2"], env=env,
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run([str(test), str(PROVIDER_DIR), "--api2"],
+                         env=wheel_libfabric_env(mpich), capture_output=True, text=True,
+                         timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "getinfo API 2.x tests passed (libfabric 2.5)" in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize("mode", ["tagged", "exact"])
+def test_api_2_directed_receives_between_three_processes(mpich, mode, tmp_path):
+    """fi_directed (tests/programs) under the wheel's libfabric at API 2.5:
+    with FI_TAGGED_DIRECTED_RECV alone, a tagged receive from one sender
+    does not take another sender's earlier message of the same tag; with
+    FI_EXACT_DIRECTED_RECV, a receive from FI_ADDR_UNSPEC is refused.
+    Three processes of this host over detached PM contexts, no launcher."""
+    exe = compile_program(tmp_path, "fi_directed", flags=("-lfabric",))
+    run = subprocess.run([str(exe), mode], env=wheel_libfabric_env(mpich),
+                         capture_output=True, text=True, timeout=90)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"fi_directed: {mode} passed" in run.stdout, run.stdout + run.stderr
 
 
 @pytest.mark.parametrize("api", ["2.5", "1.18"])
