@@ -34,6 +34,10 @@ LOAD_SECONDS = 180
 LOAD = ("while [ ! -e /run/stop-load ]; do "
         "scrun -nodes=4x2 pmcheck --pattern all --count 20000 --quiet >/dev/null || exit 1; done")
 UP_TIMEOUT = 1500
+# ansible-playbook's limits: one task (the longest is an apt transaction
+# that fetches through a cold proxy cache), one whole run.
+TASK_TIMEOUT = 600
+PLAYBOOK_TIMEOUT = 900
 APT = "DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Dpkg::Use-Pty=0"
 PACKAGES = "scored score-client pm-tools"
 SITE = REPO_ROOT / "provisioning" / "site.yml"
@@ -96,11 +100,18 @@ class Cluster:
         # A play of the test's own finds the roles of the repository.
         # Pipelining: a module runs over the ssh connection it came on, not
         # a copy, a run and a removal each (docs/admin/provisioning.md).
+        # A task that hangs fails by its name (ANSIBLE_TASK_TIMEOUT) before
+        # the whole run's limit, so a hang says where it was.
         env = dict(os.environ, ANSIBLE_ROLES_PATH=str(REPO_ROOT / "roles"),
-                   ANSIBLE_PIPELINING="True")
-        return subprocess.run(["ansible-playbook", "-i", str(inventory), str(playbook),
-                               *EXTRA_VARS, *key, *extra], capture_output=True, text=True,
-                              timeout=900, env=env)
+                   ANSIBLE_PIPELINING="True", ANSIBLE_TASK_TIMEOUT=str(TASK_TIMEOUT))
+        argv = ["ansible-playbook", "-i", str(inventory), str(playbook), *EXTRA_VARS, *key, *extra]
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=PLAYBOOK_TIMEOUT,
+                                  env=env)
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout
+            raise AssertionError(f"ansible-playbook {playbook.name} ran over {PLAYBOOK_TIMEOUT} s; "
+                                 f"the end of its output:\n{(out or '')[-4000:]}") from None
 
     def prometheus(self, path, timeout=120, until=lambda doc: True, what="Prometheus"):
         """GET Prometheus's API on n1 (from the host) until `until(doc)`."""

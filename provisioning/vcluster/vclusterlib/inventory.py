@@ -58,6 +58,8 @@ def build(current, head=None):
             "ansible_python_interpreter": "/usr/bin/python3",
             "ansible_ssh_private_key_file": str(machines.key_path(layout.name)),
             "ansible_ssh_common_args": ssh_args,
+            # A connection lost (ssh's exit status 255) is tried again.
+            "ansible_ssh_retries": 3,
             "score_cluster": layout.name,
             "score_apt_proxy": aptproxy.proxy_url(proxy_address),
             "score_apt_repository": aptproxy.repo_line(proxy_address),

@@ -113,5 +113,9 @@ def _write_known_hosts(layout):
 
 def ssh_options(name):
     """ssh options that reach the nodes of cluster `name` as root."""
+    # Keepalives: a connection whose peer went silent ends within a minute
+    # (ssh exits 255, which Ansible reports and may retry) instead of
+    # waiting out TCP's retransmissions, some 15 minutes.
     return ["-i", str(key_path(name)), "-o", f"UserKnownHostsFile={known_hosts_path(name)}",
-            "-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"]
+            "-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+            "-o", "ConnectTimeout=20", "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4"]
