@@ -15,14 +15,22 @@ void pmfi_match_init(struct pmfi_match *m)
 	}
 }
 
-struct pmfi_req *pmfi_match_posted(struct pmfi_match *m, bool tagged, int peer, uint64_t tag)
+/* A receive directed at a source (peer >= 0) names one endpoint of one
+ * process, as an fi_addr_t does: the PM peer and the endpoint's index. */
+static bool source_matches(const struct pmfi_req *r, int peer, uint16_t peer_ep)
+{
+	return r->peer < 0 || (r->peer == peer && r->peer_ep == peer_ep);
+}
+
+struct pmfi_req *pmfi_match_posted(struct pmfi_match *m, bool tagged, int peer,
+				   uint16_t peer_ep, uint64_t tag)
 {
 	struct pmfi_list *q = &m->posted[tagged];
 
 	for (struct pmfi_list *l = q->next; l != q; l = l->next) {
 		struct pmfi_req *r = pmfi_container_of(l, struct pmfi_req, link);
 
-		if ((r->peer < 0 || r->peer == peer) &&
+		if (source_matches(r, peer, peer_ep) &&
 		    (!tagged || pmfi_tag_matches(r->tag, r->ignore, tag))) {
 			if (!(r->flags & FI_MULTI_RECV))
 				pmfi_list_del(l);
@@ -39,7 +47,7 @@ struct pmfi_unexp *pmfi_match_unexp(struct pmfi_match *m, const struct pmfi_req 
 	for (struct pmfi_list *l = q->next; l != q; l = l->next) {
 		struct pmfi_unexp *u = pmfi_container_of(l, struct pmfi_unexp, link);
 
-		if ((r->peer < 0 || r->peer == u->peer) &&
+		if (source_matches(r, u->peer, u->peer_ep) &&
 		    (!r->tagged || pmfi_tag_matches(r->tag, r->ignore, u->tag))) {
 			if (!peek)
 				pmfi_list_del(l);

@@ -347,7 +347,8 @@ struct pmfi_req {
 	uint64_t tag, ignore;
 	uint64_t data;
 	int peer;               /* PM peer; -1 for any (receives) */
-	uint16_t peer_ep;       /* its endpoint index (a matched receive's sender) */
+	uint16_t peer_ep;       /* its endpoint index: the one a directed receive
+				 * names, then a matched receive's sender */
 	/* FI_MULTI_RECV: a buffer (flags has FI_MULTI_RECV) stays posted while
 	 * messages fill it from off on; the receive of a message that uses it
 	 * up carries multi_last (FI_MULTI_RECV in its completion). */
@@ -392,7 +393,8 @@ static inline bool pmfi_tag_matches(uint64_t want, uint64_t ignore, uint64_t tag
 /* The first posted receive that takes a message from peer with tag,
  * unlinked, unless it is a multi-receive buffer: that one stays posted
  * until it is used up (progress.c unlinks it). */
-struct pmfi_req *pmfi_match_posted(struct pmfi_match *m, bool tagged, int peer, uint64_t tag);
+struct pmfi_req *pmfi_match_posted(struct pmfi_match *m, bool tagged, int peer,
+				   uint16_t peer_ep, uint64_t tag);
 /* The first unexpected message r takes; unlinked unless peek. */
 struct pmfi_unexp *pmfi_match_unexp(struct pmfi_match *m, const struct pmfi_req *r, bool peek);
 /* The posted receive with this context, unlinked; NULL when none. */

@@ -489,7 +489,7 @@ static void dispatch(struct pmfi_ep *ep, const struct pm_msg *m)
 	switch (h.op) {
 	case PMFI_OP_EAGER:
 	case PMFI_OP_RTS: {
-		struct pmfi_req *r = pmfi_match_posted(&ep->match, tagged, m->peer,
+		struct pmfi_req *r = pmfi_match_posted(&ep->match, tagged, m->peer, src_ep,
 						       le64toh(h.tag));
 
 		if (!r) {

@@ -155,7 +155,8 @@ static ssize_t peek(struct pmfi_ep *ep, const struct pmfi_req *want, const struc
 /* FI_MULTI_RECV (untagged only): one buffer that stays posted while
  * messages fill it, each completing with its place in it; released when
  * less than FI_OPT_MIN_MULTI_RECV is left (progress.c). */
-static ssize_t post_multi(struct pmfi_ep *ep, int peer, const struct recv_args *a)
+static ssize_t post_multi(struct pmfi_ep *ep, int peer, uint16_t peer_ep,
+			  const struct recv_args *a)
 {
 	if (a->tagged || (a->flags & (FI_PEEK | FI_CLAIM | FI_DISCARD)) || !a->buf)
 		return -FI_EINVAL;
@@ -166,7 +167,7 @@ static ssize_t post_multi(struct pmfi_ep *ep, int peer, const struct recv_args *
 		return -FI_EAGAIN;
 	*r = (struct pmfi_req){
 		.kind = REQ_RECV, .context = a->context, .flags = a->flags, .buf = a->buf,
-		.len = a->len, .peer = peer,
+		.len = a->len, .peer = peer, .peer_ep = peer_ep,
 	};
 	pmfi_list_init(&r->link);
 	pmfi_list_add_tail(&ep->match.posted[0], &r->link);
@@ -181,6 +182,7 @@ static ssize_t post_recv(struct pmfi_ep *ep, const struct recv_args *a)
 		return -FI_EOPBADSTATE;
 
 	int peer = -1;
+	uint16_t peer_ep = 0;
 	bool directed = a->tagged ? ep->directed_tagged : ep->directed_msg;
 
 	if (a->src == FI_ADDR_UNSPEC && directed && ep->exact)
@@ -191,6 +193,7 @@ static ssize_t post_recv(struct pmfi_ep *ep, const struct recv_args *a)
 		if (!e)
 			return -FI_EINVAL;
 		peer = e->peer;
+		peer_ep = e->ep;
 		if (ep->peers[peer].gone && !(a->flags & (FI_PEEK | FI_CLAIM)))
 			/* Nothing will ever come from it. */
 			return pmfi_recv_error(ep, a->context, a->tagged, a->buf, a->tag, FI_EIO,
@@ -198,10 +201,11 @@ static ssize_t post_recv(struct pmfi_ep *ep, const struct recv_args *a)
 	}
 
 	if (a->flags & FI_MULTI_RECV)
-		return post_multi(ep, peer, a);
+		return post_multi(ep, peer, peer_ep, a);
 
 	struct pmfi_req want = {
-		.tagged = a->tagged, .peer = peer, .tag = a->tag, .ignore = a->ignore,
+		.tagged = a->tagged, .peer = peer, .peer_ep = peer_ep, .tag = a->tag,
+		.ignore = a->ignore,
 	};
 
 	if (a->flags & FI_PEEK)
@@ -242,7 +246,7 @@ static ssize_t post_recv(struct pmfi_ep *ep, const struct recv_args *a)
 	*r = (struct pmfi_req){
 		.kind = REQ_RECV, .tagged = a->tagged, .context = a->context,
 		.flags = a->flags, .buf = a->buf, .len = a->len,
-		.tag = a->tag, .ignore = a->ignore, .peer = peer,
+		.tag = a->tag, .ignore = a->ignore, .peer = peer, .peer_ep = peer_ep,
 	};
 	pmfi_list_init(&r->link);
 	if (!u)

@@ -112,13 +112,15 @@ def test_getinfo_answers_api_2_requests_under_the_wheels_libfabric(mpich):
     assert "getinfo API 2.x tests passed (libfabric 2.5)" in run.stdout, run.stdout
 
 
-@pytest.mark.parametrize("mode", ["tagged", "exact"])
-def test_api_2_directed_receives_between_three_processes(mpich, mode, tmp_path):
+@pytest.mark.parametrize("mode", ["tagged", "exact", "endpoints"])
+def test_api_2_directed_receives(mpich, mode, tmp_path):
     """fi_directed (tests/programs) under the wheel's libfabric at API 2.5:
     with FI_TAGGED_DIRECTED_RECV alone, a tagged receive from one sender
     does not take another sender's earlier message of the same tag; with
-    FI_EXACT_DIRECTED_RECV, a receive from FI_ADDR_UNSPEC is refused.
-    Three processes of this host over detached PM contexts, no launcher."""
+    FI_EXACT_DIRECTED_RECV, a receive from FI_ADDR_UNSPEC is refused; and
+    (endpoints) the two senders may be two endpoints of one process: an
+    address names an endpoint, not a process.  Processes of this host over
+    detached PM contexts, no launcher."""
     exe = compile_program(tmp_path, "fi_directed", flags=("-lfabric",))
     run = subprocess.run([str(exe), mode], env=wheel_libfabric_env(mpich),
                          capture_output=True, text=True, timeout=90)

@@ -5,7 +5,7 @@
  * launcher: the provider opens detached PM contexts; names go through
  * pipes, as fi_getname/fi_av_insert users exchange them).
  *
- *   fi_directed tagged|exact
+ *   fi_directed tagged|exact|endpoints
  *
  * tagged: the endpoints ask FI_TAGGED | FI_TAGGED_DIRECTED_RECV at API 2.5
  * (not FI_DIRECTED_RECV).  The receiver posts a tagged receive from sender
@@ -14,6 +14,8 @@
  * receive gets its payload; a receive from any source then gets sender 1's.
  * exact: FI_EXACT_DIRECTED_RECV: a receive from FI_ADDR_UNSPEC is refused
  * (-FI_EINVAL), a directed one works.
+ * endpoints: as tagged, but senders 1 and 2 are two endpoints of one
+ * process (one PM context): an address names an endpoint, not a process.
  * Prints "fi_directed: MODE passed"; exits 1 with a message otherwise.
  *
  *   cc fi_directed.c -lfabric   (run under a libfabric of 2.0 or later)
@@ -96,6 +98,24 @@ static void open_node(struct node *n, uint64_t caps)
 	OK(fi_getname(&n->ep->fid, n->name, &len));
 }
 
+/* A second endpoint of n's domain, with its own CQ, on n's AV. */
+static void open_second_ep(const struct node *n, struct node *m)
+{
+	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED };
+	size_t len = sizeof(m->name);
+
+	*m = *n;
+	OK(fi_cq_open(m->domain, &cq_attr, &m->cq, NULL));
+	OK(fi_endpoint(m->domain, m->info, &m->ep, NULL));
+	OK(fi_ep_bind(m->ep, &m->av->fid, 0));
+	OK(fi_ep_bind(m->ep, &m->cq->fid, FI_TRANSMIT | FI_RECV));
+	OK(fi_enable(m->ep));
+	memset(m->name, 0, sizeof(m->name));
+	OK(fi_getname(&m->ep->fid, m->name, &len));
+	if (memcmp(m->name, n->name, sizeof(m->name)) == 0)
+		fail("two endpoints of one domain have the same name");
+}
+
 static double now(void)
 {
 	struct timespec t;
@@ -138,29 +158,39 @@ static void xwrite(int fd, const void *buf, size_t len)
 		fail("a pipe write failed");
 }
 
-/* Sender i: its index and name up, the receiver's name down; on a go
- * byte it sends "i" and, once the send completed, says so up; a last byte
- * down: the receiver is done. */
-static int sender(int i, uint64_t caps, int up, int down)
+/* A sender process with the endpoints of senders first..last (one, or
+ * two of one domain): each index and name up, the receiver's name down;
+ * then on a byte i down, sender i sends "i" and, once the send completed,
+ * says so up; a 0 byte down: the receiver is done. */
+static int sender(int first, int last, uint64_t caps, int up, int down)
 {
-	struct node n;
-	char peer[NAME_LEN], msg[1 + NAME_LEN], go, payload = (char)('0' + i);
+	struct node n[3];
+	char peer[NAME_LEN], msg[1 + NAME_LEN], go;
 	fi_addr_t to;
 	struct fi_cq_tagged_entry e;
 
-	open_node(&n, caps);
-	msg[0] = (char)i;
-	memcpy(msg + 1, n.name, NAME_LEN);
-	xwrite(up, msg, sizeof(msg));
+	open_node(&n[first], caps);
+	if (last > first)
+		open_second_ep(&n[first], &n[last]);
+	for (int i = first; i <= last; i++) {
+		msg[0] = (char)i;
+		memcpy(msg + 1, n[i].name, NAME_LEN);
+		xwrite(up, msg, sizeof(msg));
+	}
 	xread(down, peer, NAME_LEN);
-	if (fi_av_insert(n.av, peer, 1, &to, 0, NULL) != 1)
+	/* One AV for both endpoints: one insertion. */
+	if (fi_av_insert(n[first].av, peer, 1, &to, 0, NULL) != 1)
 		fail("fi_av_insert of the receiver");
-	xread(down, &go, 1);
-	OK(fi_tsend(n.ep, &payload, 1, NULL, to, TAG, NULL));
-	if (!completion(&n, 10, &e))
-		fail("no send completion");
-	xwrite(up, &payload, 1);
-	xread(down, &go, 1);
+	for (xread(down, &go, 1); go; xread(down, &go, 1)) {
+		char payload = (char)('0' + go);
+
+		if (go < first || go > last)
+			fail("asked to send from an endpoint this process has not");
+		OK(fi_tsend(n[(int)go].ep, &payload, 1, NULL, to, TAG, NULL));
+		if (!completion(&n[(int)go], 10, &e))
+			fail("no send completion");
+		xwrite(up, &payload, 1);
+	}
 	return 0;
 }
 
@@ -178,29 +208,41 @@ static char receive(struct node *n, fi_addr_t src, const char *what)
 
 int main(int argc, char **argv)
 {
-	if (argc != 2 || (strcmp(argv[1], "tagged") && strcmp(argv[1], "exact"))) {
-		fprintf(stderr, "usage: %s tagged|exact\n", argv[0]);
+	const char *mode = argc == 2 ? argv[1] : "";
+
+	if (strcmp(mode, "tagged") && strcmp(mode, "exact") && strcmp(mode, "endpoints")) {
+		fprintf(stderr, "usage: %s tagged|exact|endpoints\n", argv[0]);
 		return 2;
 	}
-	bool exact = strcmp(argv[1], "exact") == 0;
+	bool exact = strcmp(mode, "exact") == 0;
+	bool one_process = strcmp(mode, "endpoints") == 0;
 	uint64_t caps = FI_TAGGED | (exact ? EXACT_DIRECTED_RECV : TAGGED_DIRECTED_RECV);
+	/* Which sender process (its down pipe) hosts sender i. */
+	int host[3] = { 0, 1, one_process ? 1 : 2 }, nprocs = one_process ? 1 : 2;
 	int up[2], down[3][2];
 	pid_t pids[3];
 
 	if (pipe(up))
 		fail("pipe");
-	for (int i = 1; i <= 2; i++) {
-		if (pipe(down[i]))
+	for (int p = 1; p <= nprocs; p++) {
+		if (pipe(down[p]))
 			fail("pipe");
-		pids[i] = fork();
-		if (pids[i] < 0)
+		pids[p] = fork();
+		if (pids[p] < 0)
 			fail("fork");
-		if (pids[i] == 0)
-			return sender(i, caps, up[1], down[i][0]);
+		if (pids[p] == 0) {
+			/* Only the receiver writes down: a receiver that
+			 * failed and exited ends the sender's reads. */
+			close(down[p][1]);
+			close(up[0]);
+			return one_process ? sender(1, 2, caps, up[1], down[p][0])
+					   : sender(p, p, caps, up[1], down[p][0]);
+		}
+		close(down[p][0]);
 	}
 
 	struct node n;
-	char names[3][NAME_LEN], msg[1 + NAME_LEN], go = 1, sent, buf = 0;
+	char names[3][NAME_LEN], msg[1 + NAME_LEN], stop = 0, sent, buf = 0;
 	fi_addr_t addrs[3];
 	struct fi_cq_tagged_entry e;
 
@@ -211,24 +253,29 @@ int main(int argc, char **argv)
 			fail("a sender's index is wrong");
 		memcpy(names[(int)msg[0]], msg + 1, NAME_LEN);
 	}
-	for (int i = 1; i <= 2; i++) {
-		xwrite(down[i][1], n.name, NAME_LEN);
+	for (int p = 1; p <= nprocs; p++)
+		xwrite(down[p][1], n.name, NAME_LEN);
+	for (int i = 1; i <= 2; i++)
 		if (fi_av_insert(n.av, names[i], 1, &addrs[i], 0, NULL) != 1)
 			fail("fi_av_insert of a sender");
-	}
+	if (addrs[1] == addrs[2])
+		fail("the two senders got one address");
 	if (exact && fi_trecv(n.ep, &buf, 1, NULL, FI_ADDR_UNSPEC, TAG, 0, NULL) != -FI_EINVAL)
 		fail("FI_EXACT_DIRECTED_RECV took a receive from FI_ADDR_UNSPEC");
 
 	/* A receive from sender 2; sender 1's message, with the same tag,
 	 * comes first and must not match it. */
 	OK(fi_trecv(n.ep, &buf, 1, NULL, addrs[2], TAG, 0, NULL));
-	xwrite(down[1][1], &go, 1);
+	char go = 1;
+
+	xwrite(down[host[1]][1], &go, 1);
 	xread(up[0], &sent, 1);
 	if (sent != '1')
 		fail("sender 1 did not say it sent");
 	if (completion(&n, 0.3, &e))
 		fail("a receive directed at sender 2 took sender 1's message");
-	xwrite(down[2][1], &go, 1);
+	go = 2;
+	xwrite(down[host[2]][1], &go, 1);
 	if (!completion(&n, 10, &e))
 		fail("the receive directed at sender 2 never completed");
 	if (buf != '2')
@@ -239,15 +286,15 @@ int main(int argc, char **argv)
 	if (other != '1')
 		fail("the later receive got the wrong message");
 	xread(up[0], &sent, 1);
-	for (int i = 1; i <= 2; i++)
-		xwrite(down[i][1], &go, 1);
-	for (int i = 1; i <= 2; i++) {
+	for (int p = 1; p <= nprocs; p++)
+		xwrite(down[p][1], &stop, 1);
+	for (int p = 1; p <= nprocs; p++) {
 		int status;
 
-		if (waitpid(pids[i], &status, 0) != pids[i] || !WIFEXITED(status) ||
+		if (waitpid(pids[p], &status, 0) != pids[p] || !WIFEXITED(status) ||
 		    WEXITSTATUS(status))
 			fail("a sender failed");
 	}
-	printf("fi_directed: %s passed\n", argv[1]);
+	printf("fi_directed: %s passed\n", mode);
 	return 0;
 }

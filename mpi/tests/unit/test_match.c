@@ -4,7 +4,8 @@
  * posted receives and unexpected messages built by hand, no endpoint and
  * no PM.
  *
- * A receive takes a message when (its peer is the sender's or any) and
+ * A receive takes a message when (its source, a peer and one of its
+ * endpoints, is the sender's, or it takes any) and
  * ((tag ^ want) & ~ignore) == 0; tagged and untagged traffic have separate
  * queues; within a queue the first posted receive, and the first arrived
  * message, wins.
@@ -108,11 +109,11 @@ static void test_posted_order(void)
 	struct pmfi_req *a = post(true, ANY, 5, 0, &ctx[0]);
 	struct pmfi_req *b = post(true, ANY, 5, 0, &ctx[1]);
 
-	CHECK(pmfi_match_posted(&m, true, 3, 5) == a);
+	CHECK(pmfi_match_posted(&m, true, 3, 0, 5) == a);
 	check_unlinked(&a->link);
 	CHECK_EQ(count(&m.posted[1]), 1);
-	CHECK(pmfi_match_posted(&m, true, 3, 5) == b);
-	CHECK(pmfi_match_posted(&m, true, 3, 5) == NULL);
+	CHECK(pmfi_match_posted(&m, true, 3, 0, 5) == b);
+	CHECK(pmfi_match_posted(&m, true, 3, 0, 5) == NULL);
 	check_empty();
 	free(a);
 	free(b);
@@ -121,9 +122,9 @@ static void test_posted_order(void)
 	struct pmfi_req *c = post(true, ANY, 7, 0, &ctx[2]);
 	struct pmfi_req *d = post(true, ANY, 5, 0, &ctx[3]);
 
-	CHECK(pmfi_match_posted(&m, true, 0, 5) == d);
-	CHECK(pmfi_match_posted(&m, true, 0, 5) == NULL);
-	CHECK(pmfi_match_posted(&m, true, 0, 7) == c);
+	CHECK(pmfi_match_posted(&m, true, 0, 0, 5) == d);
+	CHECK(pmfi_match_posted(&m, true, 0, 0, 5) == NULL);
+	CHECK(pmfi_match_posted(&m, true, 0, 0, 7) == c);
 	check_empty();
 	free(c);
 	free(d);
@@ -135,24 +136,24 @@ static void test_posted_source(void)
 	/* Any source takes every peer. */
 	struct pmfi_req *a = post(true, ANY, 1, 0, &ctx[0]);
 
-	CHECK(pmfi_match_posted(&m, true, 0, 1) == a);
+	CHECK(pmfi_match_posted(&m, true, 0, 0, 1) == a);
 	pmfi_list_add_tail(&m.posted[1], &a->link);
-	CHECK(pmfi_match_posted(&m, true, 1000, 1) == a);
+	CHECK(pmfi_match_posted(&m, true, 1000, 0, 1) == a);
 
 	/* A directed receive is skipped for other peers, in favour of later ones. */
 	struct pmfi_req *d = post(true, 2, 1, 0, &ctx[1]);
 	struct pmfi_req *any = post(true, ANY, 1, 0, &ctx[2]);
 
-	CHECK(pmfi_match_posted(&m, true, 3, 1) == any);
-	CHECK(pmfi_match_posted(&m, true, 3, 1) == NULL);
-	CHECK(pmfi_match_posted(&m, true, 2, 1) == d);
+	CHECK(pmfi_match_posted(&m, true, 3, 0, 1) == any);
+	CHECK(pmfi_match_posted(&m, true, 3, 0, 1) == NULL);
+	CHECK(pmfi_match_posted(&m, true, 2, 0, 1) == d);
 	check_empty();
 
 	/* A directed receive ahead of a wildcard one takes its peer's message first. */
 	pmfi_list_add_tail(&m.posted[1], &d->link);
 	pmfi_list_add_tail(&m.posted[1], &any->link);
-	CHECK(pmfi_match_posted(&m, true, 2, 1) == d);
-	CHECK(pmfi_match_posted(&m, true, 2, 1) == any);
+	CHECK(pmfi_match_posted(&m, true, 2, 0, 1) == d);
+	CHECK(pmfi_match_posted(&m, true, 2, 0, 1) == any);
 	check_empty();
 	free(a);
 	free(d);
@@ -164,16 +165,16 @@ static void test_posted_ignore(void)
 	pmfi_match_init(&m);
 	struct pmfi_req *a = post(true, ANY, 0x1200, 0xff, &ctx[0]);
 
-	CHECK(pmfi_match_posted(&m, true, 0, 0x1300) == NULL);
-	CHECK(pmfi_match_posted(&m, true, 0, 0x12) == NULL);
-	CHECK(pmfi_match_posted(&m, true, 0, 0x12ab) == a);
+	CHECK(pmfi_match_posted(&m, true, 0, 0, 0x1300) == NULL);
+	CHECK(pmfi_match_posted(&m, true, 0, 0, 0x12) == NULL);
+	CHECK(pmfi_match_posted(&m, true, 0, 0, 0x12ab) == a);
 	check_empty();
 
 	/* Everything ignored: any tag. */
 	a->tag = 0;
 	a->ignore = ~(uint64_t)0;
 	pmfi_list_add_tail(&m.posted[1], &a->link);
-	CHECK(pmfi_match_posted(&m, true, 9, 0xffffffffffffffffull) == a);
+	CHECK(pmfi_match_posted(&m, true, 9, 0, 0xffffffffffffffffull) == a);
 	check_empty();
 	free(a);
 }
@@ -184,15 +185,15 @@ static void test_queues_separate(void)
 	pmfi_match_init(&m);
 	struct pmfi_req *u = post(false, ANY, 0, 0, &ctx[0]);
 
-	CHECK(pmfi_match_posted(&m, true, 0, 0) == NULL);
+	CHECK(pmfi_match_posted(&m, true, 0, 0, 0) == NULL);
 	CHECK_EQ(count(&m.posted[0]), 1);
-	CHECK(pmfi_match_posted(&m, false, 0, 0x77) == u);
+	CHECK(pmfi_match_posted(&m, false, 0, 0, 0x77) == u);
 	check_empty();
 
 	struct pmfi_req *t = post(true, ANY, 0, 0, &ctx[1]);
 
-	CHECK(pmfi_match_posted(&m, false, 0, 0) == NULL);
-	CHECK(pmfi_match_posted(&m, true, 0, 0) == t);
+	CHECK(pmfi_match_posted(&m, false, 0, 0, 0) == NULL);
+	CHECK(pmfi_match_posted(&m, true, 0, 0, 0) == t);
 	check_empty();
 
 	/* The same on the unexpected side. */
@@ -299,7 +300,7 @@ static void test_cancel(void)
 	CHECK(pmfi_match_cancel(&m, &ctx[1]) == NULL);
 
 	/* Matched (taken from the queue), a receive can no longer be cancelled. */
-	CHECK(pmfi_match_posted(&m, true, 3, 1) == a);
+	CHECK(pmfi_match_posted(&m, true, 3, 0, 1) == a);
 	CHECK(pmfi_match_cancel(&m, &ctx[0]) == NULL);
 
 	/* The others stay, in order. */
@@ -317,11 +318,44 @@ static void test_cancel(void)
 	free(u);
 }
 
+/* A source is an endpoint: a receive directed at endpoint 1 of peer 3
+ * takes neither endpoint 0's message nor another peer's endpoint 1's,
+ * posted or unexpected; a receive from any source takes either. */
+static void test_source_endpoint(void)
+{
+	pmfi_match_init(&m);
+	struct pmfi_req *ep1 = post(true, 3, 5, 0, &ctx[0]);
+
+	ep1->peer_ep = 1;
+	CHECK(pmfi_match_posted(&m, true, 3, 0, 5) == NULL);
+	CHECK(pmfi_match_posted(&m, true, 2, 1, 5) == NULL);
+	CHECK(pmfi_match_posted(&m, true, 3, 1, 5) == ep1);
+	check_empty();
+
+	struct pmfi_unexp *from0 = arrive(true, 3, 5, 0);
+	struct pmfi_unexp *from1 = arrive(true, 3, 5, 0);
+	struct pmfi_req *want = recv_req(true, 3, 5, 0);
+	struct pmfi_req *any = recv_req(true, ANY, 5, 0);
+
+	from1->peer_ep = 1;
+	want->peer_ep = 1;
+	CHECK(pmfi_match_unexp(&m, want, false) == from1);
+	CHECK(pmfi_match_unexp(&m, want, false) == NULL);
+	CHECK(pmfi_match_unexp(&m, any, false) == from0);
+	check_empty();
+	free(ep1);
+	free(from0);
+	free(from1);
+	free(want);
+	free(any);
+}
+
 int main(void)
 {
 	test_tag_matches();
 	test_posted_order();
 	test_posted_source();
+	test_source_endpoint();
 	test_posted_ignore();
 	test_queues_separate();
 	test_unexp_match();
