@@ -368,6 +368,33 @@ int pm_stats_get(const pm_context_t *ctx, struct pm_stats *stats);
 int pm_stats_layer(pm_context_t *ctx, const char *layer, const char *const *names,
 		   unsigned n, uint64_t **counters);
 
+/* ------------------------------------------------------------------------
+ * Raw Ethernet for unprivileged processes
+ *
+ * The eth device (PM_NET_DEVICE=eth) needs packet sockets, which take
+ * CAP_NET_RAW to open.  A privileged launcher (scored's agent with
+ * pm_net_device = "eth") opens them for a process it is about to start:
+ *
+ *   pm_eth_grant(nics, conf, fds, max_fds, env, envlen, err, errlen)
+ *
+ * opens, on each NIC PM would use in that process (nics and conf are the
+ * values PM_UDP_NICS and PM_UDP_CONF have in the process's environment,
+ * NULL when unset), a UDP socket that holds the process's port and a
+ * packet socket whose filter passes only PM's frames (EtherType 0x88B5)
+ * for that port, locked (SO_LOCK_FILTER): the process cannot see other
+ * processes' frames.  It can send any frame on those NICs: grant only
+ * where the network and its users are trusted (docs/pm/design.md, "The
+ * eth device").  The descriptors are close-on-exec: the launcher makes
+ * them inheritable in the child only, and puts PM_ETH_GRANT=<env> into the
+ * child's environment; the first PM context of the process that opens
+ * the eth device takes them.  Returns the number of descriptors written
+ * to fds (two per NIC), or a negative errno with the reason in err
+ * (-EPERM without CAP_NET_RAW, -ENOSPC when max_fds or envlen is too
+ * small); nothing stays open after an error.
+ */
+int pm_eth_grant(const char *nics, const char *conf, int *fds, int max_fds, char *env,
+		 size_t envlen, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -51,3 +51,17 @@ void eth_filter(uint16_t port, struct sock_filter prog[ETH_FILTER_INSNS])
 
 	memcpy(prog, p, sizeof(p));
 }
+
+void eth_grant_filter(uint16_t port, struct sock_filter prog[ETH_GRANT_FILTER_INSNS])
+{
+	/* The EtherType is not in the bytes a SOCK_DGRAM filter sees: the
+	 * kernel's ancillary load gives it (host byte order).  A mismatch
+	 * jumps to eth_filter's last instruction, which keeps nothing. */
+	const struct sock_filter type[2] = {
+		BPF_STMT(BPF_LD | BPF_H | BPF_ABS, (uint32_t)(SKF_AD_OFF + SKF_AD_PROTOCOL)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ETH_PM_TYPE, 0, ETH_FILTER_INSNS - 1),
+	};
+
+	memcpy(prog, type, sizeof(type));
+	eth_filter(port, prog + 2);
+}

@@ -34,6 +34,7 @@
 #define ETH_PM_TYPE       0x88b5u       /* EtherType: local experimental 1 */
 #define ETH_LINK_HDR_BYTES 12u
 #define ETH_FILTER_INSNS  4             /* eth_filter's program */
+#define ETH_GRANT_FILTER_INSNS (ETH_FILTER_INSNS + 2) /* eth_grant_filter's */
 
 struct eth_link_hdr {
 	uint16_t dst_port;      /* host byte order, here and below */
@@ -52,5 +53,12 @@ int eth_link_hdr_decode(const uint8_t *buf, size_t n, struct eth_link_hdr *h);
 /* A classic BPF socket filter that accepts only frames for port: the
  * kernel then copies nothing for the node's other contexts into ours. */
 void eth_filter(uint16_t port, struct sock_filter prog[ETH_FILTER_INSNS]);
+
+/* eth_filter's program behind a check of the frame's EtherType, for a
+ * socket opened by a privileged launcher for an unprivileged process and
+ * locked (pm_eth_grant, grant.c): that process may bind the socket again
+ * to any EtherType, and must still see nothing but PM's frames for its
+ * own port. */
+void eth_grant_filter(uint16_t port, struct sock_filter prog[ETH_GRANT_FILTER_INSNS]);
 
 #endif /* PM_ETH_FRAME_H */

@@ -6,10 +6,13 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/if_packet.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -98,18 +101,16 @@ static int map_ring(struct eth_link *l, uint16_t mtu)
 	return 0;
 }
 
-int eth_link_open(struct eth_link *l, const struct udp_nic *nic, char *err, size_t errlen)
+/* l's port and packet socket on nic, the packet socket of protocol 0
+ * with the filter for the port: eth_filter's for this process, or (grant)
+ * eth_grant_filter's, locked, for a process a launcher starts. */
+static int open_sockets(struct eth_link *l, const struct udp_nic *nic, bool grant, char *err,
+			size_t errlen)
 {
-	struct sock_filter prog[ETH_FILTER_INSNS];
-	struct sock_fprog fprog = { .len = ETH_FILTER_INSNS, .filter = prog };
-	struct ifreq ifr = { 0 };
-	int sndbuf = ETH_SNDBUF, e;
+	struct sock_filter prog[ETH_GRANT_FILTER_INSNS];
+	struct sock_fprog fprog = { .filter = prog };
+	int one = 1, e;
 
-	*l = (struct eth_link){ .fd = -1, .port_fd = -1, .addr = nic->addr };
-	snprintf(l->name, sizeof(l->name), "%s", nic->name);
-	l->ifindex = (int)if_nametoindex(nic->name);
-	if (l->ifindex == 0)
-		return fail(err, errlen, -ENODEV, "interface", nic->name);
 	e = reserve_port(l, nic);
 	if (e)
 		return fail(err, errlen, e, "port", nic->name);
@@ -118,9 +119,132 @@ int eth_link_open(struct eth_link *l, const struct udp_nic *nic, char *err, size
 	l->fd = socket(AF_PACKET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (l->fd < 0)
 		return fail(err, errlen, -errno, "packet socket", nic->name);
-	eth_filter(l->port, prog);
-	if (setsockopt(l->fd, SOL_SOCKET, SO_ATTACH_FILTER, &fprog, sizeof(fprog)) < 0)
+	if (grant)
+		eth_grant_filter(l->port, prog);
+	else
+		eth_filter(l->port, prog);
+	fprog.len = grant ? ETH_GRANT_FILTER_INSNS : ETH_FILTER_INSNS;
+	if (setsockopt(l->fd, SOL_SOCKET, SO_ATTACH_FILTER, &fprog, sizeof(fprog)) < 0 ||
+	    (grant && setsockopt(l->fd, SOL_SOCKET, SO_LOCK_FILTER, &one, sizeof(one)) < 0))
 		return fail(err, errlen, -errno, "socket filter", nic->name);
+	return 0;
+}
+
+/* ---- sockets granted by a launcher (pm_eth_grant, PM_ETH_GRANT) ---- */
+
+/* The descriptors PM_ETH_GRANT ("eth0=5/6,eth1=7/8": NIC=packet/port)
+ * names for nic: 1, 0 when it names none, -EINVAL when it is malformed. */
+static int granted(const char *nic, int *fd, int *port_fd)
+{
+	const char *p = getenv("PM_ETH_GRANT");
+	size_t len = strlen(nic);
+
+	while (p && *p) {
+		char *end;
+		long a, b;
+
+		if (strncmp(p, nic, len) == 0 && p[len] == '=') {
+			a = strtol(p + len + 1, &end, 10);
+			if (*end != '/' || a < 0 || a > INT32_MAX)
+				return -EINVAL;
+			b = strtol(end + 1, &end, 10);
+			if ((*end != ',' && *end) || b < 0 || b > INT32_MAX)
+				return -EINVAL;
+			*fd = (int)a;
+			*port_fd = (int)b;
+			return 1;
+		}
+		p = strchr(p, ',');
+		p = p ? p + 1 : NULL;
+	}
+	return 0;
+}
+
+static int sock_int(int fd, int opt)
+{
+	int v = -1;
+	socklen_t len = sizeof(v);
+
+	return getsockopt(fd, SOL_SOCKET, opt, &v, &len) < 0 ? -1 : v;
+}
+
+static int not_granted(char *err, size_t errlen, const char *nic, int fd, int port_fd)
+{
+	snprintf(err, errlen, "PM_ETH_GRANT names descriptors %d/%d on %s that are not the "
+		 "sockets a launcher granted (closed by an earlier PM context of this process, "
+		 "or not inherited)", fd, port_fd, nic);
+	return -EBADF;
+}
+
+/* Take the sockets a launcher opened for this process on nic, after
+ * checking they are what pm_eth_grant makes: a UDP socket bound on the
+ * NIC's address, and a packet socket never bound (another PM context of
+ * this process has not taken it) whose filter is eth_grant_filter's for
+ * that port. */
+static int adopt(struct eth_link *l, const struct udp_nic *nic, int fd, int port_fd, char *err,
+		 size_t errlen)
+{
+	struct sockaddr_in sa;
+	struct sockaddr_ll sll;
+	socklen_t len = sizeof(sa), llen = sizeof(sll);
+	struct sock_filter want[ETH_GRANT_FILTER_INSNS], have[ETH_GRANT_FILTER_INSNS];
+	socklen_t n = ETH_GRANT_FILTER_INSNS;   /* SO_GET_FILTER counts instructions */
+
+	if (sock_int(port_fd, SO_DOMAIN) != AF_INET || sock_int(port_fd, SO_TYPE) != SOCK_DGRAM ||
+	    getsockname(port_fd, (struct sockaddr *)&sa, &len) < 0 || sa.sin_addr.s_addr != nic->addr)
+		return not_granted(err, errlen, nic->name, fd, port_fd);
+	if (sock_int(fd, SO_DOMAIN) != AF_PACKET || sock_int(fd, SO_TYPE) != SOCK_DGRAM ||
+	    getsockname(fd, (struct sockaddr *)&sll, &llen) < 0)
+		return not_granted(err, errlen, nic->name, fd, port_fd);
+	if (sll.sll_protocol != 0) {
+		snprintf(err, errlen, "PM_ETH_GRANT's packet socket on %s is taken by another PM "
+			 "context of this process (a launcher grants one per process; "
+			 "PM_NET_DEVICE=udp for the others)", nic->name);
+		return -EBUSY;
+	}
+	eth_grant_filter(ntohs(sa.sin_port), want);
+	if (getsockopt(fd, SOL_SOCKET, SO_GET_FILTER, have, &n) < 0 ||
+	    n != ETH_GRANT_FILTER_INSNS || memcmp(want, have, sizeof(want)) != 0)
+		return fail(err, errlen, -EBADF, "PM_ETH_GRANT's packet socket filter", nic->name);
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0 ||
+	    fcntl(fd, F_SETFD, FD_CLOEXEC) < 0 || fcntl(port_fd, F_SETFD, FD_CLOEXEC) < 0)
+		return fail(err, errlen, -errno, "PM_ETH_GRANT's sockets", nic->name);
+	l->fd = fd;
+	l->port_fd = port_fd;
+	l->port = ntohs(sa.sin_port);
+	return 0;
+}
+
+int eth_link_grant(const struct udp_nic *nic, int *fd, int *port_fd, char *err, size_t errlen)
+{
+	struct eth_link l = { .fd = -1, .port_fd = -1, .addr = nic->addr };
+	int e = open_sockets(&l, nic, true, err, errlen);
+
+	if (e) {
+		eth_link_close(&l);
+		return e;
+	}
+	*fd = l.fd;
+	*port_fd = l.port_fd;
+	return 0;
+}
+
+int eth_link_open(struct eth_link *l, const struct udp_nic *nic, char *err, size_t errlen)
+{
+	struct ifreq ifr = { 0 };
+	int sndbuf = ETH_SNDBUF, e, fd, port_fd;
+
+	*l = (struct eth_link){ .fd = -1, .port_fd = -1, .addr = nic->addr };
+	snprintf(l->name, sizeof(l->name), "%s", nic->name);
+	l->ifindex = (int)if_nametoindex(nic->name);
+	if (l->ifindex == 0)
+		return fail(err, errlen, -ENODEV, "interface", nic->name);
+	e = granted(nic->name, &fd, &port_fd);
+	if (e < 0)
+		return fail(err, errlen, e, "PM_ETH_GRANT", nic->name);
+	e = e ? adopt(l, nic, fd, port_fd, err, errlen) : open_sockets(l, nic, false, err, errlen);
+	if (e)
+		return e;
 	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", nic->name);
 	if (ioctl(l->fd, SIOCGIFHWADDR, &ifr) < 0)
 		return fail(err, errlen, -errno, "MAC address", nic->name);

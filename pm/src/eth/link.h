@@ -7,7 +7,8 @@
  * side: what the udp device pays the kernel per packet for routing,
  * checksums and socket lookup is gone (the eth rows of docs/mpi/bench.md).
  *
- * Needs CAP_NET_RAW.  Frames: frame.h.
+ * Needs CAP_NET_RAW, or sockets a privileged launcher opened for the
+ * process (eth_link_grant).  Frames: frame.h.
  */
 #ifndef PM_ETH_LINK_H
 #define PM_ETH_LINK_H
@@ -50,6 +51,13 @@ struct eth_send {
 /* Open nic: its packet socket, ring, filter and port.  0, or a negative
  * errno with the reason in err (-EPERM: no CAP_NET_RAW). */
 int eth_link_open(struct eth_link *l, const struct udp_nic *nic, char *err, size_t errlen);
+
+/* For a process a launcher is about to start (pm_eth_grant): nic's port
+ * socket and packet socket, with eth_grant_filter's program locked on
+ * it, both close-on-exec.  eth_link_open in that process takes them
+ * (PM_ETH_GRANT) where it would open its own.  0, or a negative errno
+ * with the reason in err. */
+int eth_link_grant(const struct udp_nic *nic, int *fd, int *port_fd, char *err, size_t errlen);
 void eth_link_close(struct eth_link *l);
 
 /* Bytes of PM packets the ring holds when full (what the peer may have in

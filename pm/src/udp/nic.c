@@ -193,9 +193,14 @@ static int from_system(const struct ifaddrs *all, struct udp_nic *nics)
 
 int udp_nics_configure(struct udp_nic *nics, char *err, size_t errlen)
 {
+	return udp_nics_configure_from(getenv("PM_UDP_NICS"), getenv("PM_UDP_CONF"), nics, err,
+				       errlen);
+}
+
+int udp_nics_configure_from(const char *env, const char *conf, struct udp_nic *nics, char *err,
+			    size_t errlen)
+{
 	struct ifaddrs *all;
-	const char *env = getenv("PM_UDP_NICS");
-	const char *conf = getenv("PM_UDP_CONF");
 	int n;
 
 	if (getifaddrs(&all) < 0) {

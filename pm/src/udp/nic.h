@@ -45,6 +45,11 @@ struct udp_nic_addr {
  */
 int udp_nics_configure(struct udp_nic *nics, char *err, size_t errlen);
 
+/* The same from the values PM_UDP_NICS and PM_UDP_CONF would have (NULL or
+ * empty: unset), for another process's environment (pm_eth_grant). */
+int udp_nics_configure_from(const char *list, const char *conf, struct udp_nic *nics, char *err,
+			    size_t errlen);
+
 /* Parse "1gbit", "100mbit", "10g", "500k", plain bits/s; 0 on error. */
 uint64_t udp_parse_rate(const char *s);
 

@@ -195,19 +195,40 @@ static void program_fields(void)
 	CHECK_EQ(p[ETH_FILTER_INSNS - 1].k, 0);
 }
 
+/* The grant's program: eth_filter's behind a check of the EtherType,
+ * whose mismatch lands on eth_filter's last instruction (keep nothing). */
+static void grant_program_fields(void)
+{
+	struct sock_filter g[ETH_GRANT_FILTER_INSNS], p[ETH_FILTER_INSNS];
+
+	eth_grant_filter(0xbeef, g);
+	eth_filter(0xbeef, p);
+	CHECK_EQ(g[0].code, BPF_LD | BPF_H | BPF_ABS);
+	CHECK_EQ(g[0].k, (uint32_t)(SKF_AD_OFF + SKF_AD_PROTOCOL));
+	CHECK_EQ(g[1].code, BPF_JMP | BPF_JEQ | BPF_K);
+	CHECK_EQ(g[1].k, ETH_PM_TYPE);
+	CHECK_EQ(g[1].jt, 0);
+	CHECK_EQ(1 + 1 + g[1].jf, ETH_GRANT_FILTER_INSNS - 1);
+	CHECK(memcmp(g + 2, p, sizeof(p)) == 0);
+}
+
 struct pair {
 	int tx, rx;
 };
 
-static struct pair filtered_pair(uint16_t port)
+static struct pair filtered_pair_with(uint16_t port, bool grant)
 {
-	struct sock_filter prog[ETH_FILTER_INSNS];
-	struct sock_fprog fprog = { .len = ETH_FILTER_INSNS, .filter = prog };
+	struct sock_filter prog[ETH_GRANT_FILTER_INSNS];
+	struct sock_fprog fprog = { .len = grant ? ETH_GRANT_FILTER_INSNS : ETH_FILTER_INSNS,
+				    .filter = prog };
 	int sv[2];
 
 	CHECK_MSG(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair: %s",
 		  strerror(errno));
-	eth_filter(port, prog);
+	if (grant)
+		eth_grant_filter(port, prog);
+	else
+		eth_filter(port, prog);
 	CHECK_MSG(setsockopt(sv[1], SOL_SOCKET, SO_ATTACH_FILTER, &fprog, sizeof(fprog)) == 0,
 		  "the kernel refused eth_filter(%u): %s", port, strerror(errno));
 	/* Room for every datagram the test sends before it reads. */
@@ -215,6 +236,11 @@ static struct pair filtered_pair(uint16_t port)
 
 	setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
 	return (struct pair){ sv[0], sv[1] };
+}
+
+static struct pair filtered_pair(uint16_t port)
+{
+	return filtered_pair_with(port, false);
 }
 
 /* Send a frame of n bytes; did it arrive, whole and unchanged? */
@@ -302,6 +328,25 @@ static void kernel_runs_filter(void)
 	}
 }
 
+/* The kernel runs the grant's program too, and keeps a frame for the
+ * right port out when its EtherType is not PM's: on a unix socket, whose
+ * datagrams have none (0), the frame eth_filter passes is refused. */
+static void kernel_runs_grant_filter(void)
+{
+	static uint8_t frame[ETH_LINK_HDR_BYTES + 64];
+	struct pair plain = filtered_pair_with(0x1234, false);
+	struct pair grant = filtered_pair_with(0x1234, true);
+
+	frame_to(frame, 0x1234, 64);
+	CHECK(passes(plain, frame, sizeof(frame)));
+	CHECK_MSG(!passes(grant, frame, sizeof(frame)),
+		  "the grant's filter kept a frame whose EtherType is not PM's");
+	close(plain.tx);
+	close(plain.rx);
+	close(grant.tx);
+	close(grant.rx);
+}
+
 int main(int argc, char **argv)
 {
 	CHECK_MSG(argc == 2, "usage: test_eth_frame docs/pm/wire.md");
@@ -313,6 +358,9 @@ int main(int argc, char **argv)
 	rejections();
 	program_fields();
 	kernel_runs_filter();
-	printf("eth_frame: link header vector, round trips, rejections and the socket filter ok\n");
+	grant_program_fields();
+	kernel_runs_grant_filter();
+	printf("eth_frame: link header vector, round trips, rejections and the socket filters "
+	       "ok\n");
 	return 0;
 }
