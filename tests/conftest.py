@@ -255,7 +255,8 @@ class ClusterFactory:
         self.names, self.clusters = [], []
 
     def __call__(self, nodes=2, nics=1, rate=None, mtu=None, with_score=False, with_munge=False,
-                 score_bin=None, score_master=None, with_slurm=False, slurm_gang=False):
+                 score_bin=None, score_master=None, score_agent=None, with_slurm=False,
+                 slurm_gang=False):
         name = unique_cluster_name()
         args = ["up", "--json", "--name", name, "--nodes", nodes, "--nics", nics]
         if rate:
@@ -266,10 +267,11 @@ class ClusterFactory:
             args.append("--with-score")
             if score_bin:
                 args += ["--score-bin", score_bin]
-            for key, value in (score_master or {}).items():
-                if isinstance(value, bool):
-                    value = "true" if value else "false"
-                args += ["--score-master", f"{key}={value}"]
+            for option, keys in (("--score-master", score_master), ("--score-agent", score_agent)):
+                for key, value in (keys or {}).items():
+                    if isinstance(value, bool):
+                        value = "true" if value else "false"
+                    args += [option, f"{key}={value}"]
         elif with_munge:
             args.append("--with-munge")
         if with_slurm:
@@ -298,9 +300,10 @@ class ClusterFactory:
 @pytest.fixture
 def vcluster(require_root):
     """Factory: vcluster(nodes=2, nics=1, rate=None, mtu=None, with_score=False,
-    with_munge=False, score_bin=None, score_master=None, with_slurm=False,
-    slurm_gang=False) -> VirtualCluster.
-    score_master: {key: value} of scored.toml's [master], e.g. {"gang_slots": 1}.
+    with_munge=False, score_bin=None, score_master=None, score_agent=None,
+    with_slurm=False, slurm_gang=False) -> VirtualCluster.
+    score_master: {key: value} of scored.toml's [master], e.g. {"gang_slots": 1};
+    score_agent: the same of every agent's [agent], e.g. {"pm_net_device": "eth"}.
 
     Every cluster it made is taken down when the test ends, pass or fail."""
     factory = ClusterFactory()

@@ -323,6 +323,9 @@ def parser():
                     help="set a [master] key of scored.toml (repeatable), e.g. gang_slots=1, "
                          "quantum_ms=100, preemption=freeze; VALUE is an integer, true/false "
                          "or a string")
+    up.add_argument("--score-agent", action="append", default=[], metavar="KEY=VALUE",
+                    help="set an [agent] key of every agent's scored.toml (repeatable), e.g. "
+                         "pm_net_device=eth; VALUE as for --score-master")
 
     sup = sub.add_parser("score-up", parents=[common], help="start MUNGE and score on a cluster",
                          description=SCORE_UP_HELP, epilog=SCORE_UP_EPILOG,
@@ -338,6 +341,9 @@ def parser():
                     help="set a [master] key of scored.toml (repeatable), e.g. gang_slots=1, "
                          "quantum_ms=100, preemption=freeze; VALUE is an integer, true/false "
                          "or a string")
+    sup.add_argument("--score-agent", action="append", default=[], metavar="KEY=VALUE",
+                     help="set an [agent] key of every agent's scored.toml (repeatable), e.g. "
+                          "pm_net_device=eth; VALUE as for --score-master")
     sup.add_argument("--json", action="store_true",
                      help='print {"changed": BOOL, "cluster": STATE} on stdout')
 
@@ -476,7 +482,11 @@ def _up(args):
         raise VclusterError("--score-bin needs --with-score", 2)
     if args.score_master and not args.with_score:
         raise VclusterError("--score-master needs --with-score", 2)
+    if args.score_agent and not args.with_score:
+        raise VclusterError("--score-agent needs --with-score", 2)
     overrides = score.parse_overrides(args.score_master)
+    agent_overrides = score.parse_overrides(args.score_agent, "--score-agent",
+                                            "pm_net_device=eth")
     if args.with_score or args.with_munge or args.with_slurm:  # fail early and cheaply
         score.munged_tool()
     if args.with_score:
@@ -491,7 +501,7 @@ def _up(args):
     changed, record = build.up(name, shape, subnet, rootfs)
     if args.with_score or args.with_munge or args.with_slurm:
         started, record = score.up(name, args.with_score, args.score_bin, args.ready_timeout,
-                                   overrides)
+                                   overrides, agent_overrides)
         changed = changed or started
     if args.with_slurm:
         started, record = slurm.up(name, gang=args.slurm_gang)
@@ -537,10 +547,12 @@ def _score_up(args):
     name = naming.validate_cluster_name(args.name)
     if args.score_bin and args.munge_only:
         raise VclusterError("--score-bin makes no sense with --munge-only", 2)
-    if args.score_master and args.munge_only:
-        raise VclusterError("--score-master makes no sense with --munge-only", 2)
+    if (args.score_master or args.score_agent) and args.munge_only:
+        raise VclusterError("--score-master and --score-agent make no sense with --munge-only", 2)
     changed, record = score.up(name, not args.munge_only, args.score_bin, args.ready_timeout,
-                               score.parse_overrides(args.score_master))
+                               score.parse_overrides(args.score_master),
+                               score.parse_overrides(args.score_agent, "--score-agent",
+                                                     "pm_net_device=eth"))
     if args.json:
         print(json.dumps({"changed": changed, "cluster": record}, indent=2))
     return 0

@@ -133,14 +133,14 @@ def _toml_value(value):
     return json.dumps(str(value))  # a JSON string of ASCII is a TOML basic string
 
 
-def parse_overrides(items):
+def parse_overrides(items, option="--score-master", example="gang_slots=1"):
     """["gang_slots=1", "preemption=freeze"] -> {"gang_slots": 1, "preemption": "freeze"}."""
     out = {}
     for item in items or ():
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key or not key.replace("_", "").isalnum():
-            raise VclusterError(f"--score-master {item!r}: expected KEY=VALUE, e.g. gang_slots=1", 2)
+            raise VclusterError(f"{option} {item!r}: expected KEY=VALUE, e.g. {example}", 2)
         raw = raw.strip()
         if raw in ("true", "false"):
             out[key] = raw == "true"
@@ -165,9 +165,10 @@ def master_url(layout):
     return f"http://{layout.networks[0].host_address}:{MASTER_PORT}"
 
 
-def configs(layout, paths, cgroup_mount, overrides=None):
+def configs(layout, paths, cgroup_mount, overrides=None, agent_overrides=None):
     """{path: text} of every configuration file of cluster `layout`;
-    `overrides` are [master] keys that replace or add to the defaults."""
+    `overrides` are [master] keys, `agent_overrides` [agent] keys (every
+    agent's), that replace or add to the defaults."""
     head_addr = layout.networks[0].host_address
     url = master_url(layout)
     note = (f"Written by `vcluster` for the virtual cluster {layout.name}; rewritten by every\n"
@@ -208,6 +209,7 @@ def configs(layout, paths, cgroup_mount, overrides=None):
                     "metrics_listen": f"{node.nics[0].address}:{AGENT_METRICS_PORT}",
                     "cgroup_root": str(cgroup / node.name) if cgroup else "",
                     "state_dir": str(paths.agent_state_dir(node.name)),
+                    **(agent_overrides or {}),
                 },
                 "client": {"master": url},
                 "munge": {"socket": str(paths.socket(node.name))},
@@ -542,11 +544,12 @@ def start_daemon(argv, logfile, what):
                                 cwd="/", start_new_session=True)
 
 
-def start_scored(current, layout, paths, bins, ready_timeout=READY_TIMEOUT, overrides=None):
+def start_scored(current, layout, paths, bins, ready_timeout=READY_TIMEOUT, overrides=None,
+                 agent_overrides=None):
     """Write the configurations, start the master and the agents, wait until
     every node is up.  Returns {"master": pid, "agents": {node: pid}}."""
     mount = prepare_cgroups(current, layout)
-    for path, text in configs(layout, paths, mount, overrides).items():
+    for path, text in configs(layout, paths, mount, overrides, agent_overrides).items():
         path.parent.mkdir(parents=True, exist_ok=True)
         _write(path, text)
     for node in layout.nodes:
@@ -672,7 +675,8 @@ def running(current):
     return munge_ok, scored_ok, problems
 
 
-def up(name, with_scored, score_bin=None, ready_timeout=READY_TIMEOUT, overrides=None):
+def up(name, with_scored, score_bin=None, ready_timeout=READY_TIMEOUT, overrides=None,
+       agent_overrides=None):
     """Start MUNGE (and with_scored: scored) on cluster `name`, which must be
     up.  Idempotent.  Returns (changed, state)."""
     system.require_root()
@@ -693,12 +697,17 @@ def up(name, with_scored, score_bin=None, ready_timeout=READY_TIMEOUT, overrides
         svc = current.get("score") or {}
         # Overrides stay with the cluster: a restart keeps them; new ones
         # need score-down first.
-        stored = (svc.get("scored") or {}).get("master_overrides") or {}
-        if not overrides:
-            overrides = stored
-        elif scored_ok and overrides != stored:
-            raise VclusterError(f"scored already runs on cluster {name} with other [master] "
-                                f"settings; 'vcluster score-down --name {name}' first", 2)
+        stored = svc.get("scored") or {}
+        given = {"master": overrides or {}, "agent": agent_overrides or {}}
+        for section, keys in given.items():
+            kept = stored.get(f"{section}_overrides") or {}
+            if not keys:
+                given[section] = kept
+            elif scored_ok and keys != kept:
+                raise VclusterError(f"scored already runs on cluster {name} with other "
+                                    f"[{section}] settings; 'vcluster score-down --name {name}' "
+                                    "first", 2)
+        overrides, agent_overrides = given["master"], given["agent"]
         if munge_ok and (scored_ok or not with_scored):
             what = "score" if with_scored else "MUNGE"
             log.step(f"{what} is already running on cluster {name}; nothing to do")
@@ -717,9 +726,10 @@ def up(name, with_scored, score_bin=None, ready_timeout=READY_TIMEOUT, overrides
                 remove_cgroups(name)
             if with_scored:
                 svc["scored"] = dict(start_scored(current, layout, paths, bins, ready_timeout,
-                                                  overrides),
+                                                  overrides, agent_overrides),
                                      bin=str(Path(bins["scored"]).parent),
-                                     url=master_url(layout), master_overrides=overrides)
+                                     url=master_url(layout), master_overrides=overrides,
+                                     agent_overrides=agent_overrides)
                 svc["client_config"] = str(paths.client_config)
         except BaseException as e:
             log.step(f"starting the services of cluster {name} failed ({e or type(e).__name__}); "

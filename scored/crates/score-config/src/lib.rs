@@ -166,6 +166,22 @@ pub struct AgentConfig {
     /// kills them.
     #[serde(with = "duration_ms")]
     pub master_wait_ms: Duration,
+    /// PM's device for a job's peers on other nodes, unless the job sets
+    /// PM_NET_DEVICE: `udp`, or `eth`, for which the agent opens each
+    /// rank's raw Ethernet sockets (packet sockets need CAP_NET_RAW) with a
+    /// locked filter that shows the rank only its own PM frames.  A rank
+    /// can send any frame on the NICs: only for networks whose users are
+    /// trusted (docs/scored/admin.md).
+    pub pm_net_device: PmNetDevice,
+}
+
+/// `agent.pm_net_device`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PmNetDevice {
+    #[default]
+    Udp,
+    Eth,
 }
 
 impl Default for AgentConfig {
@@ -180,6 +196,7 @@ impl Default for AgentConfig {
             state_dir: "/run/score".into(),
             reconnect_ms: Duration::from_secs(1),
             master_wait_ms: Duration::from_secs(60),
+            pm_net_device: PmNetDevice::Udp,
         }
     }
 }
@@ -349,6 +366,17 @@ mod tests {
         assert_eq!(c.master.quiesce_timeout_ms, d.master.quiesce_timeout_ms);
         assert_eq!(c.master.uid, d.master.uid);
         assert_eq!(c.master.stdio_buffer_kib, d.master.stdio_buffer_kib);
+        assert_eq!(c.agent.pm_net_device, d.agent.pm_net_device);
+    }
+
+    #[test]
+    fn pm_net_devices_parse_and_others_are_refused() {
+        let c = Config::parse("", Path::new("x")).unwrap();
+        assert_eq!(c.agent.pm_net_device, PmNetDevice::Udp);
+        let c = Config::parse("[agent]\npm_net_device = \"eth\"\n", Path::new("x")).unwrap();
+        assert_eq!(c.agent.pm_net_device, PmNetDevice::Eth);
+        let e = Config::parse("[agent]\npm_net_device = \"ib\"\n", Path::new("x")).unwrap_err();
+        assert!(e.to_string().contains("ib"), "{e}");
     }
 
     #[test]

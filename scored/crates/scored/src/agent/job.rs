@@ -2,6 +2,7 @@
 //! their stdin and the fences in progress.
 
 use super::cgroup::{CgroupRoot, JobCgroup};
+use super::eth_grant::EthGrants;
 use super::pmi;
 use super::pmstats;
 use super::rank;
@@ -174,6 +175,7 @@ impl AgentJob {
         out: &mpsc::UnboundedSender<AgentMessage>,
         internal: &mpsc::UnboundedSender<Internal>,
         cpus: &[u32],
+        eth: Option<&EthGrants>,
     ) -> Result<Vec<u32>, String> {
         self.started = true;
         let info = self.info.clone();
@@ -232,6 +234,37 @@ impl AgentJob {
                 pmi_conns.push((rank, ours));
                 Some(theirs)
             };
+            // agent.pm_net_device = "eth": the rank's raw Ethernet sockets,
+            // unless the job chose its device itself.
+            let grant = match eth {
+                Some(eth)
+                    if env
+                        .get("PM_NET_DEVICE")
+                        .is_none_or(|d| d.is_empty() || d == "eth") =>
+                {
+                    let g = eth
+                        .grant(
+                            env.get("PM_UDP_NICS").map(String::as_str),
+                            env.get("PM_UDP_CONF").map(String::as_str),
+                        )
+                        .map_err(|e| {
+                            format!(
+                                "agent.pm_net_device = \"eth\": cannot open the raw Ethernet \
+                                 sockets of rank {rank}: {e}"
+                            )
+                        })?;
+                    env.insert("PM_ETH_GRANT".into(), g.env.clone());
+                    env.insert("PM_NET_DEVICE".into(), "eth".into());
+                    Some(g)
+                }
+                _ => None,
+            };
+            let mut inherit_fds: Vec<_> = pmi_end.iter().map(|fd| fd.as_raw_fd()).collect();
+            inherit_fds.extend(
+                grant
+                    .iter()
+                    .flat_map(|g| g.fds.iter().map(|fd| fd.as_raw_fd())),
+            );
             let with_stdin = rank == 0 && spec.stdin_open;
             let mut child = spawn(&RankSpawn {
                 argv: &spec.argv,
@@ -243,7 +276,7 @@ impl AgentJob {
                 cgroup: &cgroup,
                 stdin: with_stdin,
                 cpu: (!cpus.is_empty()).then(|| cpus[local as usize % cpus.len()]),
-                inherit_fd: pmi_end.as_ref().map(|fd| fd.as_raw_fd()),
+                inherit_fds,
             })
             .map_err(|e| {
                 format!(

@@ -13,6 +13,7 @@
 
 mod adopt;
 mod cgroup;
+mod eth_grant;
 mod job;
 mod metrics;
 mod pmi;
@@ -30,7 +31,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use score_auth::{MasterClient, Munge, RefusalHook};
-use score_config::Config;
+use score_config::{Config, PmNetDevice};
 use score_pmix::{PmixServer, ServerEvent};
 use score_proto::v1::{
     agent_message, master_message, AgentMessage, Drained, FenceContribution, Heartbeat, Launched,
@@ -80,6 +81,8 @@ struct Agent {
     slots: u32,
     /// agent.cpus: the CPUs the ranks are bound to, in order.
     cpus: Vec<u32>,
+    /// agent.pm_net_device = "eth": opens the ranks' raw Ethernet sockets.
+    eth: Option<eth_grant::EthGrants>,
     boot_id: u64,
     metrics_url: String,
     cgroups: CgroupRoot,
@@ -157,6 +160,17 @@ pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
         ac.slots
     };
     check_cpus(&ac.cpus)?;
+    let eth = match ac.pm_net_device {
+        PmNetDevice::Udp => None,
+        PmNetDevice::Eth => {
+            let eth = eth_grant::EthGrants::load()?;
+            tracing::info!(
+                libpm = %eth.library,
+                "agent.pm_net_device = \"eth\": ranks get raw Ethernet sockets opened by the agent"
+            );
+            Some(eth)
+        }
+    };
     let cgroups = CgroupRoot::open(&ac.cgroup_root).context("job cgroups (agent.cgroup_root)")?;
     let state_dir = PathBuf::from(&ac.state_dir);
     let jobs_dir = state_dir.join("jobs");
@@ -242,6 +256,7 @@ pub async fn run(config: Config, node: Option<String>) -> anyhow::Result<()> {
         node,
         slots,
         cpus: ac.cpus.clone(),
+        eth,
         boot_id: score_config_boot_id(),
         metrics_url,
         cgroups,
@@ -692,7 +707,13 @@ impl Agent {
                 Some(j) if !j.is_cleaning() => {
                     let picked_up = j.launch_at.elapsed();
                     let r = result.and_then(|()| {
-                        j.start(&self.pmix, &self.out, &self.internal_tx, &self.cpus)
+                        j.start(
+                            &self.pmix,
+                            &self.out,
+                            &self.internal_tx,
+                            &self.cpus,
+                            self.eth.as_ref(),
+                        )
                     });
                     // Where a launch's time goes on this node (scrun -vv
                     // shows only the whole, between "launching" and

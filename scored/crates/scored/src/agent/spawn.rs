@@ -40,9 +40,9 @@ pub struct RankSpawn<'a> {
     pub stdin: bool,
     /// The CPU the rank is bound to (agent.cpus), if any.
     pub cpu: Option<u32>,
-    /// A descriptor of the agent the rank keeps open, under its number
-    /// (PMI's socket, `PMI_FD`).
-    pub inherit_fd: Option<RawFd>,
+    /// Descriptors of the agent the rank keeps open, under their numbers
+    /// (PMI's socket, `PMI_FD`; PM's raw Ethernet sockets, `PM_ETH_GRANT`).
+    pub inherit_fds: Vec<RawFd>,
 }
 
 /// A started rank: its pid, its pipes, and a pidfd to wait on.  Dropped
@@ -242,8 +242,8 @@ struct ChildPlan {
     cpu_set: Option<libc::cpu_set_t>,
     stdio: [RawFd; 3],
     report: RawFd,
-    /// Kept across exec (RankSpawn::inherit_fd), or -1.
-    inherit: RawFd,
+    /// Kept across exec (RankSpawn::inherit_fds).
+    inherit: Vec<RawFd>,
 }
 
 /// The child, between clone and exec: system calls only.  Never returns.
@@ -272,8 +272,10 @@ unsafe fn child(plan: &ChildPlan, born_in_cgroup: bool) -> ! {
         }
     }
     // Only this child's table: without CLONE_FILES it is a copy.
-    if plan.inherit >= 0 && libc::fcntl(plan.inherit, libc::F_SETFD, 0) != 0 {
-        fail(libc::EBADF);
+    for &fd in &plan.inherit {
+        if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+            fail(libc::EBADF);
+        }
     }
     // What exec keeps: the signal mask, and ignored signals (the Rust
     // runtime ignores SIGPIPE).
@@ -389,7 +391,7 @@ pub fn spawn(r: &RankSpawn) -> io::Result<RankProcess> {
         cpu_set: r.cpu.map(cpu_set_of),
         stdio: [in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
         report: report_w.as_raw_fd(),
-        inherit: r.inherit_fd.unwrap_or(-1),
+        inherit: r.inherit_fds.clone(),
     };
 
     let mut pidfd: RawFd = -1;
@@ -482,7 +484,7 @@ mod tests {
             cgroup: dir,
             stdin: false,
             cpu: None,
-            inherit_fd: None,
+            inherit_fds: Vec::new(),
         })
     }
 
