@@ -6,8 +6,9 @@ test that passes with tcp passes with pm.
 
 Marked long: `make test-long` runs it (some ten minutes here); `make test`
 runs one shape of each MPI (2 nodes x 2 under Open MPI's mpirun in
-test_mpi4py.py, 2 nodes x 1 and one node x 2 under MPICH's hydra in
-test_mpich.py) and the scrun shapes in tests/scored/test_mpi_over_pm.py."""
+test_mpi4py.py, 2 nodes x 1 under MPICH's hydra in test_mpich.py, whose
+one node x 2 is long too) and the scrun shapes in
+tests/scored/test_mpi_over_pm.py."""
 
 import pytest
 

@@ -209,9 +209,12 @@ def test_mpi4py_under_mpich_across_two_nodes_passes_what_tcp_passes(mpich, two_n
         mpich, hydra_across(mpich, two_nodes, rsh, 1), "2 nodes x 1", "udp over 2 NICs", "eth0")
 
 
+@pytest.mark.long
 def test_mpi4py_under_mpich_on_one_node_passes_what_tcp_passes(mpich):
     """The same suite with 2 ranks on this host under hydra: with pm the
     ranks' detached contexts reach each other through PM's shm (composite
-    device), against the wheel's tcp provider on loopback."""
+    device), against the wheel's tcp provider on loopback.  Long (make
+    test-long), to keep make test in its half hour: make test runs MPICH's
+    suite across two nodes (above, and 2x1 under scrun)."""
     assert_suite_passes_over_pm_what_it_passes_over_tcp(
         mpich, [mpich / "bin" / "mpiexec", "-n", 2], "one node x 2", "shm", "lo")
