@@ -3,7 +3,14 @@
 #include "diff.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
+
+/* Equal stretches are skipped a block at a time: eight words XORed and
+ * ORed without a branch, which the compiler turns into vector loads.  On a
+ * page with a few bytes written that made a diff some 2 times faster than
+ * a branch per word (timed by hand; the figures are in the commit). */
+#define BLOCK 64u
 
 static void put16(uint8_t *p, uint16_t v)
 {
@@ -27,17 +34,38 @@ static uint32_t get32(const uint8_t *p)
 	return get16(p) | (uint32_t)get16(p + 2) << 16;
 }
 
-size_t dsm_diff_make(const uint8_t *page, const uint8_t *twin, uint8_t *out)
+static inline bool block_equal(const uint8_t *a, const uint8_t *b)
+{
+	uint64_t x = 0;
+
+	for (unsigned k = 0; k < BLOCK; k += 8) {
+		uint64_t u, v;
+
+		memcpy(&u, a + k, 8);
+		memcpy(&v, b + k, 8);
+		x |= u ^ v;
+	}
+	return x == 0;
+}
+
+/* The diff of page against twin into out; with sync, each run found is
+ * also copied into twin, which then equals page. */
+static size_t diff_make(const uint8_t *page, uint8_t *twin, uint8_t *out, bool sync)
 {
 	size_t n = 0;
 	uint32_t i = 0;
 
 	while (i < DIFF_PAGE) {
-		/* Skip equal 8-byte words fast: most of a page is usually
-		 * unchanged or wholly rewritten. */
-		uint64_t a, b;
-
+		if ((i & (BLOCK - 1)) == 0) {
+			while (i < DIFF_PAGE && block_equal(page + i, twin + i))
+				i += BLOCK;
+			if (i == DIFF_PAGE)
+				break;
+		}
+		/* In a block that differs: equal words, then bytes. */
 		if ((i & 7u) == 0) {
+			uint64_t a, b;
+
 			memcpy(&a, page + i, 8);
 			memcpy(&b, twin + i, 8);
 			if (a == b) {
@@ -57,9 +85,17 @@ size_t dsm_diff_make(const uint8_t *page, const uint8_t *twin, uint8_t *out)
 		put16(out + n, (uint16_t)start);
 		put16(out + n + 2, (uint16_t)(i - start));
 		memcpy(out + n + 4, page + start, i - start);
+		if (sync)
+			memcpy(twin + start, page + start, i - start);
 		n += 4 + (i - start);
 	}
 	return n;
+}
+
+size_t dsm_diff_make(const uint8_t *page, const uint8_t *twin, uint8_t *out)
+{
+	/* Without sync, twin is only read. */
+	return diff_make(page, (uint8_t *)(uintptr_t)twin, out, false);
 }
 
 int dsm_diff_apply(uint8_t *page, const uint8_t *diff, size_t len)
@@ -85,16 +121,28 @@ int dsm_diff_apply(uint8_t *page, const uint8_t *diff, size_t len)
 	return 0;
 }
 
-size_t dsm_diff_entry_make(uint32_t pageno, const uint8_t *page, const uint8_t *twin,
-			   uint8_t *out)
+static size_t entry_make(uint32_t pageno, const uint8_t *page, uint8_t *twin, uint8_t *out,
+			 bool sync)
 {
-	size_t n = dsm_diff_make(page, twin, out + DIFF_ENTRY_HDR);
+	size_t n = diff_make(page, twin, out + DIFF_ENTRY_HDR, sync);
 
 	if (n == 0)
 		return 0;
 	put32(out, pageno);
 	put32(out + 4, (uint32_t)n);
 	return DIFF_ENTRY_HDR + n;
+}
+
+size_t dsm_diff_entry_make(uint32_t pageno, const uint8_t *page, const uint8_t *twin,
+			   uint8_t *out)
+{
+	return entry_make(pageno, page, (uint8_t *)(uintptr_t)twin, out, false);
+}
+
+size_t dsm_diff_entry_make_sync(uint32_t pageno, const uint8_t *page, uint8_t *twin,
+				uint8_t *out)
+{
+	return entry_make(pageno, page, twin, out, true);
 }
 
 int dsm_diff_entry_next(const uint8_t *batch, size_t len, size_t *off, uint32_t *pageno,

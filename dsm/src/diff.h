@@ -39,6 +39,13 @@ int dsm_diff_apply(uint8_t *page, const uint8_t *diff, size_t len);
 size_t dsm_diff_entry_make(uint32_t pageno, const uint8_t *page, const uint8_t *twin,
 			   uint8_t *out);
 
+/* The same, and twin becomes equal to page (the bytes of each run copied
+ * into it): the baseline of the page's next diff, for a page that stays
+ * writable after the release (uffd-async), without copying the page
+ * whole. */
+size_t dsm_diff_entry_make_sync(uint32_t pageno, const uint8_t *page, uint8_t *twin,
+				uint8_t *out);
+
 /* The entry at *off of a batch of len bytes: its page, diff and diff
  * length; *off moves past it.  1 an entry, 0 the end, -EINVAL a truncated
  * entry (the rest of the batch is unusable). */

@@ -128,8 +128,9 @@ static void dsm_flush_diffs(struct dsm *d)
 }
 
 /* The diff of page into its home's batch (nothing if the page was written
- * back to what it was). */
-static void add_diff(struct dsm *d, uint32_t page)
+ * back to what it was); with sync_twin the twin takes the page's new bytes
+ * too and is the next diff's baseline (a page that stays open). */
+static void add_diff(struct dsm *d, uint32_t page, bool sync_twin)
 {
 	int home = d->home[page];
 	struct dsm_batch *b = &d->batches[home];
@@ -137,8 +138,11 @@ static void add_diff(struct dsm *d, uint32_t page)
 	if (b->len + DIFF_ENTRY_MAX > d->batch_cap)
 		flush_batch(d, home);
 
-	size_t n = dsm_diff_entry_make(page, dsm_page_alias(d, page), dsm_page_twin(d, page),
-				       dsm_batch_buf(d, home) + b->len);
+	uint8_t *out = dsm_batch_buf(d, home) + b->len;
+	size_t n = sync_twin ? dsm_diff_entry_make_sync(page, dsm_page_alias(d, page),
+						       dsm_page_twin(d, page), out)
+			     : dsm_diff_entry_make(page, dsm_page_alias(d, page),
+						   dsm_page_twin(d, page), out);
 
 	if (n == 0)
 		return;
@@ -221,11 +225,10 @@ void dsm_release(struct dsm *d)
 		while (pageset_has(&d->dirty, p + run)) {
 			uint32_t q = p + run;
 
-			if (d->home[q] != d->rank) {
-				add_diff(d, q);
-				if (dsm_uffd(d))
-					dsm_make_twin(d, q);
-			}
+			/* uffd-async's pages stay open: the diff brings
+			 * their twins up to date as it goes. */
+			if (d->home[q] != d->rank)
+				add_diff(d, q, dsm_uffd(d));
 			if (!dsm_uffd(d))
 				d->state[q] = PAGE_READ;
 			pageset_add(&d->epoch_notices, q);
@@ -259,7 +262,7 @@ void dsm_invalidate(struct dsm *d, const struct pageset *set, bool written_since
 		if (pageset_has(&d->dirty, p)) {
 			/* Written here since our last release: its diff goes
 			 * home first, then the page is fetched merged. */
-			add_diff(d, p);
+			add_diff(d, p, false);
 			pageset_del(&d->dirty, p);
 			pageset_add(&d->epoch_notices, p);
 			flushed = true;

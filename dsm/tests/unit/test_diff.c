@@ -26,8 +26,34 @@ static void random_page(uint8_t *p)
 		p[i] = (uint8_t)next();
 }
 
+/* The diff by definition, a byte at a time: the runs of differing bytes. */
+static size_t reference_diff(const uint8_t *p, const uint8_t *t, uint8_t *out)
+{
+	size_t n = 0;
+
+	for (unsigned i = 0; i < DIFF_PAGE;) {
+		if (p[i] == t[i]) {
+			i++;
+			continue;
+		}
+		unsigned start = i;
+
+		while (i < DIFF_PAGE && p[i] != t[i])
+			i++;
+		out[n] = (uint8_t)start;
+		out[n + 1] = (uint8_t)(start >> 8);
+		out[n + 2] = (uint8_t)(i - start);
+		out[n + 3] = (uint8_t)((i - start) >> 8);
+		memcpy(out + n + 4, p + start, i - start);
+		n += 4 + (i - start);
+	}
+	return n;
+}
+
 int main(void)
 {
+	static uint8_t want[DIFF_MAX], entry[DIFF_ENTRY_MAX], synced[DIFF_ENTRY_MAX];
+
 	/* Unchanged: an empty diff. */
 	random_page(twin);
 	memcpy(page, twin, DIFF_PAGE);
@@ -48,9 +74,22 @@ int main(void)
 		size_t n = dsm_diff_make(page, twin, buf);
 
 		CHECK(n <= DIFF_MAX);
+		/* Exactly the runs of differing bytes, however the equal
+		 * stretches were skipped (blocks, words). */
+		CHECK_EQ(n, reference_diff(page, twin, want));
+		CHECK(memcmp(buf, want, n) == 0);
 		memcpy(home, twin, DIFF_PAGE);
 		CHECK_EQ(dsm_diff_apply(home, buf, n), 0);
 		CHECK(memcmp(home, page, DIFF_PAGE) == 0);
+
+		/* The sync form makes the same entry and leaves the twin equal
+		 * to the page; a diff against it then is empty. */
+		size_t e = dsm_diff_entry_make(9, page, twin, entry);
+
+		CHECK_EQ(dsm_diff_entry_make_sync(9, page, twin, synced), e);
+		CHECK(memcmp(entry, synced, e) == 0);
+		CHECK(memcmp(twin, page, DIFF_PAGE) == 0);
+		CHECK_EQ(dsm_diff_make(page, twin, buf), 0);
 	}
 
 	/* The worst case, every other byte, fits DIFF_MAX. */
