@@ -5,7 +5,9 @@ with vcluster's inventory takes the bare nodes to a cluster (apt installs
 the packages from the local repository through the cluster's proxy, one
 MUNGE key, systemd runs the master and the agents from the installed
 units), a second run changes nothing, a wrong variable is refused before
-any change; a 4x2 PM job runs from the installed files alone; an upgrade
+any change; a 4x2 PM job runs from the installed files alone, and between
+nodes over PM's eth device (the agents open the ranks' raw sockets:
+scored_pm_net_device); an upgrade
 keeps the edited configuration and restarts the daemons; `systemctl stop`
 ends them cleanly; a purge leaves nothing of score."""
 
@@ -43,8 +45,12 @@ PACKAGES = "scored score-client pm-tools"
 SITE = REPO_ROOT / "provisioning" / "site.yml"
 # What this test needs of the roles beyond their defaults: root runs the
 # jobs (the test is root), a short scrape interval.  Slots per node come
-# from the topology (role score_smp: one per core).
-EXTRA_VARS = ["-e", "scored_allow_root_jobs=true", "-e", "score_monitoring_interval=5s"]
+# from the topology (role score_smp: one per core).  And PM's eth device
+# for the jobs (scored_pm_net_device): the installed agents load the
+# installed libpm and open each rank's raw sockets, so the jobs below go
+# over eth between the nodes.
+EXTRA_VARS = ["-e", "scored_allow_root_jobs=true", "-e", "score_monitoring_interval=5s",
+              "-e", "scored_pm_net_device=eth"]
 # score_rdma alone on n4, forced (there is no RDMA hardware here).
 RDMA_PLAY = """
 - name: RDMA settings on a node without the hardware
@@ -358,6 +364,12 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     assert job.stdout.split()[:2] == ["/usr/bin/scrun", "/usr/bin/pmcheck"], job.stdout
     assert job.stdout.strip().endswith("status=0"), job.stdout + job.stderr
     assert "/work" not in job.stdout and "build/" not in job.stdout
+    # Between nodes over eth: the agents loaded the installed libpm and
+    # opened the ranks' raw sockets (scored_pm_net_device).
+    pair = c.on("n1", "scrun -nodes=2x1 pmcheck --pattern all --count 2000", timeout=120)
+    devices = [json.loads(line)["device"] for line in pair.stdout.splitlines()
+               if line.startswith("{")]
+    assert devices == ["eth", "eth"], pair.stdout + pair.stderr
     phase("scrun 4x2")
 
     # Slurm from the roles: PMIx steps of PM programs on every node.
