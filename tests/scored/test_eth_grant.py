@@ -8,12 +8,14 @@ Checked: a job of nobody runs PM and Open MPI over eth on both NICs; the
 sockets it inherits refuse to drop or replace their filter, and bound to
 every EtherType they show the rank none of the node's other traffic; a job
 that chooses udp gets no sockets; a NIC that does not exist fails the
-launch with a message that names the setting."""
+launch with a message that names the setting; an agent without
+CAP_NET_RAW refuses to start."""
 
 import json
 import os
 import shutil
 import socket
+import subprocess
 
 import pytest
 
@@ -184,3 +186,17 @@ def test_a_nic_that_does_not_exist_fails_the_launch_and_says_why(eth_score):
                           user="nobody", timeout=60)
     assert run.returncode != 0
     assert 'pm_net_device = "eth"' in run.stderr and "eth7" in run.stderr, run.stderr
+
+
+def test_an_agent_that_may_not_open_packet_sockets_refuses_to_start(tmp_path):
+    """Without CAP_NET_RAW (a container, a unit that drops it) an agent
+    configured for eth would fail every launch: it says so at start and
+    exits instead."""
+    config = tmp_path / "scored.toml"
+    config.write_text('[agent]\npm_net_device = "eth"\nmetrics_listen = ""\n'
+                      f'state_dir = "{tmp_path / "state"}"\n')
+    run = subprocess.run(["setpriv", "--bounding-set=-net_raw", "--inh-caps=-net_raw",
+                          str(SCORE_BIN / "scored"), "agent", "--config", str(config)],
+                         capture_output=True, text=True, timeout=30)
+    assert run.returncode != 0
+    assert "cannot open packet sockets" in run.stderr and "CAP_NET_RAW" in run.stderr, run.stderr

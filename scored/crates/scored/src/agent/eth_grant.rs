@@ -53,8 +53,21 @@ pub struct Grant {
 
 impl EthGrants {
     /// Load libpm and find `pm_eth_grant`; an error says which libpm was
-    /// tried and why it does not serve.
+    /// tried and why it does not serve, or that this agent may not open
+    /// packet sockets at all (no CAP_NET_RAW: a container, a unit that
+    /// drops it), which would otherwise fail every launch.
     pub fn load() -> Result<Self> {
+        // SAFETY: a plain socket(2); the descriptor is closed at once.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(anyhow!(
+                "agent.pm_net_device = \"eth\": this agent cannot open packet sockets ({}); \
+                 it needs CAP_NET_RAW",
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: fd was just opened and is ours.
+        unsafe { libc::close(fd) };
         let mut tried = Vec::new();
         for candidate in candidates() {
             let name = CString::new(candidate.clone()).expect("no NUL in a path");
