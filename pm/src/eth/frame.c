@@ -65,3 +65,14 @@ void eth_grant_filter(uint16_t port, struct sock_filter prog[ETH_GRANT_FILTER_IN
 	memcpy(prog, type, sizeof(type));
 	eth_filter(port, prog + 2);
 }
+
+unsigned short eth_filter_for(uint16_t port, bool grant,
+			      struct sock_filter prog[ETH_GRANT_FILTER_INSNS])
+{
+	if (!grant) {
+		eth_filter(port, prog);
+		return ETH_FILTER_INSNS;
+	}
+	eth_grant_filter(port, prog);
+	return ETH_GRANT_FILTER_INSNS;
+}

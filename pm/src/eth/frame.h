@@ -28,6 +28,7 @@
 #define PM_ETH_FRAME_H
 
 #include <linux/filter.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -60,5 +61,10 @@ void eth_filter(uint16_t port, struct sock_filter prog[ETH_FILTER_INSNS]);
  * to any EtherType, and must still see nothing but PM's frames for its
  * own port. */
 void eth_grant_filter(uint16_t port, struct sock_filter prog[ETH_GRANT_FILTER_INSNS]);
+
+/* eth_grant_filter's program when grant, else eth_filter's; returns its
+ * number of instructions (sock_fprog's len). */
+unsigned short eth_filter_for(uint16_t port, bool grant,
+			      struct sock_filter prog[ETH_GRANT_FILTER_INSNS]);
 
 #endif /* PM_ETH_FRAME_H */

@@ -119,11 +119,7 @@ static int open_sockets(struct eth_link *l, const struct udp_nic *nic, bool gran
 	l->fd = socket(AF_PACKET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (l->fd < 0)
 		return fail(err, errlen, -errno, "packet socket", nic->name);
-	if (grant)
-		eth_grant_filter(l->port, prog);
-	else
-		eth_filter(l->port, prog);
-	fprog.len = grant ? ETH_GRANT_FILTER_INSNS : ETH_FILTER_INSNS;
+	fprog.len = eth_filter_for(l->port, grant, prog);
 	if (setsockopt(l->fd, SOL_SOCKET, SO_ATTACH_FILTER, &fprog, sizeof(fprog)) < 0 ||
 	    (grant && setsockopt(l->fd, SOL_SOCKET, SO_LOCK_FILTER, &one, sizeof(one)) < 0))
 		return fail(err, errlen, -errno, "socket filter", nic->name);

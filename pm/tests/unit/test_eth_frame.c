@@ -219,16 +219,11 @@ struct pair {
 static struct pair filtered_pair_with(uint16_t port, bool grant)
 {
 	struct sock_filter prog[ETH_GRANT_FILTER_INSNS];
-	struct sock_fprog fprog = { .len = grant ? ETH_GRANT_FILTER_INSNS : ETH_FILTER_INSNS,
-				    .filter = prog };
+	struct sock_fprog fprog = { .len = eth_filter_for(port, grant, prog), .filter = prog };
 	int sv[2];
 
 	CHECK_MSG(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair: %s",
 		  strerror(errno));
-	if (grant)
-		eth_grant_filter(port, prog);
-	else
-		eth_filter(port, prog);
 	CHECK_MSG(setsockopt(sv[1], SOL_SOCKET, SO_ATTACH_FILTER, &fprog, sizeof(fprog)) == 0,
 		  "the kernel refused eth_filter(%u): %s", port, strerror(errno));
 	/* Room for every datagram the test sends before it reads. */
