@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, VCLUSTER, run_vcluster, unique_cluster_name
+from pm import pmjob
 
 from .conftest import NEXT_VERSION, VERSION
 
@@ -367,9 +368,8 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     # Between nodes over eth: the agents loaded the installed libpm and
     # opened the ranks' raw sockets (scored_pm_net_device).
     pair = c.on("n1", "scrun -nodes=2x1 pmcheck --pattern all --count 2000", timeout=120)
-    devices = [json.loads(line)["device"] for line in pair.stdout.splitlines()
-               if line.startswith("{")]
-    assert devices == ["eth", "eth"], pair.stdout + pair.stderr
+    devices = {rank: r["device"] for rank, r in pmjob.parse(pair.stdout).items()}
+    assert devices == {0: "eth", 1: "eth"}, pair.stdout + pair.stderr
     phase("scrun 4x2")
 
     # Slurm from the roles: PMIx steps of PM programs on every node.

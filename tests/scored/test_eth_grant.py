@@ -19,6 +19,8 @@ import subprocess
 
 import pytest
 
+from pm import pmjob
+
 from .score import SCORE_BIN, Score
 
 pytestmark = pytest.mark.skipif(shutil.which("NPopenmpi") is None,
@@ -120,9 +122,9 @@ def user_env(score, **extra):
 
 def pmcheck_devices(proc):
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == 2 and all(r["ok"] for r in lines), proc.stdout
-    return {r["rank"]: r["device"] for r in lines}
+    ranks = pmjob.parse(proc.stdout)
+    assert len(ranks) == 2 and all(r["ok"] for r in ranks.values()), proc.stdout
+    return {rank: r["device"] for rank, r in ranks.items()}
 
 
 def test_a_users_job_runs_over_eth_with_sockets_the_agent_opened(eth_score):

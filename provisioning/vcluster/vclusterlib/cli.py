@@ -485,8 +485,7 @@ def _up(args):
     if args.score_agent and not args.with_score:
         raise VclusterError("--score-agent needs --with-score", 2)
     overrides = score.parse_overrides(args.score_master)
-    agent_overrides = score.parse_overrides(args.score_agent, "--score-agent",
-                                            "pm_net_device=eth")
+    agent_overrides = score.parse_overrides(args.score_agent, "agent")
     if args.with_score or args.with_munge or args.with_slurm:  # fail early and cheaply
         score.munged_tool()
     if args.with_score:
@@ -551,8 +550,7 @@ def _score_up(args):
         raise VclusterError("--score-master and --score-agent make no sense with --munge-only", 2)
     changed, record = score.up(name, not args.munge_only, args.score_bin, args.ready_timeout,
                                score.parse_overrides(args.score_master),
-                               score.parse_overrides(args.score_agent, "--score-agent",
-                                                     "pm_net_device=eth"))
+                               score.parse_overrides(args.score_agent, "agent"))
     if args.json:
         print(json.dumps({"changed": changed, "cluster": record}, indent=2))
     return 0

@@ -133,14 +133,20 @@ def _toml_value(value):
     return json.dumps(str(value))  # a JSON string of ASCII is a TOML basic string
 
 
-def parse_overrides(items, option="--score-master", example="gang_slots=1"):
-    """["gang_slots=1", "preemption=freeze"] -> {"gang_slots": 1, "preemption": "freeze"}."""
+# An example key of each section --score-master and --score-agent set.
+OVERRIDE_EXAMPLES = {"master": "gang_slots=1", "agent": "pm_net_device=eth"}
+
+
+def parse_overrides(items, section="master"):
+    """["gang_slots=1", "preemption=freeze"] -> {"gang_slots": 1, "preemption": "freeze"}:
+    the keys of scored.toml's [section] given with --score-SECTION."""
     out = {}
     for item in items or ():
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key or not key.replace("_", "").isalnum():
-            raise VclusterError(f"{option} {item!r}: expected KEY=VALUE, e.g. {example}", 2)
+            raise VclusterError(f"--score-{section} {item!r}: expected KEY=VALUE, e.g. "
+                                f"{OVERRIDE_EXAMPLES[section]}", 2)
         raw = raw.strip()
         if raw in ("true", "false"):
             out[key] = raw == "true"
