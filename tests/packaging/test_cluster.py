@@ -120,6 +120,35 @@ class Cluster:
             raise AssertionError(f"ansible-playbook {playbook.name} ran over {PLAYBOOK_TIMEOUT} s; "
                                  f"the end of its output:\n{(out or '')[-4000:]}") from None
 
+    def report(self, run):
+        """What to show of a failed ansible-playbook run: every task that
+        failed and on which host, with its message (a tail alone may hold
+        only another host's retries); what apt is still running on those
+        hosts and the end of the apt proxy's logs (apt's own messages say
+        little: "Failed to update apt cache: unknown reason"); then the end
+        of the output."""
+        failures, hosts, task = [], set(), None
+        for line in run.stdout.splitlines():
+            if line.startswith("TASK ["):
+                task = line
+            elif line.startswith(("fatal: [", "failed: [")):
+                failures.append(f"{task}\n{line[:3000]}")
+                hosts.add(line.split("[", 1)[1].split("]", 1)[0])
+        text = "failed tasks:\n" + "\n".join(failures)
+        for host in sorted(hosts & set(NODES)):
+            ps = self.on(host, "ps -eo pid,etimes,args | grep -E 'apt|dpkg|http' | grep -v grep",
+                         check=False, timeout=30)
+            text += f"\n\napt's processes on {host}:\n{ps.stdout}"
+        logs = Path(f"/run/score/vcluster/{self.name}/apt")
+        for log in ("apt-cacher.err", "apt-cacher.log"):
+            try:
+                lines = (logs / log).read_text(errors="replace").splitlines()
+            except OSError as e:
+                lines = [str(e)]
+            text += f"\n\nthe end of the proxy's {log}:\n" + "\n".join(lines[-25:])
+        return (text + "\n\nthe end of the output:\n" + run.stdout[-4000:]
+                + run.stderr[-2000:])
+
     def prometheus(self, path, timeout=120, until=lambda doc: True, what="Prometheus"):
         """GET Prometheus's API on n1 (from the host) until `until(doc)`."""
         address = self.address("n1")
@@ -263,20 +292,6 @@ def changed_tasks(out):
     return tasks
 
 
-def report(run):
-    """What to show of a failed ansible-playbook run: every task that failed
-    and on which host, with its message (a tail alone may hold only another
-    host's retries), then the end of the output."""
-    failures, task = [], None
-    for line in run.stdout.splitlines():
-        if line.startswith("TASK ["):
-            task = line
-        elif line.startswith(("fatal: [", "failed: [")):
-            failures.append(f"{task}\n{line[:3000]}")
-    return ("failed tasks:\n" + "\n".join(failures) + "\n\nthe end of the output:\n"
-            + run.stdout[-4000:] + run.stderr[-2000:])
-
-
 def fact_address(inventory, host, net):
     """The address of `host` on network `net` in a vcluster inventory."""
     return inventory["all"]["hosts"][host]["score_networks"][net]["address"]
@@ -316,11 +331,11 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
 
     # From bare nodes to a cluster; then nothing left to change.
     first = c.playbook(inventory)
-    assert first.returncode == 0, report(first)
+    assert first.returncode == 0, c.report(first)
     assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in recap(first.stdout).values())
     phase("first site run")
     again = c.playbook(inventory)
-    assert again.returncode == 0, report(again)
+    assert again.returncode == 0, c.report(again)
     counters = recap(again.stdout)
     assert sorted(counters) == NODES, again.stdout[-3000:]
     assert all(h["changed"] == 0 for h in counters.values()), again.stdout[-5000:]
@@ -330,7 +345,7 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     # of the roles (n2 and n4 are n3 but for score_rdma), and a run on all
     # four costs the suite 40 s more on 2 cores.
     check = c.playbook(inventory, "--check", "--limit", "n1,n3")
-    assert check.returncode == 0, report(check)
+    assert check.returncode == 0, c.report(check)
     counters = recap(check.stdout)
     assert sorted(counters) == ["n1", "n3"], check.stdout[-3000:]
     assert all(h["changed"] == 0 and h["failed"] == 0 for h in counters.values()), \
@@ -410,7 +425,7 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     play.write_text(RDMA_PLAY)
     for run in range(2):
         rdma = c.playbook(inventory, playbook=play)
-        assert rdma.returncode == 0, report(rdma)
+        assert rdma.returncode == 0, c.report(rdma)
         assert recap(rdma.stdout)["n4"]["changed"] == (0 if run else 3), rdma.stdout[-5000:]
     out = c.on("n4", "dpkg-query -W -f '${Status}\\n' rdma-core ibverbs-providers; "
                      "cat /etc/security/limits.d/90-score-rdma.conf "
@@ -463,7 +478,7 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     fewer["all"]["hosts"]["n4"]["score_networks"][0]["mtu"] = 1400
     inventory.write_text(json.dumps(fewer))
     net = c.playbook(inventory, playbook=network_play)
-    assert net.returncode == 0, report(net)
+    assert net.returncode == 0, c.report(net)
     changed = changed_tasks(net.stdout)
     assert "score_network : Write PM's NIC list" in changed["n4"], changed
     assert all(changed.get(h, []) == [HOSTS_TASK] for h in ("n1", "n2", "n3")), changed
