@@ -48,9 +48,11 @@ static inline bool block_equal(const uint8_t *a, const uint8_t *b)
 	return x == 0;
 }
 
-/* The diff of page against twin into out; with sync, each run found is
- * also copied into twin, which then equals page. */
-static size_t diff_make(const uint8_t *page, uint8_t *twin, uint8_t *out, bool sync)
+/* The diff of page against twin into out; with sync_to (the twin itself,
+ * writable) each run found is also copied there, and the twin then equals
+ * page.  NULL: the twin is only read. */
+static size_t diff_make(const uint8_t *page, const uint8_t *twin, uint8_t *out,
+			uint8_t *sync_to)
 {
 	size_t n = 0;
 	uint32_t i = 0;
@@ -85,8 +87,8 @@ static size_t diff_make(const uint8_t *page, uint8_t *twin, uint8_t *out, bool s
 		put16(out + n, (uint16_t)start);
 		put16(out + n + 2, (uint16_t)(i - start));
 		memcpy(out + n + 4, page + start, i - start);
-		if (sync)
-			memcpy(twin + start, page + start, i - start);
+		if (sync_to)
+			memcpy(sync_to + start, page + start, i - start);
 		n += 4 + (i - start);
 	}
 	return n;
@@ -94,8 +96,7 @@ static size_t diff_make(const uint8_t *page, uint8_t *twin, uint8_t *out, bool s
 
 size_t dsm_diff_make(const uint8_t *page, const uint8_t *twin, uint8_t *out)
 {
-	/* Without sync, twin is only read. */
-	return diff_make(page, (uint8_t *)(uintptr_t)twin, out, false);
+	return diff_make(page, twin, out, NULL);
 }
 
 int dsm_diff_apply(uint8_t *page, const uint8_t *diff, size_t len)
@@ -121,10 +122,10 @@ int dsm_diff_apply(uint8_t *page, const uint8_t *diff, size_t len)
 	return 0;
 }
 
-static size_t entry_make(uint32_t pageno, const uint8_t *page, uint8_t *twin, uint8_t *out,
-			 bool sync)
+static size_t entry_make(uint32_t pageno, const uint8_t *page, const uint8_t *twin,
+			 uint8_t *out, uint8_t *sync_to)
 {
-	size_t n = diff_make(page, twin, out + DIFF_ENTRY_HDR, sync);
+	size_t n = diff_make(page, twin, out + DIFF_ENTRY_HDR, sync_to);
 
 	if (n == 0)
 		return 0;
@@ -136,13 +137,13 @@ static size_t entry_make(uint32_t pageno, const uint8_t *page, uint8_t *twin, ui
 size_t dsm_diff_entry_make(uint32_t pageno, const uint8_t *page, const uint8_t *twin,
 			   uint8_t *out)
 {
-	return entry_make(pageno, page, (uint8_t *)(uintptr_t)twin, out, false);
+	return entry_make(pageno, page, twin, out, NULL);
 }
 
 size_t dsm_diff_entry_make_sync(uint32_t pageno, const uint8_t *page, uint8_t *twin,
 				uint8_t *out)
 {
-	return entry_make(pageno, page, twin, out, true);
+	return entry_make(pageno, page, twin, out, twin);
 }
 
 int dsm_diff_entry_next(const uint8_t *batch, size_t len, size_t *off, uint32_t *pageno,
