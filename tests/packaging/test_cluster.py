@@ -22,6 +22,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+import warnings
 from pathlib import Path
 
 import pytest
@@ -127,14 +128,9 @@ class Cluster:
         hosts and the end of the apt proxy's logs (apt's own messages say
         little: "Failed to update apt cache: unknown reason"); then the end
         of the output."""
-        failures, hosts, task = [], set(), None
-        for line in run.stdout.splitlines():
-            if line.startswith("TASK ["):
-                task = line
-            elif line.startswith(("fatal: [", "failed: [")):
-                failures.append(f"{task}\n{line[:3000]}")
-                hosts.add(line.split("[", 1)[1].split("]", 1)[0])
-        text = "failed tasks:\n" + "\n".join(failures)
+        failures = failed_tasks(run.stdout)
+        hosts = {host for host, _ in failures}
+        text = "failed tasks:\n" + "\n".join(what for _, what in failures)
         for host in sorted(hosts & set(NODES)):
             ps = self.on(host, "ps -eo pid,etimes,args | grep -E 'apt|dpkg|http' | grep -v grep",
                          check=False, timeout=30)
@@ -292,6 +288,18 @@ def changed_tasks(out):
     return tasks
 
 
+def failed_tasks(out):
+    """[(host, "TASK [...] and its fatal line")] of ansible-playbook's output,
+    rescued failures included."""
+    failures, task = [], None
+    for line in out.splitlines():
+        if line.startswith("TASK ["):
+            task = line
+        elif line.startswith(("fatal: [", "failed: [")):
+            failures.append((line.split("[", 1)[1].split("]", 1)[0], f"{task}\n{line[:3000]}"))
+    return failures
+
+
 def fact_address(inventory, host, net):
     """The address of `host` on network `net` in a vcluster inventory."""
     return inventory["all"]["hosts"][host]["score_networks"][net]["address"]
@@ -333,6 +341,11 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     first = c.playbook(inventory)
     assert first.returncode == 0, c.report(first)
     assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in recap(first.stdout).values())
+    if any(h["rescued"] for h in recap(first.stdout).values()):
+        # A task tried again (score_common's apt update after a hang): the
+        # run passed, but the suite's output should say what happened.
+        warnings.warn("site.yml rescued a failed task: "
+                      + "\n".join(what for _, what in failed_tasks(first.stdout)))
     phase("first site run")
     again = c.playbook(inventory)
     assert again.returncode == 0, c.report(again)

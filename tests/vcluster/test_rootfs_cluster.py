@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_vcluster, unique_cluster_name
+from conftest import REPO_ROOT, run_vcluster, unique_cluster_name
 from vclusterlib import machines, procs, rootfs, score
 
 UP_TIMEOUT = 1500        # a cold image build included
@@ -117,6 +117,75 @@ def test_ansible_reaches_every_node_through_the_inventory(machines_cluster, tmp_
                        env=dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="True"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("SUCCESS") == NODES, r.stdout
+
+
+# The role score_common alone, its apt update bounded to a few seconds.
+COMMON_PLAY = """
+- name: What every node needs first
+  hosts: all
+  become: true
+  roles:
+    - role: score_common
+      vars:
+        score_common_apt_timeout: 10
+        score_common_time_sync: false
+        score_common_apt_repository: deb http://deb.debian.org/debian bookworm-updates main
+"""
+RESCUE_TASK = "TASK [score_common : Update apt's lists again"
+
+
+def test_a_hung_apt_update_is_stopped_and_tried_again(machines_cluster, tmp_path):
+    """score_common's apt update on a node whose proxy does not answer (its
+    packets to the proxy dropped) is stopped at score_common_apt_timeout
+    and tried again, which passes once the proxy answers: the run succeeds
+    (rescued, not failed) and the other node never waited on apt."""
+    name, _ = machines_cluster
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(run_vcluster("inventory", "--name", name).stdout)
+    play = tmp_path / "common.yml"
+    play.write_text(COMMON_PLAY)
+    netns = next(n["netns"] for n in json.loads(Path(f"/run/score/vcluster/{name}.json")
+                                                .read_text())["nodes"] if n["name"] == "n1")
+    table = "score-test-hang"
+
+    def nft(script):
+        subprocess.run(["ip", "netns", "exec", netns, "nft", "-f", "-"], input=script,
+                       text=True, check=True, timeout=30)
+
+    nft(f"table inet {table} {{ chain out {{ type filter hook output priority 0; "
+        "tcp dport 9142 drop; }; }")
+    blocked = True
+    proc = subprocess.Popen(["ansible-playbook", "-i", str(inventory), str(play)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, ANSIBLE_ROLES_PATH=str(REPO_ROOT / "roles"),
+                                     ANSIBLE_PIPELINING="True"),
+                            start_new_session=True)
+    lines = []
+    try:
+        # The proxy answers again once the first try was given up.
+        for line in proc.stdout:
+            lines.append(line)
+            if blocked and line.startswith(RESCUE_TASK):
+                nft(f"delete table inet {table}")
+                blocked = False
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+        if blocked:
+            nft(f"delete table inet {table}")
+        for node in ("n1", "n2"):
+            on(name, node, "rm", "-f", "/etc/apt/sources.list.d/score.list")
+    out = "".join(lines)
+    assert proc.returncode == 0, out[-4000:]
+    assert not blocked, "the update was not tried again:\n" + out[-4000:]
+    assert "fatal: [n1]: FAILED! => {\"changed\": false, \"msg\": \"The ansible.builtin.apt " \
+           "action failed to execute in the expected time frame (10)" in out, out[-4000:]
+    rescued = {line.split(":")[0].strip(): "rescued=1" in line
+               for line in out.split("PLAY RECAP", 1)[1].splitlines() if "rescued=" in line}
+    assert rescued == {"n1": True, "n2": False}, out[-3000:]
+    assert "failed=0" in out.split("PLAY RECAP", 1)[1], out[-3000:]
 
 
 def test_up_again_changes_nothing_and_other_kinds_are_refused(machines_cluster):
