@@ -50,9 +50,10 @@ SITE = REPO_ROOT / "provisioning" / "site.yml"
 # from the topology (role score_smp: one per core).  And PM's eth device
 # for the jobs (scored_pm_net_device): the installed agents load the
 # installed libpm and open each rank's raw sockets, so the jobs below go
-# over eth between the nodes.
+# over eth between the nodes.  An apt update (some 5 s here, 30 s through
+# a cold cache) that hangs is given up after 2 minutes, not the role's 5.
 EXTRA_VARS = ["-e", "scored_allow_root_jobs=true", "-e", "score_monitoring_interval=5s",
-              "-e", "scored_pm_net_device=eth"]
+              "-e", "scored_pm_net_device=eth", "-e", "score_common_apt_timeout=120"]
 # score_rdma alone on n4, forced (there is no RDMA hardware here).
 RDMA_PLAY = """
 - name: RDMA settings on a node without the hardware
