@@ -50,10 +50,13 @@ SITE = REPO_ROOT / "provisioning" / "site.yml"
 # from the topology (role score_smp: one per core).  And PM's eth device
 # for the jobs (scored_pm_net_device): the installed agents load the
 # installed libpm and open each rank's raw sockets, so the jobs below go
-# over eth between the nodes.  An apt update (some 5 s here, 30 s through
-# a cold cache) that hangs is given up after 2 minutes, not the role's 5.
+# over eth between the nodes.  An apt update that hangs (about 1 run in 2:
+# apt-cacher-ng answers one of the four nodes asking for the same index at
+# once with an error, and apt then waits forever) is ended after a minute,
+# not the role's 5, and tried again; one that works takes some 5 s here,
+# what the proxy fetches meanwhile is kept for the next try.
 EXTRA_VARS = ["-e", "scored_allow_root_jobs=true", "-e", "score_monitoring_interval=5s",
-              "-e", "scored_pm_net_device=eth", "-e", "score_common_apt_timeout=120"]
+              "-e", "scored_pm_net_device=eth", "-e", "score_common_apt_timeout=60"]
 # score_rdma alone on n4, forced (there is no RDMA hardware here).
 RDMA_PLAY = """
 - name: RDMA settings on a node without the hardware
@@ -290,8 +293,7 @@ def changed_tasks(out):
 
 
 def failed_tasks(out):
-    """[(host, "TASK [...] and its fatal line")] of ansible-playbook's output,
-    rescued failures included."""
+    """[(host, "TASK [...] and its fatal line")] of ansible-playbook's output."""
     failures, task = [], None
     for line in out.splitlines():
         if line.startswith("TASK ["):
@@ -342,11 +344,13 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
     first = c.playbook(inventory)
     assert first.returncode == 0, c.report(first)
     assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in recap(first.stdout).values())
-    if any(h["rescued"] for h in recap(first.stdout).values()):
+    # (Waits retry by design: slurmd registering.)
+    retried = [line for line in first.stdout.splitlines()
+               if line.startswith("FAILED - RETRYING") and ": Wait for" not in line]
+    if retried:
         # A task tried again (score_common's apt update after a hang): the
-        # run passed, but the suite's output should say what happened.
-        warnings.warn("site.yml rescued a failed task: "
-                      + "\n".join(what for _, what in failed_tasks(first.stdout)))
+        # run passed, but the suite's output should say so.
+        warnings.warn("site.yml tried tasks again: " + "; ".join(retried))
     phase("first site run")
     again = c.playbook(inventory)
     assert again.returncode == 0, c.report(again)
