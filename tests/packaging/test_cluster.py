@@ -256,10 +256,10 @@ def check_dashboard_queries(c):
         c.on("n1", "touch /run/stop-load")
         for p in loops:
             try:
-                p.wait(timeout=120)
+                p.communicate(timeout=120)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+                p.communicate()
         c.on("n1", "rm -f /run/stop-load")
     assert not pending, "dashboard queries without data:\n" + "\n".join(
         f"{uid} / {title}: {expr} -> {last}" for (uid, title, expr), last in pending.items())
