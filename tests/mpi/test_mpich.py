@@ -199,12 +199,16 @@ def assert_suite_passes_over_pm_what_it_passes_over_tcp(mpich, prefix, shape, pm
     assert_pm_passes_what_tcp_passes(pm, tcp)
 
 
+@pytest.mark.long
 def test_mpi4py_under_mpich_across_two_nodes_passes_what_tcp_passes(mpich, two_nodes, rsh):
     """mpi4py 4.1.1's suite under the MPICH wheel on 2 virtual-cluster nodes
     x 1 rank, under hydra: with pm (detached contexts, PM's udp over both
     NICs of each node) every test passes that passes with the tcp provider
     of the wheel's own libfabric (on eth0); the next test runs it on one
-    host (shm), and tests/scored/test_mpi_over_pm.py under scrun."""
+    host (shm), and tests/scored/test_mpi_over_pm.py under scrun.  Long
+    (make test-long), to keep make test in its half hour: make test runs
+    the same shape, 2 nodes x 1 over both NICs, as a scrun job
+    (tests/scored/test_mpi_over_pm.py)."""
     assert_suite_passes_over_pm_what_it_passes_over_tcp(
         mpich, hydra_across(mpich, two_nodes, rsh, 1), "2 nodes x 1", "udp over 2 NICs", "eth0")
 
