@@ -29,6 +29,7 @@ import pytest
 
 from conftest import REPO_ROOT, VCLUSTER, run_vcluster, unique_cluster_name
 from pm import pmjob
+from vclusterlib import aptproxy
 
 from .conftest import NEXT_VERSION, VERSION
 
@@ -139,7 +140,7 @@ class Cluster:
             ps = self.on(host, "ps -eo pid,etimes,args | grep -E 'apt|dpkg|http' | grep -v grep",
                          check=False, timeout=30)
             text += f"\n\napt's processes on {host}:\n{ps.stdout}"
-        logs = Path(f"/run/score/vcluster/{self.name}/apt")
+        logs = aptproxy.conf_dir(self.name)
         for log in ("apt-cacher.err", "apt-cacher.log"):
             try:
                 lines = (logs / log).read_text(errors="replace").splitlines()
@@ -280,27 +281,31 @@ class Phases:
 HOSTS_TASK = "score_common : Name every node on each of its networks"
 
 
-def changed_tasks(out):
-    """{host: [task names that changed it]} of ansible-playbook's output."""
-    tasks, task = {}, None
+def task_results(out, *kinds):
+    """(task line, host, result line) for each line of ansible-playbook's
+    output that starts with one of `kinds` ("changed", "fatal", ...), under
+    the TASK [...] line it belongs to (None before the first)."""
+    task = None
     for line in out.splitlines():
         if line.startswith("TASK ["):
-            task = line[len("TASK ["):line.index("]")]
-        elif line.startswith("changed: [") and task:
-            host = line[len("changed: ["):].split("]", 1)[0]
-            tasks.setdefault(host, []).append(task)
+            task = line
+        elif line.startswith(tuple(f"{kind}: [" for kind in kinds)):
+            yield task, line.split("[", 1)[1].split("]", 1)[0], line
+
+
+def changed_tasks(out):
+    """{host: [task names that changed it]} of ansible-playbook's output."""
+    tasks = {}
+    for task, host, _ in task_results(out, "changed"):
+        if task:
+            tasks.setdefault(host, []).append(task[len("TASK ["):task.index("]")])
     return tasks
 
 
 def failed_tasks(out):
     """[(host, "TASK [...] and its fatal line")] of ansible-playbook's output."""
-    failures, task = [], None
-    for line in out.splitlines():
-        if line.startswith("TASK ["):
-            task = line
-        elif line.startswith(("fatal: [", "failed: [")):
-            failures.append((line.split("[", 1)[1].split("]", 1)[0], f"{task}\n{line[:3000]}"))
-    return failures
+    return [(host, f"{task}\n{line[:3000]}")
+            for task, host, line in task_results(out, "fatal", "failed")]
 
 
 def fact_address(inventory, host, net):

@@ -5,6 +5,7 @@ cluster's apt proxy; `down` leaves nothing, even after a crash."""
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, run_vcluster, unique_cluster_name
-from vclusterlib import machines, procs, rootfs, score
+from vclusterlib import aptproxy, machines, procs, rootfs, score, state
 
 UP_TIMEOUT = 1500        # a cold image build included
 NODES = 2
@@ -132,6 +133,8 @@ COMMON_PLAY = """
         score_common_apt_repository: deb http://deb.debian.org/debian bookworm-updates main
 """
 RETRY = "FAILED - RETRYING: [n1]: Update apt's lists"
+# The whole run (the lines it prints are read as they come).
+PLAY_TIMEOUT = 300
 
 
 def test_a_hung_apt_update_is_ended_and_tried_again(machines_cluster, tmp_path):
@@ -145,8 +148,7 @@ def test_a_hung_apt_update_is_ended_and_tried_again(machines_cluster, tmp_path):
     inventory.write_text(run_vcluster("inventory", "--name", name).stdout)
     play = tmp_path / "common.yml"
     play.write_text(COMMON_PLAY)
-    netns = next(n["netns"] for n in json.loads(Path(f"/run/score/vcluster/{name}.json")
-                                                .read_text())["nodes"] if n["name"] == "n1")
+    netns = next(n["netns"] for n in state.load(name)["nodes"] if n["name"] == "n1")
     table = "score-test-hang"
 
     def nft(script):
@@ -154,9 +156,10 @@ def test_a_hung_apt_update_is_ended_and_tried_again(machines_cluster, tmp_path):
                        text=True, check=True, timeout=30)
 
     nft(f"table inet {table} {{ chain out {{ type filter hook output priority 0; "
-        "tcp dport 9142 drop; }; }")
+        f"tcp dport {aptproxy.PORT} drop; }}; }}")
     blocked, left = True, None
-    proc = subprocess.Popen(["ansible-playbook", "-i", str(inventory), str(play)],
+    proc = subprocess.Popen(["timeout", str(PLAY_TIMEOUT), "ansible-playbook", "-i",
+                             str(inventory), str(play)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=dict(os.environ, ANSIBLE_ROLES_PATH=str(REPO_ROOT / "roles"),
                                      ANSIBLE_PIPELINING="True"),
@@ -172,7 +175,7 @@ def test_a_hung_apt_update_is_ended_and_tried_again(machines_cluster, tmp_path):
                           "pgrep -a apt-get; pgrep -af /usr/lib/apt/[m]ethods/; true").stdout
                 nft(f"delete table inet {table}")
                 blocked = False
-        proc.wait(timeout=300)
+        proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
@@ -186,7 +189,8 @@ def test_a_hung_apt_update_is_ended_and_tried_again(machines_cluster, tmp_path):
     assert not blocked, "the update was not tried again:\n" + out[-4000:]
     assert left == "", f"the first try still runs on n1:\n{left}"
     assert "FAILED - RETRYING: [n2]" not in out, out[-4000:]
-    assert "failed=0" in out.split("PLAY RECAP", 1)[1], out[-3000:]
+    failed = re.findall(r"^(n\d+) +: .* failed=(\d+) ", out.split("PLAY RECAP", 1)[1], re.M)
+    assert failed == [("n1", "0"), ("n2", "0")], out[-3000:]
 
 
 def test_up_again_changes_nothing_and_other_kinds_are_refused(machines_cluster):
