@@ -209,17 +209,21 @@ def ring_drops(vc, node, pids):
 def test_a_full_ring_is_counted_and_repaired(cluster, jobs, mpirun_argv_edit):
     """The two ranks on n1 stop (SIGSTOP, by PID) for half a second while the
     four on n2 and n3 send to everyone over one NIC: each sender may have
-    half of a peer's ring slots in flight (512 of 1024), so four of them
-    overfill the rings of n1's contexts and the kernel drops the rest.  The
-    drops are counted per NIC (pminfo's rx_dropped, read while the job
-    runs), Go-Back-N resends them, and every message is exact."""
+    half of a peer's ring slots in flight (1024 of 2048 at MTU 1500, with
+    PM_UDP_WINDOW raised to that bound), so four of them overfill the rings
+    of n1's contexts twice over and the kernel drops the rest.  The drops
+    are counted per NIC (pminfo's rx_dropped, read while the job runs),
+    Go-Back-N resends them, and every message is exact.  (With the default
+    window, 512, four senders fill a ring exactly: only the acknowledgements
+    beside the data overflow it, and those need no resend.)"""
     vc = cluster
     mpirun_argv_edit(by_node)
     # A floor on the job's length: every rank holds 300 ms every 20000
     # messages, so it runs on after the stop for pminfo to read it.
     job = jobs(vc, NODES, [App(6, ["--pattern", "all", "--count", 60000, "--sizes", "1-64",
                                    "--hold-ms", 300, "--hold-every", 20000, "--timeout", 60],
-                               env=dict(ETH, PM_UDP_NICS="eth0"))], slots=2)
+                               env=dict(ETH, PM_UDP_NICS="eth0", PM_UDP_WINDOW="1024"))],
+                  slots=2)
     pids = wait_for("the two ranks on n1", lambda: (lambda p: p if len(p) == 2 else None)(
         pids_in(vc, "n1")), timeout=30)
     wait_for("traffic on n1's eth0", lambda: nic_counters(vc, "n1")["eth0"]["rx"] > 5000,
