@@ -12,6 +12,13 @@ host's address on network 0, port PORT:
     (build/deb/repo) is served as http://HOST:PORT/score/ (LocalDirs), a
     flat repository the nodes list as `deb [trusted=yes] ... ./`.
 
+The archive's answers carry no Last-Modified here, and apt-cacher-ng 3.7
+fetches an index (InRelease) anew for every request; two such refreshes
+of one file in the same second fail (its old copy is moved aside under a
+name with the second in it), and the node whose request failed hangs in
+apt.  So the inventory has the nodes update their lists in turn
+(score_apt_update_throttle, inventory.py).
+
 Its configuration, log and PID file live in /run/score/vcluster/NAME/apt/;
 `down` finds the daemon by that path on its command line (score.classify)
 and stops it with the cluster's other services.

@@ -63,6 +63,9 @@ def build(current, head=None):
             "score_cluster": layout.name,
             "score_apt_proxy": aptproxy.proxy_url(proxy_address),
             "score_apt_repository": aptproxy.repo_line(proxy_address),
+            # One node at a time: the proxy refreshes an index for every
+            # request (aptproxy.py), and fails one of two in the same second.
+            "score_apt_update_throttle": 1,
         },
         "hosts": hosts,
         "children": children,
