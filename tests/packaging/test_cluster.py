@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible_output import changed_tasks, failed_tasks, recap
 from conftest import REPO_ROOT, VCLUSTER, run_vcluster, unique_cluster_name
 from pm import pmjob
 from vclusterlib import aptproxy
@@ -51,11 +52,11 @@ SITE = REPO_ROOT / "provisioning" / "site.yml"
 # from the topology (role score_smp: one per core).  And PM's eth device
 # for the jobs (scored_pm_net_device): the installed agents load the
 # installed libpm and open each rank's raw sockets, so the jobs below go
-# over eth between the nodes.  An apt update that hangs (about 1 run in 2:
-# apt-cacher-ng answers one of the four nodes asking for the same index at
-# once with an error, and apt then waits forever) is ended after a minute,
-# not the role's 5, and tried again; one that works takes some 5 s here,
-# what the proxy fetches meanwhile is kept for the next try.
+# over eth between the nodes.  An apt update that hangs is ended after a
+# minute, not the role's 5, and tried again; one that works takes some 5 s
+# here.  (It hung in about 1 run in 2 while the four nodes updated at once:
+# apt-cacher-ng answered one of them with an error, and apt then waited
+# forever; vcluster's inventory now has them take turns.)
 EXTRA_VARS = ["-e", "scored_allow_root_jobs=true", "-e", "score_monitoring_interval=5s",
               "-e", "scored_pm_net_device=eth", "-e", "score_common_apt_timeout=60"]
 # score_rdma alone on n4, forced (there is no RDMA hardware here).
@@ -281,47 +282,9 @@ class Phases:
 HOSTS_TASK = "score_common : Name every node on each of its networks"
 
 
-def task_results(out, *kinds):
-    """(task line, host, result line) for each line of ansible-playbook's
-    output that starts with one of `kinds` ("changed", "fatal", ...), under
-    the TASK [...] line it belongs to (None before the first)."""
-    task = None
-    for line in out.splitlines():
-        if line.startswith("TASK ["):
-            task = line
-        elif line.startswith(tuple(f"{kind}: [" for kind in kinds)):
-            yield task, line.split("[", 1)[1].split("]", 1)[0], line
-
-
-def changed_tasks(out):
-    """{host: [task names that changed it]} of ansible-playbook's output."""
-    tasks = {}
-    for task, host, _ in task_results(out, "changed"):
-        if task:
-            tasks.setdefault(host, []).append(task[len("TASK ["):task.index("]")])
-    return tasks
-
-
-def failed_tasks(out):
-    """[(host, "TASK [...] and its fatal line")] of ansible-playbook's output."""
-    return [(host, f"{task}\n{line[:3000]}")
-            for task, host, line in task_results(out, "fatal", "failed")]
-
-
 def fact_address(inventory, host, net):
     """The address of `host` on network `net` in a vcluster inventory."""
     return inventory["all"]["hosts"][host]["score_networks"][net]["address"]
-
-
-def recap(out):
-    """{host: {counter: n}} of ansible-playbook's PLAY RECAP."""
-    hosts = {}
-    for line in out.split("PLAY RECAP", 1)[-1].splitlines():
-        if ":" in line and "=" in line:
-            host, counters = line.split(":", 1)
-            hosts[host.strip()] = {k: int(v) for k, v in
-                                   (w.split("=") for w in counters.split())}
-    return hosts
 
 
 def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster, next_debs,

@@ -5,13 +5,13 @@ cluster's apt proxy; `down` leaves nothing, even after a crash."""
 
 import json
 import os
-import re
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from ansible_output import recap
 from conftest import REPO_ROOT, run_vcluster, unique_cluster_name
 from vclusterlib import aptproxy, machines, procs, rootfs, score, state
 
@@ -189,8 +189,8 @@ def test_a_hung_apt_update_is_ended_and_tried_again(machines_cluster, tmp_path):
     assert not blocked, "the update was not tried again:\n" + out[-4000:]
     assert left == "", f"the first try still runs on n1:\n{left}"
     assert "FAILED - RETRYING: [n2]" not in out, out[-4000:]
-    failed = re.findall(r"^(n\d+) +: .* failed=(\d+) ", out.split("PLAY RECAP", 1)[1], re.M)
-    assert failed == [("n1", "0"), ("n2", "0")], out[-3000:]
+    failed = {host: counters["failed"] for host, counters in recap(out).items()}
+    assert failed == {"n1": 0, "n2": 0}, out[-3000:]
 
 
 def test_up_again_changes_nothing_and_other_kinds_are_refused(machines_cluster):
