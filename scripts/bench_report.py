@@ -138,6 +138,23 @@ def commands_block(doc, title="Commands"):
             + "\n".join(lines) + "\n```\n\n</details>")
 
 
+def bridge_netfilter_line(m):
+    """What the host's br_netfilter does to the virtual cluster's IP
+    frames (scripts/bench, bridge_netfilter()); None for a JSON without it."""
+    if "bridge_netfilter" not in m:
+        return None
+    nf = m["bridge_netfilter"]
+    if nf is None:
+        return "- bridged frames: br_netfilter not loaded (no netfilter between virtual-cluster nodes)"
+    if nf.get("iptables"):
+        return ("- bridged frames: `net.bridge.bridge-nf-call-iptables=1` on the host: every "
+                "IPv4 frame between virtual-cluster nodes (PM's udp device, TCP) passes the "
+                "host's netfilter hooks in the bridge, as no real switch does; PM's eth frames "
+                "(EtherType of their own) do not ([../pm/bench.md](../pm/bench.md), "
+                "\"The host's netfilter\")")
+    return "- bridged frames: br_netfilter loaded but off for IPv4 (`net.bridge.bridge-nf-call-iptables=0`)"
+
+
 def provenance(doc, path):
     """Who made these figures: file, command, dates, machine, source."""
     m = doc.get("machine", {})
@@ -164,6 +181,9 @@ def provenance(doc, path):
         f"{m.get('kernel', '?')}, host `{m.get('hostname', '?')}`",
         f"- source: {src}",
     ]
+    bridged = bridge_netfilter_line(m)
+    if bridged:
+        lines.append(bridged)
     pm = doc.get("pm") or {}
     if pm.get("config"):
         conf = pm["config"]
