@@ -139,19 +139,25 @@ def commands_block(doc, title="Commands"):
 
 
 def bridge_netfilter_line(m):
-    """What the host's br_netfilter does to the virtual cluster's IP
+    """Whether br_netfilter's hooks were in the way of the virtual cluster's
     frames (scripts/bench, bridge_netfilter()); None for a JSON without it."""
     if "bridge_netfilter" not in m:
         return None
     nf = m["bridge_netfilter"]
+    host = ("br_netfilter not loaded" if nf is None else
+            f"`net.bridge.bridge-nf-call-iptables={nf.get('iptables')}`")
+    if m.get("vcluster_bridges") == "switch namespace":
+        return ("- bridged frames: the virtual cluster's bridges are in a namespace of their "
+                "own with br_netfilter's hooks off ([../admin/vcluster.md](../admin/vcluster.md), "
+                f"\"The switch\"); the host's setting, not in their way: {host}")
     if nf is None:
         return "- bridged frames: br_netfilter not loaded (no netfilter between virtual-cluster nodes)"
     if nf.get("iptables"):
-        return ("- bridged frames: `net.bridge.bridge-nf-call-iptables=1` on the host: every "
-                "IPv4 frame between virtual-cluster nodes (PM's udp device, TCP) passes the "
-                "host's netfilter hooks in the bridge, as no real switch does; PM's eth frames "
-                "(EtherType of their own) do not ([../pm/bench.md](../pm/bench.md), "
-                "\"The host's netfilter\")")
+        return ("- bridged frames: `net.bridge.bridge-nf-call-iptables=1` on the host, whose "
+                "namespace held the virtual cluster's bridges: every IPv4 frame between "
+                "virtual-cluster nodes (PM's udp device, TCP) passed the host's netfilter hooks, "
+                "as no real switch does; PM's eth frames (EtherType of their own) did not "
+                "([../pm/bench.md](../pm/bench.md), \"The host's netfilter\")")
     return "- bridged frames: br_netfilter loaded but off for IPv4 (`net.bridge.bridge-nf-call-iptables=0`)"
 
 

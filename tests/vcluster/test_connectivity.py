@@ -68,3 +68,36 @@ def test_mtu_is_set_on_both_ends(vcluster):
     # A 9000-byte datagram crosses the bridge without fragmentation (-M do).
     vc.exec("n1", "ping", "-n", "-q", "-c1", "-W1", "-M", "do", "-s", "8972",
             vc.address("n2"), check=True)
+
+
+def test_frames_between_nodes_skip_the_hosts_netfilter(vc):
+    """The bridges are in the cluster's switch namespace, with br_netfilter's
+    hooks off there: a counter in the host's own prerouting hook sees no
+    frame from n1 to n2, whatever the host's net.bridge.bridge-nf-call-iptables
+    (build.py, "The switch").  The counter is in a table of the test's own,
+    which counts and changes nothing, and goes at the end."""
+    switch = f"vcluster-{vc.name}-sw"
+    proc = subprocess.run(["ip", "netns", "exec", switch, "sh", "-c",
+                           "cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null "
+                           "|| echo absent"],
+                          capture_output=True, text=True, timeout=10, check=True)
+    assert proc.stdout.strip() in ("0", "absent"), proc.stdout
+    table = f"vcluster_test_{vc.name}"
+    src, dst = vc.address("n1"), vc.address("n2")
+
+    def nft(*args):
+        return subprocess.run(["nft", *args], capture_output=True, text=True, timeout=10)
+
+    rules = (f"table ip {table} {{\n chain pre {{\n"
+             f"  type filter hook prerouting priority -300;\n"
+             f"  ip saddr {src} ip daddr {dst} counter\n }}\n}}\n")
+    made = subprocess.run(["nft", "-f", "-"], input=rules, capture_output=True, text=True,
+                          timeout=10)
+    assert made.returncode == 0, made.stderr
+    try:
+        vc.exec("n1", "ping", "-n", "-q", "-c3", "-i", "0.2", "-W1", dst, check=True)
+        listing = nft("list", "table", "ip", table)
+        assert listing.returncode == 0, listing.stderr
+        assert "counter packets 0 bytes 0" in listing.stdout, listing.stdout
+    finally:
+        nft("delete", "table", "ip", table)

@@ -30,7 +30,7 @@ def test_up_refuses_leftovers_without_state_file(vcluster, vcluster_cli):
     proc = vcluster_cli("up", "--name", vc.name, "--nodes", "2")
     assert proc.returncode == 1
     assert f"cluster {vc.name} has leftovers of an earlier run without a state file" in proc.stderr
-    assert "2 namespaces" in proc.stderr
+    assert "3 namespaces" in proc.stderr      # the 2 nodes' and the switch's
     assert f"run 'vcluster down --name {vc.name}' first" in proc.stderr
 
 
@@ -67,7 +67,9 @@ def test_a_stale_state_file_is_ignored(vcluster, vcluster_cli):
 
 def test_failed_up_rolls_back_and_spares_foreign_links(cluster_name, vcluster_cli):
     """An interface in the way makes up fail half-way; what up made is removed,
-    the interface it did not make is left alone."""
+    the interface it did not make is left alone.  (The veths of the nodes are
+    made in the root namespace before they move to the switch, so a name
+    taken there is in the way.)"""
     blocker = f"{cluster_name}-n2-0"
     _add_foreign_link(blocker)
     try:

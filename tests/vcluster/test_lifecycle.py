@@ -74,7 +74,9 @@ def test_tc_limits_both_ends_of_every_link(vcluster):
     vc = vcluster(nodes=2, nics=2, rate="250mbit")
     for node in vc.nodes:
         for net in range(2):
-            host_end = subprocess.run(["tc", "qdisc", "show", "dev", f"{vc.name}-{node}-{net}"],
+            # The bridge's end of the link is in the switch's namespace.
+            host_end = subprocess.run(["tc", "-n", f"vcluster-{vc.name}-sw", "qdisc", "show",
+                                       "dev", f"{vc.name}-{node}-{net}"],
                                       capture_output=True, text=True, timeout=10, check=True).stdout
             node_end = vc.exec(node, "tc", "qdisc", "show", "dev", f"eth{net}", check=True).stdout
             assert "tbf" in host_end and "250Mbit" in host_end, host_end

@@ -50,6 +50,7 @@ def test_names_fit_linux_interface_names():
 def test_names_round_trip():
     assert naming.parse_netns_name(naming.netns_name("vc", "n12")) == ("vc", "n12")
     assert naming.parse_netns_name("vcluster-vc-x1") is None
+    assert naming.parse_netns_name(naming.switch_netns_name("vc")) == ("vc", naming.SWITCH)
     assert naming.parse_holder_tag(naming.holder_tag("big", "n3")) == ("big", "n3")
     assert naming.parse_link_alias(naming.link_alias("vc")) == "vc"
     assert naming.is_cluster_link_name("vc", "vc-n3-1")

@@ -1,7 +1,7 @@
 """The address plan of a cluster and the check against the host's routes.
 
 A cluster owns one /16; network K is its K-th /24; node nI has host number I on
-every network and the host's end of each bridge has .254:
+every network and the host's port on each network has .254:
 
     cluster subnet 10.250.0.0/16
       network 0    10.250.0.0/24   n1 = 10.250.0.1  n2 = 10.250.0.2  host = 10.250.0.254
@@ -35,7 +35,7 @@ class Network:
 class Nic:
     network: int
     ifname: str          # inside the node
-    host_ifname: str     # the bridge port in the root namespace
+    host_ifname: str     # the bridge port, in the switch namespace
     address: str
 
 

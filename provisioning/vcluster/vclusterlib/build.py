@@ -2,14 +2,18 @@
 
 Order of construction (each step is one or a few batched tool calls):
 
-  1. in the root namespace, one `ip -batch`: the node namespaces, one bridge
-     per network with the host's address, one veth pair per node and network
-     whose node end is created directly inside the node's namespace;
-  2. in every node, one `ip -n NETNS -batch`: loopback up, ethK up with its
+  1. in the root namespace, one `ip -batch`: the node namespaces and the
+     switch namespace; per network, the host's port, a veth pair whose root
+     end has the host's address and whose other end goes to the switch; one
+     veth pair per node and network, its node end created directly inside
+     the node's namespace, its other end moved to the switch;
+  2. in the switch, one `ip -n NETNS -batch`: a bridge per network and its
+     ports; br_netfilter off there (below);
+     in every node, one `ip -n NETNS -batch`: loopback up, ethK up with its
      address;
   3. with --rate, a tbf qdisc on both ends of every veth (`tc -batch`), so each
-     direction of each link is limited: the host end shapes bridge-to-node
-     traffic, the node end node-to-bridge traffic;
+     direction of each link is limited: the bridge's end (in the switch)
+     shapes bridge-to-node traffic, the node end node-to-bridge traffic;
   4. host name tables (nodes and /etc/hosts);
   5. one holder process per node (UTS and mount namespaces), or, with
      --rootfs, the cluster's apt proxy and one booted Debian machine per
@@ -18,11 +22,21 @@ Order of construction (each step is one or a few batched tool calls):
 
 Any failure, or ^C, rolls back by running the ordinary teardown, which finds
 whatever was made by name.
+
+The switch.  The bridges live in a namespace of their own, not in the
+host's, so that the host's br_netfilter, when loaded with
+net.bridge.bridge-nf-call-iptables=1 (the kernel's default, and what
+container runtimes ask for), does not pass every IPv4 frame between two
+nodes through the host's netfilter hooks: no switch does, and it costs each
+frame of PM's udp device and of TCP some of a microsecond, which PM's eth
+frames (an EtherType of their own) never pay.  br_netfilter's settings are
+per namespace; the switch's are turned off.
 """
 
 import contextlib
 import datetime
 import ipaddress
+import os
 import signal
 
 from . import addressing, aptproxy, holder, hosts, log, machines, naming, state, system, teardown
@@ -141,19 +155,22 @@ def _choose_subnet(name, shape, requested):
 
 def _create(layout, rootfs=None):
     shape = layout.shape
-    n_links = len(layout.nodes) * len(layout.networks)
-    log.step(f"creating {_count(len(layout.nodes), 'namespace')}, "
+    n_links = (len(layout.nodes) + 1) * len(layout.networks)
+    log.step(f"creating {_count(len(layout.nodes), 'node namespace')} and the switch's, "
              f"{_count(len(layout.networks), 'bridge')}, {_count(n_links, 'veth pair')}")
     system.batch("ip", _root_lines(layout))
-    log.step("configuring node interfaces")
-    system.batches("ip", [(node.netns, _node_lines(node)) for node in layout.nodes])
+    switch = naming.switch_netns_name(layout.name)
+    log.step("configuring the switch and the node interfaces")
+    system.batches("ip", [(switch, _switch_lines(layout))]
+                   + [(node.netns, _node_lines(node)) for node in layout.nodes])
+    _bridge_netfilter_off(switch)
     if shape.rate is not None:
         log.step(f"limiting every link to {format_rate(shape.rate)} in each direction (tc tbf)")
         qdisc = _tbf(shape)
-        system.batch("tc", [f"qdisc add dev {nic.host_ifname} root {qdisc}"
-                            for node in layout.nodes for nic in node.nics])
-        system.batches("tc", [(node.netns, [f"qdisc add dev {nic.ifname} root {qdisc}" for nic in node.nics])
-                              for node in layout.nodes])
+        system.batches("tc", [(switch, [f"qdisc add dev {nic.host_ifname} root {qdisc}"
+                                        for node in layout.nodes for nic in node.nics])]
+                       + [(node.netns, [f"qdisc add dev {nic.ifname} root {qdisc}" for nic in node.nics])
+                          for node in layout.nodes])
     log.step("writing host tables (/etc/netns/*/hosts, /etc/hosts)")
     hosts.install_node_files(layout)
     hosts.set_host_block(layout)
@@ -176,20 +193,46 @@ def _create(layout, rootfs=None):
 
 def _root_lines(layout):
     mtu, alias = layout.shape.mtu, naming.link_alias(layout.name)
-    lines = [f"netns add {node.netns}" for node in layout.nodes]
+    switch = naming.switch_netns_name(layout.name)
+    lines = [f"netns add {node.netns}" for node in layout.nodes] + [f"netns add {switch}"]
     for net in layout.networks:
-        lines += [f"link add name {net.bridge} mtu {mtu} type bridge",
+        lines += [f"link add name {net.bridge} mtu {mtu} type veth "
+                  f"peer name {naming.switch_uplink_name(net.index)} mtu {mtu} netns {switch}",
                   f"link set dev {net.bridge} alias {alias}",
                   f"addr add {net.host_address}/{net.subnet.prefixlen} dev {net.bridge}",
                   f"link set dev {net.bridge} up"]
     for node in layout.nodes:
         for nic in node.nics:
-            bridge = layout.networks[nic.network].bridge
+            # Made here, where a name already taken fails the way it always
+            # did, then moved to the switch.
             lines += [f"link add name {nic.host_ifname} mtu {mtu} type veth "
                       f"peer name {nic.ifname} mtu {mtu} netns {node.netns}",
                       f"link set dev {nic.host_ifname} alias {alias}",
-                      f"link set dev {nic.host_ifname} master {bridge} up"]
+                      f"link set dev {nic.host_ifname} netns {switch}"]
     return lines
+
+
+def _switch_lines(layout):
+    mtu = layout.shape.mtu
+    lines = ["link set dev lo up"]
+    for net in layout.networks:
+        bridge = naming.switch_bridge_name(net.index)
+        lines += [f"link add name {bridge} mtu {mtu} type bridge",
+                  f"link set dev {bridge} up",
+                  f"link set dev {naming.switch_uplink_name(net.index)} master {bridge} up"]
+    for node in layout.nodes:
+        for nic in node.nics:
+            lines.append(f"link set dev {nic.host_ifname} "
+                         f"master {naming.switch_bridge_name(nic.network)} up")
+    return lines
+
+
+def _bridge_netfilter_off(switch):
+    """br_netfilter's hooks off for the switch's bridges (module docstring,
+    "The switch").  Without the module there are none: nothing to do."""
+    names = [f"net.bridge.bridge-nf-call-{t}=0" for t in ("iptables", "ip6tables", "arptables")]
+    if os.path.isdir("/proc/sys/net/bridge"):
+        system.run(["ip", "netns", "exec", switch, "sysctl", "-q", "-w", *names])
 
 
 def _node_lines(node):

@@ -5,8 +5,12 @@ once and so that `down` can find the objects of a cluster by name alone, even
 when its state file is gone:
 
     network namespace   vcluster-NAME-nI        (one per node)
-    bridge              NAME-brK                (one per network, root namespace)
-    veth, host end      NAME-nI-K               (node I on network K, in the bridge)
+    switch namespace    vcluster-NAME-sw        (the cluster's bridges, nothing else)
+    bridge              brK                     (one per network, in the switch namespace)
+    host's port         NAME-brK                (veth in the root namespace, with the
+                                                 host's address; its peer upK is a port
+                                                 of brK)
+    veth, switch end    NAME-nI-K               (node I on network K, a port of brK)
     veth, node end      ethK                    (inside node I's namespace)
     link alias          vcluster:NAME           (set on every root-namespace link)
     holder process      argv[0] = "vcluster-holder NAME nI"
@@ -31,7 +35,9 @@ NETNS_PREFIX = "vcluster-"
 HOLDER_ARGV0 = "vcluster-holder"
 # The holder of a node with a root file system of its own (rootfs.py).
 NODE_ARGV0 = "vcluster-node"
-_NETNS_RE = re.compile(r"vcluster-([a-z][a-z0-9]*)-n([0-9]+)\Z")
+_NETNS_RE = re.compile(r"vcluster-([a-z][a-z0-9]*)-(n[0-9]+|sw)\Z")
+# The namespace of a cluster's bridges, in the place of a node's name.
+SWITCH = "sw"
 
 
 def validate_cluster_name(name):
@@ -63,14 +69,32 @@ def netns_name(cluster, node):
     return f"{NETNS_PREFIX}{cluster}-{node}"
 
 
+def switch_netns_name(cluster):
+    """The namespace that holds the cluster's bridges: frames between nodes
+    cross it, and only it (build.py, "The switch")."""
+    return netns_name(cluster, SWITCH)
+
+
 def parse_netns_name(ns):
-    """(cluster, node) for a vcluster namespace name, else None."""
+    """(cluster, node) for a vcluster namespace name, else None; node is
+    SWITCH for the switch namespace."""
     m = _NETNS_RE.match(ns)
-    return (m.group(1), f"n{m.group(2)}") if m else None
+    return (m.group(1), m.group(2)) if m else None
 
 
 def bridge_name(cluster, net):
+    """The host's port on network `net` (a veth end with the host's address)."""
     return f"{cluster}-br{net}"
+
+
+def switch_bridge_name(net):
+    """The bridge of network `net`, inside the switch namespace."""
+    return f"br{net}"
+
+
+def switch_uplink_name(net):
+    """The switch's end of the host's port on network `net`."""
+    return f"up{net}"
 
 
 def host_veth_name(cluster, node, net):

@@ -79,8 +79,8 @@ def _render(report):
              + ("" if report["healthy"] else "  [DAMAGED: some holders are gone]")]
     lines.append("  networks:")
     for net in report["networks"]:
-        lines.append(f"    net{net['index']}  {net['subnet']:<16} bridge {net['bridge']:<12} "
-                     f"host {net['host_address']}")
+        lines.append(f"    net{net['index']}  {net['subnet']:<16} host port {net['bridge']:<12} "
+                     f"{net['host_address']}")
     lines.append("  nodes:")
     for node in report["nodes"]:
         state_word = f"holder {node['holder_pid']}" if node["running"] else "NOT RUNNING"
