@@ -154,6 +154,10 @@ class VirtualCluster:
     def netns(self, node):
         return next(n["netns"] for n in self.state["nodes"] if n["name"] == node)
 
+    def switch_netns(self):
+        """The namespace of the cluster's bridges."""
+        return self.state["switch_netns"]
+
     def exec(self, node, *cmd, input=None, timeout=30, check=False, env=None, cwd=None):
         """Run cmd in `node` through `vcluster exec`; return the CompletedProcess."""
         proc = run_vcluster("exec", "--name", self.name, node, "--", *cmd,

@@ -76,8 +76,7 @@ def test_frames_between_nodes_skip_the_hosts_netfilter(vc):
     frame from n1 to n2, whatever the host's net.bridge.bridge-nf-call-iptables
     (build.py, "The switch").  The counter is in a table of the test's own,
     which counts and changes nothing, and goes at the end."""
-    switch = f"vcluster-{vc.name}-sw"
-    proc = subprocess.run(["ip", "netns", "exec", switch, "sh", "-c",
+    proc = subprocess.run(["ip", "netns", "exec", vc.switch_netns(), "sh", "-c",
                            "cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null "
                            "|| echo absent"],
                           capture_output=True, text=True, timeout=10, check=True)
@@ -85,14 +84,13 @@ def test_frames_between_nodes_skip_the_hosts_netfilter(vc):
     table = f"vcluster_test_{vc.name}"
     src, dst = vc.address("n1"), vc.address("n2")
 
-    def nft(*args):
-        return subprocess.run(["nft", *args], capture_output=True, text=True, timeout=10)
+    def nft(*args, rules=None):
+        return subprocess.run(["nft", *args], input=rules, capture_output=True, text=True,
+                              timeout=10)
 
-    rules = (f"table ip {table} {{\n chain pre {{\n"
-             f"  type filter hook prerouting priority -300;\n"
-             f"  ip saddr {src} ip daddr {dst} counter\n }}\n}}\n")
-    made = subprocess.run(["nft", "-f", "-"], input=rules, capture_output=True, text=True,
-                          timeout=10)
+    made = nft("-f", "-", rules=(f"table ip {table} {{\n chain pre {{\n"
+                                 f"  type filter hook prerouting priority -300;\n"
+                                 f"  ip saddr {src} ip daddr {dst} counter\n }}\n}}\n"))
     assert made.returncode == 0, made.stderr
     try:
         vc.exec("n1", "ping", "-n", "-q", "-c3", "-i", "0.2", "-W1", dst, check=True)

@@ -75,7 +75,7 @@ def test_tc_limits_both_ends_of_every_link(vcluster):
     for node in vc.nodes:
         for net in range(2):
             # The bridge's end of the link is in the switch's namespace.
-            host_end = subprocess.run(["tc", "-n", f"vcluster-{vc.name}-sw", "qdisc", "show",
+            host_end = subprocess.run(["tc", "-n", vc.switch_netns(), "qdisc", "show",
                                        "dev", f"{vc.name}-{node}-{net}"],
                                       capture_output=True, text=True, timeout=10, check=True).stdout
             node_end = vc.exec(node, "tc", "qdisc", "show", "dev", f"eth{net}", check=True).stdout

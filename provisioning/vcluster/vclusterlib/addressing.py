@@ -59,6 +59,8 @@ class Layout:
         self.name = name
         self.shape = shape
         self.subnet = ipaddress.ip_network(subnet)
+        # The namespace of the bridges (build.py, "The switch").
+        self.switch_netns = naming.switch_netns_name(name)
         self.networks = []
         for k, net in enumerate(network_subnets(self.subnet, shape.nics)):
             self.networks.append(Network(k, net, naming.bridge_name(name, k),
@@ -114,6 +116,7 @@ class Layout:
             "name": self.name,
             "shape": self.shape.to_dict(),
             "subnet": str(self.subnet),
+            "switch_netns": self.switch_netns,
             "networks": [{"index": n.index, "subnet": str(n.subnet), "bridge": n.bridge,
                           "host_address": n.host_address} for n in self.networks],
             "nodes": [{"name": n.name, "netns": n.netns,

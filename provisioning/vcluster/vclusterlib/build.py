@@ -159,7 +159,7 @@ def _create(layout, rootfs=None):
     log.step(f"creating {_count(len(layout.nodes), 'node namespace')} and the switch's, "
              f"{_count(len(layout.networks), 'bridge')}, {_count(n_links, 'veth pair')}")
     system.batch("ip", _root_lines(layout))
-    switch = naming.switch_netns_name(layout.name)
+    switch = layout.switch_netns
     log.step("configuring the switch and the node interfaces")
     system.batches("ip", [(switch, _switch_lines(layout))]
                    + [(node.netns, _node_lines(node)) for node in layout.nodes])
@@ -192,8 +192,7 @@ def _create(layout, rootfs=None):
 
 
 def _root_lines(layout):
-    mtu, alias = layout.shape.mtu, naming.link_alias(layout.name)
-    switch = naming.switch_netns_name(layout.name)
+    mtu, alias, switch = layout.shape.mtu, naming.link_alias(layout.name), layout.switch_netns
     lines = [f"netns add {node.netns}" for node in layout.nodes] + [f"netns add {switch}"]
     for net in layout.networks:
         lines += [f"link add name {net.bridge} mtu {mtu} type veth "
