@@ -22,6 +22,11 @@ so that a drift of the machine does not always favour the same side):
     pm_eth       MPI over pm, PM_NET_DEVICE=eth PM_UDP_NICS=eth0: PM's eth
                  device (raw Ethernet frames, a receive ring) under composite
     pmbench_eth  native PM: pmbench --device composite, PM_NET_DEVICE=eth
+    sockperf_udp, sockperf_tcp  the kernel alone: sockperf ping-pong over
+                 UDP and over TCP, 14 B (its smallest message), both sides
+                 busy-polling (bench_udp.sockperf, as the pm-udp suite runs
+                 it): what any transport over a UDP socket (PM's udp device)
+                 or a TCP socket (the tcp BTL, tcp;ofi_rxm) starts from
   on a second virtual cluster (bmpi2, 10.243.0.0/16, 4 nodes with two NICs,
   every link limited to 1 Gbit/s, MTU 1500), up for the whole suite too:
     pm_trunk     MPI over pm, n1 to n2, PM_UDP_NICS=eth0,eth1 (trunking)
@@ -66,7 +71,7 @@ import time
 from pathlib import Path
 
 from bench_stats import spread, verdict
-from bench_udp import VCLUSTER, Cluster, cell, pin
+from bench_udp import SOCKPERF_SIZE, VCLUSTER, Cluster, cell, pin, sockperf
 
 NAME = "bmpi"                  # no other suite or test uses it
 SUBNET = "10.246.0.0/16"       # outside vcluster's default 10.250-10.255; restart has .247
@@ -117,6 +122,10 @@ ROWS = [
     ("pmbench_udp", "native pmbench --device udp", "cluster", "pmbench", True),
     ("pm_eth", "MPI over pm (PM_NET_DEVICE=eth)", "cluster", "netpipe", True),
     ("pmbench_eth", "native pmbench, PM_NET_DEVICE=eth", "cluster", "pmbench", True),
+    ("sockperf_udp", f"raw UDP: sockperf ping-pong ({SOCKPERF_SIZE} B, its smallest)", "cluster",
+     "sockperf", True),
+    ("sockperf_tcp", f"raw TCP: sockperf ping-pong --tcp ({SOCKPERF_SIZE} B)", "cluster",
+     "sockperf", True),
     ("pm_trunk", "MPI over pm, both NICs (PM_UDP_NICS=eth0,eth1)", "trunk", "stream", True),
     ("pm_link", "MPI over pm, one NIC (PM_UDP_NICS=eth0)", "trunk", "stream", True),
     ("pm_eth_trunk", "MPI over pm, eth device, both NICs", "trunk", "stream", True),
@@ -265,6 +274,20 @@ def measure_netpipe(ctx, cl, key, bw_sizes):
         out["netpipe"]["stream"].append(row)
         out["bandwidth_MBps"][str(size)] = size / row["seconds"] / 1e6
     return out
+
+
+SOCKPERF_PORTS = {"sockperf_udp": 11111, "sockperf_tcp": 11112}
+
+
+def measure_sockperf(ctx, cl, key):
+    """sockperf's average one-way latency, recorded at its own message size
+    (row_lat_size)."""
+    try:
+        rec = sockperf(ctx, cl, key == "sockperf_tcp", SOCKPERF_PORTS[key])
+    except Exception as e:      # scripts/bench's BenchError (a command failed) and the rest
+        raise Failed(f"{type(e).__name__}: {e}") from e
+    return {"latency_us": {str(SOCKPERF_SIZE): rec["avg_us"]}, "bandwidth_MBps": {},
+            "sockperf": rec}
 
 
 def measure_stream(ctx, cl, key, sizes):
@@ -447,9 +470,15 @@ class BoundedCluster(Cluster):
 
 # ---------------------------------------------------------------- targets
 
+def row_lat_size(key):
+    """The message size of a row's latency: sockperf's smallest is larger
+    than the suite's."""
+    return SOCKPERF_SIZE if key.startswith("sockperf_") else LAT_SIZE
+
+
 def lat(r, key):
     m = r.get(key) or {}
-    return (m.get("latency_us") or {}).get(str(LAT_SIZE))
+    return (m.get("latency_us") or {}).get(str(row_lat_size(key)))
 
 
 def bw(r, key, size):
@@ -556,6 +585,16 @@ INFO = [
      "ratio)", lambda r: _div(lat(r, "pmbench_udp"), lat(r, "tcp"))),
     ("net_native_rxm", "2 nodes: pmbench --device udp ÷ tcp;ofi_rxm, 8 B latency (PM's own "
      "ratio)", lambda r: _div(lat(r, "pmbench_udp"), lat(r, "rxm"))),
+    ("net_sockperf_udp_tcp", "2 nodes: sockperf UDP ÷ ob1 + tcp BTL, latency: the kernel's UDP "
+     "path alone, the floor of MPI over pm on udp ÷ the tcp BTL (PM's udp device is a UDP "
+     "socket)", lambda r: _div(lat(r, "sockperf_udp"), lat(r, "tcp"))),
+    ("net_sockperf_udp_rxm", "2 nodes: sockperf UDP ÷ tcp;ofi_rxm, latency (the same floor "
+     "against rxm)", lambda r: _div(lat(r, "sockperf_udp"), lat(r, "rxm"))),
+    ("net_native_sockperf", "2 nodes: pmbench --device udp ÷ sockperf UDP, latency (PM's "
+     "protocol over the UDP socket it sends on)",
+     lambda r: _div(lat(r, "pmbench_udp"), lat(r, "sockperf_udp"))),
+    ("net_tcp_sockperf", "2 nodes: ob1 + tcp BTL ÷ sockperf TCP, latency (what Open MPI adds to "
+     "the kernel's TCP)", lambda r: _div(lat(r, "tcp"), lat(r, "sockperf_tcp"))),
     ("net_eth_native_tcp", "2 nodes: pmbench on eth ÷ ob1 + tcp BTL, 8 B latency (PM's own "
      "ratio)", lambda r: _div(lat(r, "pmbench_eth"), lat(r, "tcp"))),
     ("net_eth_udp", "2 nodes: MPI over pm on eth ÷ MPI over pm on udp, 8 B latency",
@@ -626,7 +665,7 @@ def run_suite(ctx):
     trunk_sizes = QUICK_TRUNK_SIZES if ctx.quick else TRUNK_SIZES
     reps = QUICK_PM_REPS if ctx.quick else PM_REPS
     for need, hint in (("mpirun", "openmpi-bin"), ("NPopenmpi", "netpipe-openmpi"),
-                       ("hpcc", "hpcc")):
+                       ("hpcc", "hpcc"), ("sockperf", "sockperf")):
         if not any((Path(d) / need).exists() for d in os.environ.get("PATH", "").split(":")):
             raise RuntimeError(f"{need} missing: scripts/install-deps.sh installs {hint}")
     for need in (ctx.bin / "pmbench", ctx.build / "lib" / "libfabric" / "libpm-fi.so"):
@@ -680,6 +719,8 @@ def run_suite(ctx):
                             rnd[key] = measure_stream(ctx, c, key, trunk_sizes)
                         elif program == "hpcc":
                             rnd[key] = measure_hpcc(ctx, c, key)
+                        elif program == "sockperf":
+                            rnd[key] = measure_sockperf(ctx, c, key)
                         else:
                             rnd[key] = measure_pmbench(ctx, c, key, bw_sizes, reps)
                     except Failed as e:
