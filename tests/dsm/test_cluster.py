@@ -6,7 +6,8 @@ within a node.
 - pmdsm-check, generated race-free programs checked against the sequential
   result, on 4x1 and 4x2; 8 ranks writing disjoint bytes of one page (false
   sharing); both with each write detection (the default, uffd-async, and
-  segv and uffd-wp), the one used checked in pmdsm-check's result; a 1 GiB
+  segv and uffd-wp), the one used checked in pmdsm-check's result; on 4x2
+  with the service threads real-time (PMDSM_SERVICE_SCHED=fifo); a 1 GiB
   shared heap read back exactly, each node's quarter by the next node.
 - The examples (jacobi, sor, matmul, histogram) on 4x2 with --check: their
   checksum equals the sequential version's, run here with the same arguments.
@@ -83,11 +84,12 @@ def rank0_result(stdout, what):
     return results[0][1]
 
 
-def run_check(score, nodes, seed, *args, heap=HEAP, timeout=RUN_TIMEOUT, detect=None):
+def run_check(score, nodes, seed, *args, heap=HEAP, timeout=RUN_TIMEOUT, detect=None,
+              env=None):
     """pmdsm-check under scrun; its JSON line once it has passed.  detect:
     the write detection to ask for (PMDSM_WRITE_DETECT), else the default;
-    the one the DSM used must be it."""
-    env = {"PMDSM_WRITE_DETECT": detect} if detect else None
+    the one the DSM used must be it.  env: more of the ranks' environment."""
+    env = dict(env or {}, **({"PMDSM_WRITE_DETECT": detect} if detect else {}))
     argv = scrun_args(nodes, PMDSM_CHECK, ["--seed", seed, *args], heap, env)
     print(f"\nreplay: {replay(argv)}")
     assert PMDSM_CHECK.exists(), f"{PMDSM_CHECK} is missing: make build"
@@ -121,6 +123,17 @@ def test_generated_programs_see_the_sequential_result(score, request, nodes, det
     for node in NODES:
         for nic in ("eth0", "eth1"):
             assert tx[node][nic] > 100, f"{node} {nic} carried little of the job: {tx}"
+
+
+def test_a_real_time_service_thread_sees_the_sequential_result(score, request):
+    """PMDSM_SERVICE_SCHED=fifo (docs/dsm/guide.md): each rank's service
+    thread runs SCHED_FIFO, which pmdsm_init refuses to go without (the jobs
+    here run as root, which may), so a result at all says it ran so; the
+    programs stay exact and every rank finalizes (a real-time thread that
+    waited for nothing at the end would hang the job past RUN_TIMEOUT)."""
+    r = run_check(score, "4x2", seed_for(request), "--rounds", 4,
+                  env={"PMDSM_SERVICE_SCHED": "fifo"})
+    assert r["rounds"] == 4, r
 
 
 @pytest.mark.parametrize("detect", [None] + OTHER_DETECTS)
