@@ -420,7 +420,7 @@ void udp_proto_input(struct udp_proto *u, int nic, const uint8_t *buf, size_t n,
 		udp_tx_on_control(u, p, &h);
 		break;
 	case WIRE_POLL:
-		udp_rx_on_poll(p, h.seq);
+		udp_rx_on_poll(u, p, h.seq);
 		break;
 	case WIRE_PROBE:
 		send_probe(u, p, path, WIRE_PROBE_ACK, h.seq);
@@ -435,6 +435,7 @@ void udp_proto_input(struct udp_proto *u, int nic, const uint8_t *buf, size_t n,
 
 void udp_proto_timers(struct udp_proto *u)
 {
+	u->answer_due = false;
 	for (uint32_t r = 0; r < u->size; r++) {
 		struct udp_peer *p = udp_peer_of(u, (int)r);
 

@@ -366,6 +366,7 @@ void udp_rx_on_data(struct udp_proto *u, struct udp_peer *p, const struct wire_h
 		 * count it: the sender resent what had arrived. */
 		u->stats->dups++;
 		p->ack_now = true;
+		u->answer_due = true;
 		return;
 	}
 	if (d == 0) {
@@ -438,11 +439,12 @@ void udp_rx_released(struct udp_proto *u, struct udp_peer *p)
 		send_go(u, p);
 }
 
-void udp_rx_on_poll(struct udp_peer *p, uint32_t seq)
+void udp_rx_on_poll(struct udp_proto *u, struct udp_peer *p, uint32_t seq)
 {
 	/* Answered after the receive pass (udp_rx_timers), once every packet
 	 * that was waiting in the sockets has been taken in. */
 	p->poll_pending = true;
+	u->answer_due = true;
 	p->poll_seq = seq;
 }
 

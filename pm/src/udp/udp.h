@@ -262,6 +262,11 @@ struct udp_proto {
 	uint16_t op_gen;
 	uint64_t drops_by[WIRE_VERDICTS];
 	uint64_t now_ns;                /* the driver's clock, set before each call */
+	/* Input left something to send at the end of its pass (an ack owed
+	 * at once, a POLL to answer): udp_proto_timers sends it and clears
+	 * this.  Otherwise a pass that took data in may leave the timers to
+	 * their tick, as an empty pass does. */
+	bool answer_due;
 	bool op_done;                   /* a remote op completed since the last event */
 	_Atomic uint32_t *const *atomic_lock;   /* see udp_proto_conf */
 	_Atomic uint32_t atomic_lock_own;
@@ -373,6 +378,6 @@ void udp_rx_on_data(struct udp_proto *u, struct udp_peer *p, const struct wire_h
 void udp_rx_timers(struct udp_proto *u, struct udp_peer *p);
 uint64_t udp_rx_next_timer(const struct udp_peer *p);
 void udp_rx_released(struct udp_proto *u, struct udp_peer *p);
-void udp_rx_on_poll(struct udp_peer *p, uint32_t seq);
+void udp_rx_on_poll(struct udp_proto *u, struct udp_peer *p, uint32_t seq);
 
 #endif /* PM_UDP_H */

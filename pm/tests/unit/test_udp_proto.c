@@ -448,9 +448,15 @@ static void test_poll_ack(void)
 
 	expect_poll(s);
 
-	/* The answer: packet 1 came, so an ACK of it, and no resend. */
+	/* The answer: packet 1 came, so an ACK of it, and no resend.  Taking
+	 * the POLL in leaves the answer due at the end of the pass, which is
+	 * what makes the device run the timers within their tick. */
 	s->block_from = 2;
+	deliver(s, 1);
+	CHECK(s->e[1].pr.answer_due);
 	const struct sent *ans = next_packet(s, 1);
+
+	CHECK(!s->e[1].pr.answer_due);
 
 	CHECK_EQ(ans->h.type, WIRE_ACK);
 	CHECK(ans->h.flags & WIRE_F_ACK);
