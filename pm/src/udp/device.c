@@ -592,20 +592,21 @@ static void idle_yield(struct udp_dev *u)
 static void progress(struct udp_dev *u)
 {
 	u->pr.now_ns = pm_now_ns();
-	if (u->eth ? receive_eth(u) : receive(u)) {
-		/* What came is handled and what it asked for sent (receive
-		 * flushes after every batch).  The timers wait for their tick
-		 * unless it left an answer due: they are no nearer than an
-		 * empty pass would find them, and the reply a ping-pong's
-		 * receiver is about to send would wait for them. */
-		if (!u->pr.answer_due && u->pr.now_ns - u->last_timers_ns < UDP_TIMER_TICK_NS)
-			return;
-		/* Handling what came may have taken a while: the timers want
-		 * the time after it.  An empty pass took next to none. */
-		u->pr.now_ns = pm_now_ns();
-	} else if (u->pr.now_ns - u->last_timers_ns < UDP_TIMER_TICK_NS) {
+
+	bool got = u->eth ? receive_eth(u) : receive(u);
+
+	/* What came is handled and what it asked for sent (receive flushes
+	 * after every batch).  The timers wait for their tick, whether the
+	 * pass took something in or not, unless its input left an answer due
+	 * (only input sets it): they are no nearer than an empty pass would
+	 * find them, and the reply a ping-pong's receiver is about to send
+	 * would wait for them. */
+	if (!u->pr.answer_due && u->pr.now_ns - u->last_timers_ns < UDP_TIMER_TICK_NS)
 		return;
-	}
+	/* Handling what came may have taken a while: the timers want the time
+	 * after it.  An empty pass took next to none. */
+	if (got)
+		u->pr.now_ns = pm_now_ns();
 	u->last_timers_ns = u->pr.now_ns;
 	udp_proto_timers(&u->pr);
 	udp_flush(u);
