@@ -71,7 +71,7 @@ import time
 from pathlib import Path
 
 from bench_stats import spread, verdict
-from bench_udp import SOCKPERF_SIZE, VCLUSTER, Cluster, cell, pin, sockperf
+from bench_udp import SOCKPERF_PORTS, SOCKPERF_SIZE, VCLUSTER, Cluster, cell, pin, sockperf
 
 NAME = "bmpi"                  # no other suite or test uses it
 SUBNET = "10.246.0.0/16"       # outside vcluster's default 10.250-10.255; restart has .247
@@ -276,14 +276,12 @@ def measure_netpipe(ctx, cl, key, bw_sizes):
     return out
 
 
-SOCKPERF_PORTS = {"sockperf_udp": 11111, "sockperf_tcp": 11112}
-
-
 def measure_sockperf(ctx, cl, key):
     """sockperf's average one-way latency, recorded at its own message size
     (row_lat_size)."""
     try:
-        rec = sockperf(ctx, cl, key == "sockperf_tcp", SOCKPERF_PORTS[key])
+        tcp = key == "sockperf_tcp"
+        rec = sockperf(ctx, cl, tcp, SOCKPERF_PORTS["tcp" if tcp else "udp"])
     except Exception as e:      # scripts/bench's BenchError (a command failed) and the rest
         raise Failed(f"{type(e).__name__}: {e}") from e
     return {"latency_us": {str(SOCKPERF_SIZE): rec["avg_us"]}, "bandwidth_MBps": {},

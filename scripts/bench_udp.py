@@ -41,6 +41,8 @@ LINE_RATE_MBPS = 1e9 / 8 / 1e6          # 1 Gbit/s in MB/s (10^6 bytes)
 STREAM_SIZE = 65536
 SOCKPERF_SIZE = 14                      # sockperf's smallest message
 SOCKPERF_SECONDS = 3
+# sockperf's server port, by protocol (the mpi suite runs the same pair).
+SOCKPERF_PORTS = {"udp": 11111, "tcp": 11112}
 IPERF_SECONDS = 3
 
 
@@ -338,8 +340,8 @@ def run(ctx):
             r.update(interleaved(i, [
                 ("pm_latency", lambda: pmbench(ctx, cl, "pmbench pingpong 8 and 14 B, unlimited",
                                                "pingpong", [8, SOCKPERF_SIZE], one)),
-                ("sockperf_udp", lambda: sockperf(ctx, cl, False, 11111)),
-                ("sockperf_tcp", lambda: sockperf(ctx, cl, True, 11112)),
+                ("sockperf_udp", lambda: sockperf(ctx, cl, False, SOCKPERF_PORTS["udp"])),
+                ("sockperf_tcp", lambda: sockperf(ctx, cl, True, SOCKPERF_PORTS["tcp"])),
                 ("pm_stream_unlimited", lambda: pmbench(
                     ctx, cl, "pmbench stream 64 KiB, unlimited", "stream", STREAM_SIZE,
                     one)[STREAM_SIZE]),
