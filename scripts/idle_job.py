@@ -17,6 +17,13 @@ build ran there, and runs up to twice as slow.  So the integration suite
 runs the tests that do not wait on message latency first, and stops the
 runner's idle jobs (SIGSTOP to their process groups, named in
 SCORE_IDLE_JOBS) at the first test that does; result() continues them.
+
+A job needed sooner than the others (the packages, which a test of the
+first minutes waits for) is started `ahead`: SCHED_BATCH at nice 19
+instead of SCHED_IDLE.  The scheduler then gives it five sixths of the
+unused CPU that it shares with SCHED_IDLE jobs (weight 15 against 3), at
+the cost of about 1.5 % of a core to a foreground task (weight 1024) that
+wants the CPU too.
 """
 
 import os
@@ -47,9 +54,10 @@ class IdleJob:
     """`argv` started now, at the idle priority; its stdout and stderr
     are collected (together, or apart with separate_stderr)."""
 
-    def __init__(self, argv, env=None, separate_stderr=False):
+    def __init__(self, argv, env=None, separate_stderr=False, ahead=False):
+        policy = ["chrt", "--batch", "0", "nice", "-n", "19"] if ahead else ["chrt", "--idle", "0"]
         self._proc = subprocess.Popen(
-            ["chrt", "--idle", "0", *argv], env=env, stdin=subprocess.DEVNULL,
+            [*policy, *argv], env=env, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE if separate_stderr else subprocess.STDOUT,
             text=True, start_new_session=True)
@@ -77,6 +85,7 @@ class IdleJob:
         for pid in session_processes(self._proc.pid):
             try:
                 os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
+                os.setpriority(os.PRIO_PROCESS, pid, 0)
             except OSError:
                 pass  # ended meanwhile
 
