@@ -320,16 +320,18 @@ def test_site_yml_installs_a_cluster_that_runs_upgrades_stops_and_purges(cluster
         # run passed, but the suite's output should say so.
         warnings.warn("site.yml tried tasks again: " + "; ".join(retried))
     phase("first site run")
-    again = c.playbook(inventory)
+    # A second run changes nothing, and a --check run would change nothing
+    # and fails nowhere.  Both on the head and the node said to be an RDMA
+    # node: between them they take every path of the roles (n2 and n4 are
+    # n3 but for score_rdma), and a run on all four costs the suite 35 s
+    # more on 2 cores (a task costs each node about 0.4 s of CPU).  The
+    # limited run writes what a full one does (docs/admin/provisioning.md).
+    again = c.playbook(inventory, "--limit", "n1,n3")
     assert again.returncode == 0, c.report(again)
     counters = recap(again.stdout)
-    assert sorted(counters) == NODES, again.stdout[-3000:]
+    assert sorted(counters) == ["n1", "n3"], again.stdout[-3000:]
     assert all(h["changed"] == 0 for h in counters.values()), again.stdout[-5000:]
     phase("second site run")
-    # A --check run: nothing would change, nothing fails.  On the head and
-    # the node said to be an RDMA node: between them they take every path
-    # of the roles (n2 and n4 are n3 but for score_rdma), and a run on all
-    # four costs the suite 40 s more on 2 cores.
     check = c.playbook(inventory, "--check", "--limit", "n1,n3")
     assert check.returncode == 0, c.report(check)
     counters = recap(check.stdout)
