@@ -577,7 +577,7 @@ static bool receive_eth(struct udp_dev *u)
  * something in: a ping-pong of 8-10 us round trips yields about every
  * other one.  Counting from the last input instead (no yield at all in
  * such a ping-pong) made pmbench's udp latency worse, not better: slower
- * in 8 of 10 interleaved pairs on the 2-node virtual cluster, by 5-7 %
+ * in 8 of 10 interleaved pairs on the 2-node virtual cluster, by a median 7 %
  * (2026-11-30). */
 #define UDP_YIELD_NS 20000u
 
