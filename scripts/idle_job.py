@@ -51,8 +51,9 @@ def session_processes(sid):
 
 
 class IdleJob:
-    """`argv` started now, at the idle priority; its stdout and stderr
-    are collected (together, or apart with separate_stderr)."""
+    """`argv` started now, at the idle priority (or ahead of the idle
+    jobs, with `ahead`); its stdout and stderr are collected (together, or
+    apart with separate_stderr)."""
 
     def __init__(self, argv, env=None, separate_stderr=False, ahead=False):
         policy = ["chrt", "--batch", "0", "nice", "-n", "19"] if ahead else ["chrt", "--idle", "0"]
