@@ -50,6 +50,22 @@ def session_processes(sid):
     return pids
 
 
+def hurry_session(sid):
+    """Session `sid` (an IdleJob's, possibly another process's) continued
+    if it was stopped, and every process of it to the normal scheduling
+    priority."""
+    try:
+        os.killpg(sid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass  # ended
+    for pid in session_processes(sid):
+        try:
+            os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
+            os.setpriority(os.PRIO_PROCESS, pid, 0)
+        except OSError:
+            pass  # ended meanwhile
+
+
 class IdleJob:
     """`argv` started now, at the idle priority (or ahead of the idle
     jobs, with `ahead`); its stdout and stderr are collected (together, or
@@ -79,16 +95,7 @@ class IdleJob:
         """The job continued if it was stopped, and every process of it to
         the normal scheduling priority (one forked at this moment may stay
         idle: it then only runs later)."""
-        try:
-            os.killpg(self._proc.pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass  # ended
-        for pid in session_processes(self._proc.pid):
-            try:
-                os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
-                os.setpriority(os.PRIO_PROCESS, pid, 0)
-            except OSError:
-                pass  # ended meanwhile
+        hurry_session(self._proc.pid)
 
     def result(self, timeout):
         """(exit status, stdout, stderr) once it has ended, raised to the

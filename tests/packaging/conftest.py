@@ -7,20 +7,23 @@ of collection), at the lowest priority but ahead of the runner's idle
 builds (IdleJob's `ahead`): it takes the CPU the tests run before the
 packaging tests leave unused (tests/conftest.py runs first the directories
 that do not wait on message latency, packaging among them).  The first
-test that waits for it raises it to the normal priority."""
+test that waits for it raises it to the normal priority.  Under
+scripts/run-tests the build started earlier still, before the first suite,
+and the session adopts it (RunnerBuild)."""
 
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
-from idle_job import IdleJob  # noqa: E402  (scripts/ is not a package)
+from idle_job import IdleJob, hurry_session  # noqa: E402  (scripts/ is not a package)
 
 MAKE_DEB = REPO / "scripts" / "make-deb.sh"
 VERSION = subprocess.run(["dpkg-parsechangelog", "-l", str(REPO / "packaging/debian/changelog"),
@@ -29,6 +32,13 @@ VERSION = subprocess.run(["dpkg-parsechangelog", "-l", str(REPO / "packaging/deb
 PACKAGES = ("libpm0", "libpm-dev", "pm-tools", "scored", "score-client", "libfabric-pm",
             "slurm-spank-score", "libpmdsm0", "libpmdsm-dev")
 BUILD_TIMEOUT = 1200
+
+
+def packages_in(out):
+    """{package: .deb path} of a build's output directory, without the
+    -dbgsym packages (detached debug symbols) it builds too."""
+    return {p.name.split("_")[0]: p for p in out.glob("*.deb")
+            if not p.name.split("_")[0].endswith("-dbgsym")}
 
 
 class PendingBuild:
@@ -51,10 +61,7 @@ class PendingBuild:
         if self._result is None:
             status, _, stderr = self._job.result(timeout=BUILD_TIMEOUT)
             assert status == 0, stderr[-4000:]
-            # The -dbgsym packages (detached debug symbols) are built too.
-            found = {p.name.split("_")[0]: p for p in self.out.glob("*.deb")
-                     if not p.name.split("_")[0].endswith("-dbgsym")}
-            self._result = (self.out, found)
+            self._result = (self.out, packages_in(self.out))
         return self._result
 
     def close(self):
@@ -63,6 +70,43 @@ class PendingBuild:
         cargo recovers from an interrupted build) and remove what it made."""
         self._job.kill()
         shutil.rmtree(self.out, ignore_errors=True)
+
+
+class RunnerBuild:
+    """The build scripts/run-tests started before its first suite
+    (DebPrebuild), named in SCORE_DEB_PREBUILD as "session:directory": the
+    packages go to directory/out, and directory/status gets make-deb.sh's
+    exit status when it ends.  The runner owns the build (it ends it and
+    removes the directory after the suite); the session raises it to the
+    normal priority and waits for it, as for its own."""
+
+    def __init__(self, sid, directory):
+        self.sid, self.dir, self.out = sid, directory, directory / "out"
+        self._result = None
+
+    @classmethod
+    def from_env(cls):
+        """The runner's build, or None outside scripts/run-tests."""
+        sid, sep, directory = os.environ.get("SCORE_DEB_PREBUILD", "").partition(":")
+        if not sep or not sid.isdigit() or not Path(directory).is_dir():
+            return None
+        return cls(int(sid), Path(directory))
+
+    def result(self):
+        if self._result is None:
+            hurry_session(self.sid)
+            status_file, deadline = self.dir / "status", time.monotonic() + BUILD_TIMEOUT
+            while not status_file.exists():
+                assert time.monotonic() < deadline, \
+                    f"make-deb.sh (scripts/run-tests' build) still runs after {BUILD_TIMEOUT} s"
+                time.sleep(0.5)
+            status = int(status_file.read_text())
+            assert status == 0, (self.dir / "stderr").read_text()[-4000:]
+            self._result = (self.out, packages_in(self.out))
+        return self._result
+
+    def close(self):
+        """Nothing: the runner ends and removes its build."""
 
 
 # The session's build, started by pytest_collection_finish when a collected
@@ -74,7 +118,7 @@ def pytest_collection_finish(session):
     global _early_build
     if _early_build is None and any("debs" in getattr(item, "fixturenames", ())
                                     for item in session.items):
-        _early_build = PendingBuild()
+        _early_build = RunnerBuild.from_env() or PendingBuild()
 
 
 def pytest_sessionfinish(session):
@@ -89,10 +133,10 @@ def pytest_sessionfinish(session):
 @pytest.fixture(scope="session")
 def debs():
     """The packages of the changelog's version, building from the end of
-    the collection (or from now): a PendingBuild (result(): (directory,
-    {package: path}))."""
+    the collection (or from now), or scripts/run-tests' build: a
+    PendingBuild or a RunnerBuild (result(): (directory, {package: path}))."""
     global _early_build
-    pending, _early_build = _early_build or PendingBuild(), None
+    pending, _early_build = _early_build or RunnerBuild.from_env() or PendingBuild(), None
     try:
         yield pending
     finally:
