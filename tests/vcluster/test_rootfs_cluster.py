@@ -51,7 +51,12 @@ def test_nodes_are_machines_with_systemd_their_own_names_and_no_route_out(machin
         out = on(name, node, "sh", "-c", "cat /proc/1/comm; hostname; systemctl is-system-running;"
                                          " findmnt -no FSTYPE /")
         assert out.returncode == 0, out.stderr
-        assert out.stdout.split() == ["systemd", node, "running", "overlay"], out.stdout
+        seen, said = out.stdout.split(), out.stdout
+        if seen[2:3] == ["degraded"]:
+            why = on(name, node, "sh", "-c", "systemctl --failed --no-legend --plain; "
+                                             "journalctl -b -p warning --no-pager | tail -40")
+            said += f"failed units and the boot's warnings:\n{why.stdout}{why.stderr}"
+        assert seen == ["systemd", node, "running", "overlay"], said
         # No default route: the apt proxy on the host is the only way out.
         routes = on(name, node, "ip", "-4", "route")
         assert "default" not in routes.stdout and f"10." in routes.stdout, routes.stdout

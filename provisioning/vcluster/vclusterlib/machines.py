@@ -89,7 +89,11 @@ def start(layout, image_path, repo):
         pids[node.name] = rootfs.start(layout.name, node.name, node.netns, image_path,
                                        str(cgroups / node.name))
     for node in layout.nodes:
-        rootfs.wait_ready(layout.name, node.name, pids[node.name])
+        if rootfs.wait_ready(layout.name, node.name, pids[node.name]) == "degraded":
+            # Up all the same (a node is usable with a unit failed), but
+            # said: the failed units, and `journalctl -u` in the node has why.
+            log.warn(f"node {node.name} started degraded; failed units: "
+                     + rootfs.failed_units(pids[node.name]).replace("\n", "; "))
     return pids
 
 

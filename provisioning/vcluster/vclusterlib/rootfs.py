@@ -113,6 +113,13 @@ def prepare(cluster, node, hosts_text, authorized_key):
     for kind in ("ed25519", "ecdsa", "rsa"):
         system.run([keygen, "-q", "-t", kind, "-N", "", "-C", f"root@{node}",
                     "-f", os.path.join(etc, "ssh", f"ssh_host_{kind}_key")])
+    # The node's console is a log file, not a terminal: the getty that
+    # systemd's getty generator starts in a container fails on it, is
+    # restarted until its start limit, and then leaves the node degraded
+    # some ten seconds after boot.  Masked.
+    units = os.path.join(etc, "systemd", "system")
+    os.makedirs(units, mode=0o755)
+    os.symlink("/dev/null", os.path.join(units, "console-getty.service"))
     ssh_dir = os.path.join(upper, "root", ".ssh")
     os.makedirs(ssh_dir, mode=0o700)
     _write(os.path.join(ssh_dir, "authorized_keys"), authorized_key.rstrip("\n") + "\n", 0o600)
@@ -180,6 +187,17 @@ def wait_ready(cluster, node, holder, timeout=READY_TIMEOUT):
         time.sleep(0.2)
     raise VclusterError(f"node {node} of cluster {cluster}: systemd did not finish starting "
                         f"within {timeout} s (state: {state}); " + _console(cluster, node))
+
+
+def failed_units(holder):
+    """What `systemctl --failed` lists in the node (one line per unit), or
+    why it could not be asked."""
+    init = init_pid(holder)
+    if not init:
+        return "no systemd in the node"
+    proc = subprocess.run(enter_argv(init) + ["systemctl", "--failed", "--no-legend", "--plain"],
+                          capture_output=True, text=True, timeout=30)
+    return proc.stdout.strip() or proc.stderr.strip() or "none listed"
 
 
 def stop(cluster, node, holder, timeout=STOP_TIMEOUT):
