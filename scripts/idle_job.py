@@ -97,6 +97,21 @@ class IdleJob:
         idle: it then only runs later)."""
         hurry_session(self._proc.pid)
 
+    def pause(self):
+        """Stop the whole job (SIGSTOP to its process group) until resume()
+        or hurry()."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self):
+        """Continue a paused job, at its own priority still."""
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, sig):
+        try:
+            os.killpg(self._proc.pid, sig)
+        except ProcessLookupError:
+            pass  # ended
+
     def result(self, timeout):
         """(exit status, stdout, stderr) once it has ended, raised to the
         normal priority first; stderr is None unless separate_stderr.

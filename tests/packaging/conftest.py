@@ -109,6 +109,12 @@ class RunnerBuild:
         """Nothing: the runner ends and removes its build."""
 
 
+def _new_build():
+    """scripts/run-tests' build when the session runs under it, else one
+    of its own, started now."""
+    return RunnerBuild.from_env() or PendingBuild()
+
+
 # The session's build, started by pytest_collection_finish when a collected
 # test needs the packages; the fixture `debs` owns it from then on.
 _early_build = None
@@ -118,7 +124,7 @@ def pytest_collection_finish(session):
     global _early_build
     if _early_build is None and any("debs" in getattr(item, "fixturenames", ())
                                     for item in session.items):
-        _early_build = RunnerBuild.from_env() or PendingBuild()
+        _early_build = _new_build()
 
 
 def pytest_sessionfinish(session):
@@ -136,7 +142,7 @@ def debs():
     the collection (or from now), or scripts/run-tests' build: a
     PendingBuild or a RunnerBuild (result(): (directory, {package: path}))."""
     global _early_build
-    pending, _early_build = _early_build or RunnerBuild.from_env() or PendingBuild(), None
+    pending, _early_build = _early_build or _new_build(), None
     try:
         yield pending
     finally:

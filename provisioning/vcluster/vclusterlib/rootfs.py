@@ -96,7 +96,8 @@ def tag(cluster, node):
 
 def prepare(cluster, node, hosts_text, authorized_key):
     """The node's directory with its identity in its upper layer: host name,
-    machine id, ssh host keys, /etc/hosts, root's authorized key."""
+    machine id, ssh host keys, /etc/hosts, root's authorized key; and the
+    console getty masked (below)."""
     d = node_dir(cluster, node)
     if os.path.exists(d):
         raise VclusterError(f"{d} exists: a node of cluster {cluster} was not removed "
