@@ -94,6 +94,9 @@ enum pmdsm_placement {
 	                              blocks of pages (matches a block-row
 	                              partition of an array)                   */
 	PMDSM_CYCLIC,              /* page p is homed at rank p % size         */
+	PMDSM_FIRST_TOUCH,         /* the first rank to touch a page (read or
+	                              write) homes it; a page's first touch
+	                              asks its manager, rank p % size           */
 };
 
 /*
@@ -108,6 +111,14 @@ enum pmdsm_placement {
  */
 void *pmdsm_alloc(size_t size, enum pmdsm_placement placement);
 void *pmdsm_malloc(size_t size);   /* pmdsm_alloc(size, PMDSM_BLOCK) */
+
+/*
+ * The rank that homes the page holding addr; -ENODATA for a page of a
+ * PMDSM_FIRST_TOUCH allocation that no rank has touched yet (asking does
+ * not touch it), -EINVAL when addr is in no allocation, -ENXIO before
+ * pmdsm_init().
+ */
+int pmdsm_home(const void *addr);
 
 /* Return an allocation.  Collective, with two barriers (nobody uses it any
  * more; nobody's next allocation writes there before it is zeroed);

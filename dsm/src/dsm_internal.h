@@ -112,6 +112,18 @@ struct dsm_lock_mgr {
 	                           covered by the barrier that ended it)      */
 };
 
+/* A page's home in d->home[] when it has none yet (PMDSM_FIRST_TOUCH), or
+ * none is known here yet.  No rank has this number: size <= UINT16_MAX. */
+#define DSM_UNHOMED UINT16_MAX
+
+/* A question for the home of a page, to its manager (home.c). */
+struct dsm_home_query {
+	uint32_t page;
+	bool claim;             /* become the home if it has none */
+	bool answered;
+	uint16_t home;          /* the answer: a rank, or DSM_UNHOMED */
+};
+
 /* The documented process-wide context (one DSM per process). */
 struct dsm {
 	int rank, size;
@@ -140,7 +152,9 @@ struct dsm {
 	struct pageset told;
 	uint32_t nown;
 	uint8_t *state;         /* enum page_state per page */
-	uint16_t *home;         /* home rank per page */
+	uint16_t *home;         /* home rank per page; DSM_UNHOMED: first
+	                           touch, not decided or not known here yet */
+	struct dsm_home_query *home_query; /* the question out (home.c) */
 	struct dsm_extent extents[DSM_MAX_ALLOCS];
 	uint32_t nextents;
 	enum pmdsm_write_detect write_detect;
@@ -234,6 +248,8 @@ enum dsm_msg_type {
 	MSG_LOCK_GRANT,         /* arg: lock (its notices came before)        */
 	MSG_LOCK_RELEASE,       /* arg: lock (the releaser's notices before)  */
 	MSG_BYE,                /* arg: 0; the departure of finalize arrived   */
+	MSG_HOME_ASK,           /* arg: page; payload: u32 claim (0 or 1)     */
+	MSG_HOME_IS,            /* arg: page; payload: u32 home or UNHOMED    */
 };
 
 #define DSM_NOTICE_BARRIER 0xffffffffu
@@ -281,6 +297,17 @@ void dsm_send_notices(struct dsm *d, int peer, uint32_t tag, uint32_t epoch,
 _Noreturn void dsm_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A line on stderr, prefixed "pmdsm[rank]:". */
 void dsm_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- home.c ---- */
+
+/* dsm_call()'s function: the home of the page of a struct dsm_home_query,
+ * known here or asked of its manager (claiming it with q->claim); the
+ * rank, or DSM_UNHOMED when it has none and q->claim is not set. */
+int dsm_home_resolve(struct dsm *d, void *q);
+/* The manager's half: an ask for the home of page from peer, answered. */
+void dsm_on_home_ask(struct dsm *d, int peer, uint32_t page, const uint8_t *p, size_t len);
+/* The asker's half: the manager's answer. */
+void dsm_on_home_is(struct dsm *d, int peer, uint32_t page, const uint8_t *p, size_t len);
 
 /* ---- heap.c ---- */
 

@@ -278,6 +278,29 @@ static uint32_t read_ahead(struct dsm *d, uint32_t page)
 	return n;
 }
 
+/* A first-touch page whose home this rank does not know yet; the service
+ * thread, as a page's manager, may be setting it (home.c). */
+static bool home_unknown(const struct dsm *d, uint32_t page)
+{
+	return __atomic_load_n(&d->home[page], __ATOMIC_RELAXED) == DSM_UNHOMED;
+}
+
+/* The first fault here on a first-touch page: its manager says who homes
+ * it, this rank if nobody touched it before.  True when it is this rank's:
+ * then it is valid at once (zero, or what the home wrote: nobody else
+ * could) and open, like a page homed here by an allocation. */
+static bool claim_home(struct dsm *d, uint32_t page)
+{
+	struct dsm_home_query q = { .page = page, .claim = true };
+
+	if (dsm_call(d, dsm_home_resolve, &q) != d->rank)
+		return false;
+	d->state[page] = PAGE_OWN;
+	d->nown++;
+	dsm_protect(d, page, 1, PROT_READ | PROT_WRITE);
+	return true;
+}
+
 /* Not ours: what would have happened without the DSM. */
 static void pass_on(int sig, siginfo_t *si, void *uc)
 {
@@ -317,6 +340,9 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 		dsm_fatal("access to shared memory at %p, which no allocation holds "
 			  "(freed, or never allocated)", si->si_addr);
 	case PAGE_INVALID: {
+		if (home_unknown(d, page) && claim_home(d, page))
+			break;
+
 		struct fetch f = { .first = page, .n = read_ahead(d, page) };
 
 		dsm_call(d, fetch_call, &f);

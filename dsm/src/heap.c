@@ -65,6 +65,8 @@ int dsm_heap_open(struct dsm *d, size_t size)
 	}
 	d->state = calloc(d->npages, 1);
 	d->home = calloc(d->npages, sizeof(*d->home));
+	if (d->home)
+		memset(d->home, 0xff, d->npages * sizeof(*d->home));  /* DSM_UNHOMED */
 	if (!d->state || !d->home) {
 		errno = ENOMEM;
 		goto fail_errno;
@@ -136,7 +138,8 @@ static size_t free_bytes(const struct dsm *d)
 
 void *dsm_heap_alloc(struct dsm *d, size_t size, enum pmdsm_placement placement)
 {
-	if (size == 0 || (placement != PMDSM_BLOCK && placement != PMDSM_CYCLIC)) {
+	if (size == 0 || (placement != PMDSM_BLOCK && placement != PMDSM_CYCLIC &&
+			  placement != PMDSM_FIRST_TOUCH)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -176,8 +179,22 @@ void *dsm_heap_alloc(struct dsm *d, size_t size, enum pmdsm_placement placement)
 	for (uint32_t k = 0; k < pages; k++) {
 		uint32_t p = e->first + k;
 
+		if (placement == PMDSM_FIRST_TOUCH) {
+			/* No home until a rank touches it (its manager, the
+			 * service thread, may be deciding it right now for a
+			 * rank that allocated first: not read here).  Closed
+			 * and armed as a page homed elsewhere; its first
+			 * fault here learns the home (fault.c). */
+			d->state[p] = PAGE_INVALID;
+			continue;
+		}
 		d->home[p] = home_of(d, placement, k, size);
 		d->state[p] = d->home[p] == d->rank ? PAGE_OWN : PAGE_INVALID;
+	}
+	if (placement == PMDSM_FIRST_TOUCH) {
+		if (dsm_uffd(d))
+			dsm_wp_arm(d, e->first, pages);
+		return d->base + ((size_t)e->first << DSM_PAGE_SHIFT);
 	}
 	/* Pages homed here are valid at once (zero) and no other rank has a
 	 * copy: they are open, and their writes go unwatched until another
@@ -240,6 +257,8 @@ void dsm_heap_free(struct dsm *d, int index)
 		memset(d->alias + off, 0, len);
 	madvise(d->twins + off, len, MADV_DONTNEED);
 	memset(d->state + e->first, PAGE_UNUSED, e->pages);
+	/* No home until the next allocation gives one (or first touch). */
+	memset(d->home + e->first, 0xff, e->pages * sizeof(*d->home));
 	e->used = false;
 
 	/* Merge with free neighbours. */

@@ -448,6 +448,31 @@ void *pmdsm_malloc(size_t size)
 	return pmdsm_alloc(size, PMDSM_BLOCK);
 }
 
+int pmdsm_home(const void *addr)
+{
+	struct dsm *d = dsm_ctx;
+	uintptr_t a = (uintptr_t)addr;
+
+	if (!d)
+		return -ENXIO;
+	if (a < (uintptr_t)d->base || a >= (uintptr_t)d->base + d->heap_size)
+		return -EINVAL;
+
+	uint32_t page = (uint32_t)((a - (uintptr_t)d->base) >> DSM_PAGE_SHIFT);
+
+	if (d->state[page] == PAGE_UNUSED)
+		return -EINVAL;
+
+	/* The service thread may be setting it (home.c): asked there when
+	 * not known here. */
+	int home = __atomic_load_n(&d->home[page], __ATOMIC_RELAXED);
+	struct dsm_home_query q = { .page = page, .claim = false };
+
+	if (home == DSM_UNHOMED)
+		home = dsm_call(d, dsm_home_resolve, &q);
+	return home == DSM_UNHOMED ? -ENODATA : home;
+}
+
 static int free_call(struct dsm *d, void *index)
 {
 	/* Nobody uses it any more after the first barrier; nobody's next

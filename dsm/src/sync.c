@@ -618,6 +618,12 @@ void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t 
 	case MSG_BYE:
 		d->bye_seen++;
 		return;
+	case MSG_HOME_ASK:
+		dsm_on_home_ask(d, peer, h->arg, p, len);
+		return;
+	case MSG_HOME_IS:
+		dsm_on_home_is(d, peer, h->arg, p, len);
+		return;
 	default:
 		dsm_log("dropped a message of unknown type %u from rank %d", h->type, peer);
 		d->st->dropped++;

@@ -51,6 +51,7 @@ struct options {
 	size_t bytes;
 	unsigned counters, adds;
 	size_t heap;
+	enum pmdsm_placement placement;     /* of the array and the counters */
 	bool quiet;
 };
 
@@ -184,6 +185,75 @@ static void heap_check(const struct options *o)
  * after a barrier rank 1 reads that too.  Other ranks only take part in
  * the barriers.
  */
+/*
+ * First touch (PMDSM_FIRST_TOUCH, 2 ranks or more): pages nobody touched
+ * have no home (pmdsm_home says so, and asking does not touch them); rank r
+ * writes page (r + 1) % size first and reads page size + r first, and then
+ * homes both on every rank, with what it wrote; a write by another rank to
+ * a page first touched elsewhere reaches every rank after a barrier (its
+ * diff goes to that home).
+ */
+static void first_touch_check(const struct options *o)
+{
+	if (size < 2)
+		return;
+
+	size_t words = 4096u / sizeof(uint64_t);
+	unsigned pages = 2u * (unsigned)size + 1u, untouched = pages - 1u;
+	uint64_t *a = pmdsm_alloc(pages * 4096u, PMDSM_FIRST_TOUCH);
+
+	if (!a)
+		fail("pmdsm_alloc: %s", strerror(errno));
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	for (unsigned p = 0; p < pages; p++)
+		if (pmdsm_home(&a[p * words]) != -ENODATA)
+			fail("seed %" PRIu64 ": page %u of a first-touch allocation that no rank "
+			     "touched has a home: pmdsm_home says %d", o->seed, p,
+			     pmdsm_home(&a[p * words]));
+	call(pmdsm_barrier(), "pmdsm_barrier");
+
+	unsigned mine = (unsigned)(rank + 1) % (unsigned)size, read = (unsigned)size + (unsigned)rank;
+
+	a[mine * words + 1] = 0xf100 + (uint64_t)rank;
+	if (a[read * words] != 0)
+		fail("seed %" PRIu64 ": page %u, first touched by a read, is not zero", o->seed,
+		     read);
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	for (int r = 0; r < size; r++) {
+		unsigned w = (unsigned)(r + 1) % (unsigned)size, rd = (unsigned)size + (unsigned)r;
+
+		if (pmdsm_home(&a[w * words]) != r || pmdsm_home(&a[rd * words]) != r)
+			fail("seed %" PRIu64 ": rank %d touched pages %u and %u first, but they are "
+			     "homed at %d and %d", o->seed, r, w, rd, pmdsm_home(&a[w * words]),
+			     pmdsm_home(&a[rd * words]));
+		if (a[w * words + 1] != 0xf100 + (uint64_t)r)
+			fail("seed %" PRIu64 ": page %u holds %#" PRIx64 ", not what rank %d wrote "
+			     "there", o->seed, w, a[w * words + 1], r);
+	}
+	if (pmdsm_home(&a[untouched * words]) != -ENODATA)
+		fail("seed %" PRIu64 ": the untouched page %u got a home", o->seed, untouched);
+	if (pmdsm_home(o) != -EINVAL)
+		fail("pmdsm_home answers %d for an address outside the shared heap",
+		     pmdsm_home(o));
+
+	/* Rank r writes a word of page (r + 2) % size, first touched (and
+	 * homed) by rank r + 1: a diff to a first-touch home. */
+	unsigned other = (unsigned)(rank + 2) % (unsigned)size;
+
+	a[other * words + 2] = 0xf200 + (uint64_t)rank;
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	for (int r = 0; r < size; r++) {
+		unsigned w = (unsigned)(r + 2) % (unsigned)size;
+
+		if (a[w * words + 2] != 0xf200 + (uint64_t)r)
+			fail("seed %" PRIu64 ": page %u holds %#" PRIx64 " where rank %d wrote "
+			     "%#" PRIx64 " (homed at %d)", o->seed, w, a[w * words + 2], r,
+			     0xf200 + (uint64_t)r, pmdsm_home(&a[w * words]));
+	}
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	call(pmdsm_free(a), "pmdsm_free");
+}
+
 #define HC_PAGES 8u
 #define HC_WORDS (4096u / sizeof(uint64_t))
 #define HC_LOCK 0u
@@ -434,11 +504,28 @@ static size_t parse_size(const char *s, const char *what)
 	return (size_t)v;
 }
 
+static enum pmdsm_placement parse_placement(const char *s)
+{
+	if (!strcmp(s, "cyclic"))
+		return PMDSM_CYCLIC;
+	if (!strcmp(s, "block"))
+		return PMDSM_BLOCK;
+	if (!strcmp(s, "first-touch"))
+		return PMDSM_FIRST_TOUCH;
+	fprintf(stderr, "pmdsm-check: --placement %s: not cyclic, block or first-touch\n", s);
+	exit(2);
+}
+
+static const char *placement_name(enum pmdsm_placement p)
+{
+	return p == PMDSM_BLOCK ? "block" : p == PMDSM_FIRST_TOUCH ? "first-touch" : "cyclic";
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: pmdsm-check [--seed N] [--rounds N] [--bytes SIZE] [--counters N]\n"
-		"                   [--adds N] [--heap SIZE] [--quiet]\n"
+		"                   [--adds N] [--heap SIZE] [--placement P] [--quiet]\n"
 		"Runs a generated race-free program on the DSM and checks every value it\n"
 		"reads against the sequential result, then the DSM's read-ahead (2 ranks\n"
 		"or more).  Run it on every rank of a job (scrun, srun --mpi=pmix, mpirun).\n"
@@ -450,9 +537,11 @@ static void usage(FILE *f)
 		"  --heap SIZE    also fill SIZE bytes, each rank its block, and read every block\n"
 		"                 back on the next rank\n"
 		"                 (PMDSM_HEAP_SIZE must be larger)\n"
+		"  --placement P  homes of the array's and the counters' pages: cyclic\n"
+		"                 (default), block or first-touch\n"
 		"  --quiet        no JSON line\n"
 		"Rank 0 prints, once every check has passed, one JSON line: ok, ranks,\n"
-		"seed, rounds, bytes, heap, write_detect (the method the DSM used: the\n"
+		"seed, rounds, bytes, heap, placement, write_detect (the method the DSM used: the\n"
 		"library's default, or PMDSM_WRITE_DETECT=segv|uffd-async|uffd-wp),\n"
 		"seconds, and rank 0's counters.  A failed check prints the seed and\n"
 		"the value that differs, and exits 1.\n");
@@ -498,11 +587,12 @@ static void prefetch_check(const struct options *o, const struct pmdsm_stats *st
 int main(int argc, char **argv)
 {
 	struct options o = { .seed = 1, .rounds = 8, .bytes = 64 << 10, .counters = 512,
-			     .adds = 200 };
+			     .adds = 200, .placement = PMDSM_CYCLIC };
 	static const struct option longs[] = {
 		{ "seed", required_argument, NULL, 's' }, { "rounds", required_argument, NULL, 'r' },
 		{ "bytes", required_argument, NULL, 'b' }, { "counters", required_argument, NULL, 'c' },
 		{ "adds", required_argument, NULL, 'a' }, { "heap", required_argument, NULL, 'H' },
+		{ "placement", required_argument, NULL, 'p' },
 		{ "quiet", no_argument, NULL, 'q' }, { "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -516,6 +606,7 @@ int main(int argc, char **argv)
 		case 'c': o.counters = (unsigned)strtoul(optarg, NULL, 0); break;
 		case 'a': o.adds = (unsigned)strtoul(optarg, NULL, 0); break;
 		case 'H': o.heap = parse_size(optarg, "--heap"); break;
+		case 'p': o.placement = parse_placement(optarg); break;
 		case 'q': o.quiet = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
@@ -533,8 +624,8 @@ int main(int argc, char **argv)
 	rank = pmdsm_rank();
 	size = pmdsm_size();
 
-	uint8_t *data = pmdsm_alloc(o.bytes, PMDSM_CYCLIC);
-	uint64_t *ctr = pmdsm_alloc(o.counters * sizeof(uint64_t), PMDSM_CYCLIC);
+	uint8_t *data = pmdsm_alloc(o.bytes, o.placement);
+	uint64_t *ctr = pmdsm_alloc(o.counters * sizeof(uint64_t), o.placement);
 	uint8_t *expect = calloc(o.bytes, 1);
 	uint64_t *expect_ctr = calloc(o.counters, sizeof(uint64_t));
 
@@ -548,6 +639,7 @@ int main(int argc, char **argv)
 	}
 	read_ahead_check(&o);
 	home_copy_check(&o);
+	first_touch_check(&o);
 	if (o.heap)
 		heap_check(&o);
 
@@ -562,12 +654,14 @@ int main(int argc, char **argv)
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (rank == 0 && !o.quiet)
 		printf("{\"ok\": true, \"ranks\": %d, \"seed\": %" PRIu64 ", \"rounds\": %u, "
-		       "\"bytes\": %zu, \"heap\": %zu, \"write_detect\": \"%s\", "
+		       "\"bytes\": %zu, \"heap\": %zu, \"placement\": \"%s\", "
+		       "\"write_detect\": \"%s\", "
 		       "\"seconds\": %.3f, \"rank0\": "
 		       "{\"read_faults\": %" PRIu64 ", \"write_faults\": %" PRIu64
 		       ", \"diffs_sent\": %" PRIu64 ", \"diffs_applied\": %" PRIu64
 		       ", \"invalidations\": %" PRIu64 ", \"locks\": %" PRIu64 "}}\n",
-		       size, o.seed, o.rounds, o.bytes, o.heap, write_detect,
+		       size, o.seed, o.rounds, o.bytes, o.heap, placement_name(o.placement),
+		       write_detect,
 		       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
 		       st.read_faults, st.write_faults, st.diffs_sent, st.diffs_applied,
 		       st.invalidations, st.locks);

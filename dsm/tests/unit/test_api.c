@@ -102,6 +102,7 @@ int main(int argc, char **argv)
 	CHECK_ERR(pmdsm_barrier(), -ENXIO);
 	CHECK_ERR(pmdsm_lock(1), -ENXIO);
 	CHECK_ERR(pmdsm_rank(), -ENXIO);
+	CHECK_ERR(pmdsm_home((void *)&errno), -ENXIO);
 	CHECK(pmdsm_write_detect() == NULL);
 
 	/* Bad settings are refused. */
@@ -181,6 +182,28 @@ int main(int argc, char **argv)
 	CHECK_OK(pmdsm_free(q));
 	CHECK_EQ(p[1], 7);
 
+	/* First touch: no home until a page is touched (asking does not
+	 * touch it), then the toucher's, by a read or a write; a placement
+	 * that is none of the three is refused. */
+	errno = 0;
+	CHECK(pmdsm_alloc(4096, (enum pmdsm_placement)7) == NULL);
+	CHECK_EQ(errno, EINVAL);
+	uint8_t *ft = pmdsm_alloc(2 * 4096, PMDSM_FIRST_TOUCH);
+
+	CHECK(ft != NULL);
+	CHECK_ERR(pmdsm_home(ft), -ENODATA);
+	CHECK_ERR(pmdsm_home(ft + 4096), -ENODATA);
+	CHECK_EQ(ft[1], 0);
+	CHECK_EQ(pmdsm_home(ft), 0);
+	CHECK_ERR(pmdsm_home(ft + 4096), -ENODATA);
+	ft[4096 + 5] = 3;
+	CHECK_EQ(pmdsm_home(ft + 4096), 0);
+	CHECK_EQ(ft[4096 + 5], 3);
+	CHECK_EQ(pmdsm_home(p), 0);
+	CHECK_ERR(pmdsm_home((void *)&errno), -EINVAL);
+	CHECK_OK(pmdsm_free(ft));
+	CHECK_ERR(pmdsm_home(ft), -EINVAL);
+
 	/* A freed allocation's memory: the process ends with a message. */
 	int status;
 	const char *err = in_child(touch, q, &status);
@@ -196,7 +219,7 @@ int main(int argc, char **argv)
 	CHECK_EQ(st.write_faults, 0);
 	CHECK_EQ(st.wp_scans, 0);
 	CHECK_EQ(st.home_shared, 0);
-	CHECK_EQ(st.barriers, 3);               /* two in pmdsm_free */
+	CHECK_EQ(st.barriers, 5);               /* two in each pmdsm_free */
 	CHECK_EQ(st.locks, 2);
 
 	CHECK_OK(pmdsm_finalize());
