@@ -7,7 +7,8 @@ within a node.
   result, on 4x1 and 4x2; 8 ranks writing disjoint bytes of one page (false
   sharing); both with each write detection (the default, uffd-async, and
   segv and uffd-wp), the one used checked in pmdsm-check's result; on 4x2
-  with the service threads real-time (PMDSM_SERVICE_SCHED=fifo); a 1 GiB
+  with the service threads real-time (PMDSM_SERVICE_SCHED=fifo); on 4x2
+  with first-touch homes (PMDSM_FIRST_TOUCH); a 1 GiB
   shared heap read back exactly, each node's quarter by the next node.
 - The examples (jacobi, sor, matmul, histogram) on 4x2 with --check: their
   checksum equals the sequential version's, run here with the same arguments.
@@ -134,6 +135,18 @@ def test_a_real_time_service_thread_sees_the_sequential_result(score, request):
     r = run_check(score, "4x2", seed_for(request), "--rounds", 4,
                   env={"PMDSM_SERVICE_SCHED": "fifo"})
     assert r["rounds"] == 4, r
+
+
+def test_first_touch_homes_each_page_where_it_is_first_touched(score, request):
+    """PMDSM_FIRST_TOUCH (docs/dsm/guide.md): the array's and the counters'
+    pages are homed by the rank that touches each first, which asks the
+    page's manager across the nodes; the generated program still gets the
+    sequential result, and pmdsm-check's first-touch phase (on every run
+    of 2 ranks or more) finds each page homed by its first toucher on every
+    rank, with what it wrote."""
+    r = run_check(score, "4x2", seed_for(request), "--rounds", 4,
+                  "--placement", "first-touch")
+    assert r["placement"] == "first-touch", r
 
 
 @pytest.mark.parametrize("detect", [None] + OTHER_DETECTS)

@@ -93,6 +93,35 @@ int main(void)
 	handle(d, 0, MSG_BARRIER_DEPART, 0, 0, NULL, 0);
 	CHECK(d->departed);
 
+	/* First touch (home.c).  Questions for the home of a page this rank
+	 * does not manage (page 2: rank 0's), of a page beyond the heap, or
+	 * of the wrong size are dropped and decide nothing. */
+	uint32_t claim = 1, answer = 0, bad = 7;
+
+	memset(d->home, 0xff, d->npages * sizeof(*d->home));
+	handle(d, 0, MSG_HOME_ASK, 2, 0, &claim, sizeof(claim));
+	handle(d, 0, MSG_HOME_ASK, 99, 0, &claim, sizeof(claim));
+	handle(d, 0, MSG_HOME_ASK, 3, 0, &claim, 2);
+	CHECK_EQ(d->st->dropped, 11);
+	CHECK_EQ(d->home[2], DSM_UNHOMED);
+	CHECK_EQ(d->home[3], DSM_UNHOMED);
+	/* Answers nobody asked for, from a rank that does not manage the
+	 * page, or naming a rank that does not exist, are dropped; the
+	 * manager's answer to the question out is taken. */
+	struct dsm_home_query q = { .page = 4, .claim = true };
+
+	handle(d, 0, MSG_HOME_IS, 4, 0, &answer, sizeof(answer));
+	d->home_query = &q;
+	handle(d, 1, MSG_HOME_IS, 4, 0, &answer, sizeof(answer));
+	handle(d, 0, MSG_HOME_IS, 6, 0, &answer, sizeof(answer));
+	handle(d, 0, MSG_HOME_IS, 4, 0, &bad, sizeof(bad));
+	CHECK_EQ(d->st->dropped, 15);
+	CHECK(!q.answered);
+	handle(d, 0, MSG_HOME_IS, 4, 0, &answer, sizeof(answer));
+	CHECK(q.answered);
+	CHECK_EQ(q.home, 0);
+	d->home_query = NULL;
+
 	dsm_ctx = NULL;
 	dsm_sync_close(d);
 	free(d->state);
