@@ -15,7 +15,6 @@
  */
 #include "dsm_internal.h"
 
-#include <errno.h>
 #include <string.h>
 
 static int manager_of(const struct dsm *d, uint32_t page)
