@@ -17,7 +17,8 @@
  * (with 2 ranks or more, the pages a barrier drops that a rank read come
  * back at the barrier: prefetch, checked by the counters at the end) and,
  * with 2 ranks or more, a home's writes to pages another rank copied
- * before the home knew (home_copy_check), and read-ahead phases
+ * before the home knew (home_copy_check), pages homed where they were
+ * first touched (first_touch_check), and read-ahead phases
  * (read_ahead_check): pages
  * fetched beside a faulted one hold the home's values, are invalidated by
  * the next barrier's write notices like any other, have the twin that
@@ -185,75 +186,6 @@ static void heap_check(const struct options *o)
  * after a barrier rank 1 reads that too.  Other ranks only take part in
  * the barriers.
  */
-/*
- * First touch (PMDSM_FIRST_TOUCH, 2 ranks or more): pages nobody touched
- * have no home (pmdsm_home says so, and asking does not touch them); rank r
- * writes page (r + 1) % size first and reads page size + r first, and then
- * homes both on every rank, with what it wrote; a write by another rank to
- * a page first touched elsewhere reaches every rank after a barrier (its
- * diff goes to that home).
- */
-static void first_touch_check(const struct options *o)
-{
-	if (size < 2)
-		return;
-
-	size_t words = 4096u / sizeof(uint64_t);
-	unsigned pages = 2u * (unsigned)size + 1u, untouched = pages - 1u;
-	uint64_t *a = pmdsm_alloc(pages * 4096u, PMDSM_FIRST_TOUCH);
-
-	if (!a)
-		fail("pmdsm_alloc: %s", strerror(errno));
-	call(pmdsm_barrier(), "pmdsm_barrier");
-	for (unsigned p = 0; p < pages; p++)
-		if (pmdsm_home(&a[p * words]) != -ENODATA)
-			fail("seed %" PRIu64 ": page %u of a first-touch allocation that no rank "
-			     "touched has a home: pmdsm_home says %d", o->seed, p,
-			     pmdsm_home(&a[p * words]));
-	call(pmdsm_barrier(), "pmdsm_barrier");
-
-	unsigned mine = (unsigned)(rank + 1) % (unsigned)size, read = (unsigned)size + (unsigned)rank;
-
-	a[mine * words + 1] = 0xf100 + (uint64_t)rank;
-	if (a[read * words] != 0)
-		fail("seed %" PRIu64 ": page %u, first touched by a read, is not zero", o->seed,
-		     read);
-	call(pmdsm_barrier(), "pmdsm_barrier");
-	for (int r = 0; r < size; r++) {
-		unsigned w = (unsigned)(r + 1) % (unsigned)size, rd = (unsigned)size + (unsigned)r;
-
-		if (pmdsm_home(&a[w * words]) != r || pmdsm_home(&a[rd * words]) != r)
-			fail("seed %" PRIu64 ": rank %d touched pages %u and %u first, but they are "
-			     "homed at %d and %d", o->seed, r, w, rd, pmdsm_home(&a[w * words]),
-			     pmdsm_home(&a[rd * words]));
-		if (a[w * words + 1] != 0xf100 + (uint64_t)r)
-			fail("seed %" PRIu64 ": page %u holds %#" PRIx64 ", not what rank %d wrote "
-			     "there", o->seed, w, a[w * words + 1], r);
-	}
-	if (pmdsm_home(&a[untouched * words]) != -ENODATA)
-		fail("seed %" PRIu64 ": the untouched page %u got a home", o->seed, untouched);
-	if (pmdsm_home(o) != -EINVAL)
-		fail("pmdsm_home answers %d for an address outside the shared heap",
-		     pmdsm_home(o));
-
-	/* Rank r writes a word of page (r + 2) % size, first touched (and
-	 * homed) by rank r + 1: a diff to a first-touch home. */
-	unsigned other = (unsigned)(rank + 2) % (unsigned)size;
-
-	a[other * words + 2] = 0xf200 + (uint64_t)rank;
-	call(pmdsm_barrier(), "pmdsm_barrier");
-	for (int r = 0; r < size; r++) {
-		unsigned w = (unsigned)(r + 2) % (unsigned)size;
-
-		if (a[w * words + 2] != 0xf200 + (uint64_t)r)
-			fail("seed %" PRIu64 ": page %u holds %#" PRIx64 " where rank %d wrote "
-			     "%#" PRIx64 " (homed at %d)", o->seed, w, a[w * words + 2], r,
-			     0xf200 + (uint64_t)r, pmdsm_home(&a[w * words]));
-	}
-	call(pmdsm_barrier(), "pmdsm_barrier");
-	call(pmdsm_free(a), "pmdsm_free");
-}
-
 #define HC_PAGES 8u
 #define HC_WORDS (4096u / sizeof(uint64_t))
 #define HC_LOCK 0u
@@ -321,6 +253,77 @@ static void home_copy_check(const struct options *o)
 	}
 	call(pmdsm_barrier(), "pmdsm_barrier");
 	call(pmdsm_free(flag), "pmdsm_free");
+	call(pmdsm_free(a), "pmdsm_free");
+}
+
+/* ---- first touch ---- */
+
+/*
+ * First touch (PMDSM_FIRST_TOUCH, 2 ranks or more): pages nobody touched
+ * have no home (pmdsm_home says so, and asking does not touch them); rank r
+ * writes page (r + 1) % size first and reads page size + r first, and then
+ * homes both on every rank, with what it wrote; a write by another rank to
+ * a page first touched elsewhere reaches every rank after a barrier (its
+ * diff goes to that home).
+ */
+static void first_touch_check(const struct options *o)
+{
+	if (size < 2)
+		return;
+
+	size_t words = 4096u / sizeof(uint64_t);
+	unsigned pages = 2u * (unsigned)size + 1u, untouched = pages - 1u;
+	uint64_t *a = pmdsm_alloc(pages * 4096u, PMDSM_FIRST_TOUCH);
+
+	if (!a)
+		fail("pmdsm_alloc: %s", strerror(errno));
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	for (unsigned p = 0; p < pages; p++)
+		if (pmdsm_home(&a[p * words]) != -ENODATA)
+			fail("seed %" PRIu64 ": page %u of a first-touch allocation that no rank "
+			     "touched has a home: pmdsm_home says %d", o->seed, p,
+			     pmdsm_home(&a[p * words]));
+	call(pmdsm_barrier(), "pmdsm_barrier");
+
+	unsigned mine = (unsigned)(rank + 1) % (unsigned)size, read = (unsigned)size + (unsigned)rank;
+
+	a[mine * words + 1] = 0xf100 + (uint64_t)rank;
+	if (a[read * words] != 0)
+		fail("seed %" PRIu64 ": page %u, first touched by a read, is not zero", o->seed,
+		     read);
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	for (int r = 0; r < size; r++) {
+		unsigned w = (unsigned)(r + 1) % (unsigned)size, rd = (unsigned)size + (unsigned)r;
+
+		if (pmdsm_home(&a[w * words]) != r || pmdsm_home(&a[rd * words]) != r)
+			fail("seed %" PRIu64 ": rank %d touched pages %u and %u first, but they are "
+			     "homed at %d and %d", o->seed, r, w, rd, pmdsm_home(&a[w * words]),
+			     pmdsm_home(&a[rd * words]));
+		if (a[w * words + 1] != 0xf100 + (uint64_t)r)
+			fail("seed %" PRIu64 ": page %u holds %#" PRIx64 ", not what rank %d wrote "
+			     "there", o->seed, w, a[w * words + 1], r);
+	}
+	if (pmdsm_home(&a[untouched * words]) != -ENODATA)
+		fail("seed %" PRIu64 ": the untouched page %u got a home", o->seed, untouched);
+	if (pmdsm_home(o) != -EINVAL)
+		fail("pmdsm_home answers %d for an address outside the shared heap",
+		     pmdsm_home(o));
+
+	/* Rank r writes a word of page (r + 2) % size, first touched (and
+	 * homed) by rank r + 1: a diff to a first-touch home. */
+	unsigned other = (unsigned)(rank + 2) % (unsigned)size;
+
+	a[other * words + 2] = 0xf200 + (uint64_t)rank;
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	for (int r = 0; r < size; r++) {
+		unsigned w = (unsigned)(r + 2) % (unsigned)size;
+
+		if (a[w * words + 2] != 0xf200 + (uint64_t)r)
+			fail("seed %" PRIu64 ": page %u holds %#" PRIx64 " where rank %d wrote "
+			     "%#" PRIx64 " (homed at %d)", o->seed, w, a[w * words + 2], r,
+			     0xf200 + (uint64_t)r, pmdsm_home(&a[w * words]));
+	}
+	call(pmdsm_barrier(), "pmdsm_barrier");
 	call(pmdsm_free(a), "pmdsm_free");
 }
 
@@ -504,21 +507,18 @@ static size_t parse_size(const char *s, const char *what)
 	return (size_t)v;
 }
 
+/* --placement's names, indexed by enum pmdsm_placement. */
+static const char *const placement_names[] = {
+	[PMDSM_BLOCK] = "block", [PMDSM_CYCLIC] = "cyclic", [PMDSM_FIRST_TOUCH] = "first-touch",
+};
+
 static enum pmdsm_placement parse_placement(const char *s)
 {
-	if (!strcmp(s, "cyclic"))
-		return PMDSM_CYCLIC;
-	if (!strcmp(s, "block"))
-		return PMDSM_BLOCK;
-	if (!strcmp(s, "first-touch"))
-		return PMDSM_FIRST_TOUCH;
+	for (size_t p = 0; p < sizeof(placement_names) / sizeof(placement_names[0]); p++)
+		if (!strcmp(s, placement_names[p]))
+			return (enum pmdsm_placement)p;
 	fprintf(stderr, "pmdsm-check: --placement %s: not cyclic, block or first-touch\n", s);
 	exit(2);
-}
-
-static const char *placement_name(enum pmdsm_placement p)
-{
-	return p == PMDSM_BLOCK ? "block" : p == PMDSM_FIRST_TOUCH ? "first-touch" : "cyclic";
 }
 
 static void usage(FILE *f)
@@ -660,7 +660,7 @@ int main(int argc, char **argv)
 		       "{\"read_faults\": %" PRIu64 ", \"write_faults\": %" PRIu64
 		       ", \"diffs_sent\": %" PRIu64 ", \"diffs_applied\": %" PRIu64
 		       ", \"invalidations\": %" PRIu64 ", \"locks\": %" PRIu64 "}}\n",
-		       size, o.seed, o.rounds, o.bytes, o.heap, placement_name(o.placement),
+		       size, o.seed, o.rounds, o.bytes, o.heap, placement_names[o.placement],
 		       write_detect,
 		       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
 		       st.read_faults, st.write_faults, st.diffs_sent, st.diffs_applied,
