@@ -96,7 +96,9 @@ enum pmdsm_placement {
 	PMDSM_CYCLIC,              /* page p is homed at rank p % size         */
 	PMDSM_FIRST_TOUCH,         /* the first rank to touch a page (read or
 	                              write) homes it; a page's first touch
-	                              asks its manager, rank p % size           */
+	                              asks its manager, rank h % size for the
+	                              page's index h in the whole heap (not in
+	                              the allocation)                           */
 };
 
 /*
@@ -162,6 +164,9 @@ struct pmdsm_stats {
 	                              barrier (PMDSM_PREFETCH)                  */
 	uint64_t prefetch_used;    /* of those, pages touched before the next
 	                              barrier (the others are not fetched again) */
+	uint64_t home_asks;        /* questions to another rank for the home of a
+	                              PMDSM_FIRST_TOUCH page: a round trip each
+	                              (a first touch, or pmdsm_home)            */
 };
 
 /*

@@ -55,6 +55,7 @@ int dsm_home_resolve(struct dsm *d, void *arg)
 	q->answered = false;
 	d->home_query = q;
 	dsm_send(d, mgr, MSG_HOME_ASK, q->page, &claim, sizeof(claim));
+	d->st->home_asks++;
 	dsm_wait_until(d, home_known, q);
 	d->home_query = NULL;
 	/* Kept: a page's home never changes while it is allocated. */

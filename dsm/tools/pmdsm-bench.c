@@ -5,8 +5,9 @@
  * and its diff at the release, the same for a page homed at the writer
  * (no twin, no diff), reading pages fetched from their home in sequence
  * (read faults with read-ahead) and in a random order (one read fault per
- * page), a lock managed by the other rank, a lock managed here, and a
- * barrier.  And,
+ * page), a lock managed by the other rank, a lock managed here, a
+ * barrier, and the first touch of a PMDSM_FIRST_TOUCH page whose home the
+ * other rank decides.  And,
  * run separately (--pm-read-baseline), the baseline of the read fault: PM's
  * remote read of 4 KiB alone, through the same PM device, page by page as
  * the DSM fetches them.
@@ -72,12 +73,13 @@ static const char short_usage[] =
 #define LOCAL_LOCK      1u              /* managed by rank 1 */
 
 enum test { T_WRITE_REMOTE, T_WRITE_HOME, T_READ, T_READ_RANDOM, T_LOCK, T_LOCK_LOCAL,
-	    T_BARRIER, T_COUNT, T_PM_READ = T_COUNT };
+	    T_BARRIER, T_FIRST_TOUCH, T_COUNT, T_PM_READ = T_COUNT };
 static const char *const test_names[] = { "write-remote", "write-home", "read", "read-random",
-					  "lock", "lock-local", "barrier", "pm-read" };
+					  "lock", "lock-local", "barrier", "first-touch",
+					  "pm-read" };
 /* What one operation is, per test. */
 static const char *const op_names[] = { "page", "page", "page", "page", "lock+unlock",
-					"lock+unlock", "barrier", "page" };
+					"lock+unlock", "barrier", "page", "page" };
 
 enum cmd { CMD_QUIT = 1, CMD_RUN, CMD_CHECK };
 
@@ -209,7 +211,16 @@ static void usage_full(void)
 "                  library's own cost (entering it, handing work to its\n"
 "                  service thread and back, leaving it).\n"
 "    barrier       pmdsm_barrier() on both ranks, nothing written.\n"
-"    all           the seven (the default).\n"
+"    first-touch   both ranks allocate 2N+1 pages with PMDSM_FIRST_TOUCH (no\n"
+"                  message), then rank 1 reads one word of each of the N\n"
+"                  pages whose home rank 0 decides (their manager, by the\n"
+"                  page's place in the heap): per page a fault, the\n"
+"                  question and its answer (a round trip), and the page\n"
+"                  homed at rank 1 without a fetch.  Which N pages is found\n"
+"                  untimed, by touching the last page first and looking at\n"
+"                  the home_asks counter.  Both ranks then free the\n"
+"                  allocation.  Time / N.\n"
+"    all           the eight (the default).\n"
 "\n"
 "    --pm-read-baseline runs no DSM: each rank opens PM (pm.h) on the same\n"
 "    device, rank 0 registers N pages, sends rank 1 their key and polls\n"
@@ -247,13 +258,15 @@ static void usage_full(void)
 "    write-remote: after its repetitions rank 0 checks that every page it\n"
 "    homes holds rank 1's last value (the diffs arrived).  read and\n"
 "    read-random: rank 1 checks that every word it read is the value rank 0\n"
-"    wrote.  pm-read: rank 1 checks the pages it read against rank 0's\n"
-"    pattern.  The DSM's counters over the timed parts (faults, twins,\n"
-"    diffs, pages fetched and read ahead, PAGEMAP_SCANs per operation) are\n"
-"    printed with the figures; a test whose counters say it did not do its\n"
+"    wrote.  first-touch: rank 1 checks that every page it touched first\n"
+"    reads zero and is homed at rank 1.  pm-read: rank 1 checks the pages it\n"
+"    read against rank 0's pattern.  The DSM's counters over the timed\n"
+"    parts (faults, twins, diffs, pages fetched and read ahead,\n"
+"    PAGEMAP_SCANs, questions for homes, per operation) are printed with\n"
+"    the figures; a test whose counters say it did not do its\n"
 "    work (no diff per page of write-remote, no page fetched per page of read\n"
-"    and read-random, not one read fault per page of read-random) fails the\n"
-"    run.\n"
+"    and read-random, not one read fault per page of read-random, not one\n"
+"    question and no fetch per page of first-touch) fails the run.\n"
 "\n"
 "ENVIRONMENT\n"
 "    PMDSM_WRITE_DETECT, PMDSM_READ_AHEAD, PMDSM_HEAP_SIZE (docs/dsm/guide.md);\n"
@@ -360,7 +373,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 	X(read_faults) X(write_faults) X(pages_fetched) X(fetch_bytes) X(twins) \
 	X(diffs_sent) X(diff_bytes) X(diffs_applied) X(invalidations) X(barriers) \
 	X(locks) X(lock_remote) X(wp_scans) X(dropped) \
-	X(fault_ns) X(fetch_ns) X(release_ns) X(barrier_ns) X(lock_ns) X(read_ahead_pages)
+	X(fault_ns) X(fetch_ns) X(release_ns) X(barrier_ns) X(lock_ns) X(read_ahead_pages) X(home_asks)
 
 static void stats_add_delta(struct pmdsm_stats *sum, const struct pmdsm_stats *a,
 			    const struct pmdsm_stats *z)
@@ -558,6 +571,72 @@ static void read_batch(struct bench *b, enum test test, uint64_t expect, struct 
 			    (unsigned)((i * 67u) % (PAGE / 8)), i, got[i], expect);
 }
 
+/* first-touch: each batch's allocation, 2 x pages + 1 pages. */
+static size_t first_touch_bytes(const struct bench *b)
+{
+	return (2 * (size_t)b->pages + 1) * PAGE;
+}
+
+static uint64_t home_asks(void)
+{
+	struct pmdsm_stats st = { 0 };
+
+	call(pmdsm_stats_get(&st, sizeof(st)), "pmdsm_stats_get");
+	return st.home_asks;
+}
+
+/* Rank 1, first-touch: units batches, each on a fresh allocation that rank
+ * 0 makes and frees in step (serve()).  The managers alternate page by
+ * page, so touching the last page (untimed) tells by the home_asks counter
+ * whether rank 0 manages the pages of its parity or the others. */
+static void first_touch_batches(struct bench *b, uint64_t units, struct tally *t)
+{
+	for (uint64_t u = 0; u < units; u++) {
+		uint8_t *a = pmdsm_alloc(first_touch_bytes(b), PMDSM_FIRST_TOUCH);
+
+		if (!a)
+			die("pmdsm_alloc of %zu bytes (first touch): %s", first_touch_bytes(b),
+			    strerror(errno));
+
+		uint64_t asks0 = home_asks();
+		const unsigned probe = 2 * b->pages;
+
+		g_sink += *(volatile uint64_t *)(a + (size_t)probe * PAGE);
+
+		unsigned parity = home_asks() - asks0 == 1 ? 0 : 1;
+		struct timer tm;
+		uint64_t s = 0;
+
+		timer_start(b, &tm);
+		for (unsigned i = 0; i < b->pages; i++)
+			s += *(volatile uint64_t *)(a + (size_t)(2 * i + parity) * PAGE);
+		timer_stop(b, &tm, t);
+		for (unsigned i = 0; i < b->pages; i++) {
+			int home = pmdsm_home(a + (size_t)(2 * i + parity) * PAGE);
+
+			if (home != 1)
+				die("first-touch: page %u of the allocation, touched first by rank 1, "
+				    "is homed at %d", 2 * i + parity, home);
+		}
+		if (s)
+			die("first-touch: a page touched first reads %" PRIu64 ", not zero", s);
+		call(pmdsm_free(a), "pmdsm_free");
+	}
+}
+
+/* Rank 0, first-touch: the same allocations, freed when rank 1 is done. */
+static void first_touch_serve(const struct bench *b, uint64_t units)
+{
+	for (uint64_t u = 0; u < units; u++) {
+		void *a = pmdsm_alloc(first_touch_bytes(b), PMDSM_FIRST_TOUCH);
+
+		if (!a)
+			die("pmdsm_alloc of %zu bytes (first touch): %s", first_touch_bytes(b),
+			    strerror(errno));
+		call(pmdsm_free(a), "pmdsm_free");
+	}
+}
+
 /* Rank 1: one command of units units of test t; the timed parts go to t. */
 static void step(struct bench *b, enum test test, uint64_t units, struct tally *t)
 {
@@ -596,6 +675,10 @@ static void step(struct bench *b, enum test test, uint64_t units, struct tally *
 			call(pmdsm_barrier(), "pmdsm_barrier");
 		timer_stop(b, &tm, t);
 		break;
+	case T_FIRST_TOUCH:
+		send_cmd(b, CMD_RUN, test, units, 0);
+		first_touch_batches(b, units, t);
+		break;
 	default:
 		die("internal error: test %d", test);
 	}
@@ -620,7 +703,7 @@ static uint64_t step_max(enum test t)
 static bool page_test(enum test t)
 {
 	return t == T_WRITE_REMOTE || t == T_WRITE_HOME || t == T_READ || t == T_READ_RANDOM ||
-	       t == T_PM_READ;
+	       t == T_FIRST_TOUCH || t == T_PM_READ;
 }
 
 static uint64_t ops_per_unit(const struct bench *b, enum test t)
@@ -656,6 +739,8 @@ static void serve(struct bench *b)
 		} else if (c.test == T_BARRIER) {
 			for (uint64_t u = 0; u < c.units; u++)
 				call(pmdsm_barrier(), "pmdsm_barrier");
+		} else if (c.test == T_FIRST_TOUCH) {
+			first_touch_serve(b, c.units);
 		}
 		/* Others: rank 1 works alone; this rank answers it from the
 		 * barrier that ends the command. */
@@ -800,6 +885,13 @@ static void check_work(const struct bench *b, const struct result *r)
 			    "each expected: the DSM read ahead %" PRIu64 " pages)", s->read_faults, n,
 			    s->read_ahead_pages);
 		break;
+	case T_FIRST_TOUCH:
+		if (s->home_asks != n || s->pages_fetched || s->read_faults)
+			die("first-touch: %" PRIu64 " questions to rank 0, %" PRIu64 " pages fetched "
+			    "and %" PRIu64 " read faults for %" PRIu64 " pages touched first (one "
+			    "question each, no fetch expected)", s->home_asks, s->pages_fetched,
+			    s->read_faults, n);
+		break;
 	default:
 		break;
 	}
@@ -874,10 +966,11 @@ static void print_header(const struct bench *b)
 		       "min-time %g s, %d reps, warm-up %" PRIu64 "\n", PROG, pmdsm_version(),
 		       b->write_detect, b->device, b->pages, m->min_time, m->reps, m->warmup);
 	printf("# microseconds per operation; per op: faults (read+write), twins, diffs, "
-	       "pages fetched, of them read ahead, PAGEMAP_SCANs, context switches\n"
-	       "%-13s %-12s %9s %10s %10s %10s %6s %6s %6s %6s %6s %6s %6s\n",
+	       "pages fetched, of them read ahead, PAGEMAP_SCANs, questions for a first-touch "
+	       "page's home, context switches\n"
+	       "%-13s %-12s %9s %10s %10s %10s %6s %6s %6s %6s %6s %6s %6s %6s\n",
 	       "test", "op", "iters", "median_us", "min_us", "max_us", "faults", "twins",
-	       "diffs", "fetch", "ahead", "scans", "ctxsw");
+	       "diffs", "fetch", "ahead", "scans", "asks", "ctxsw");
 	fflush(stdout);
 }
 
@@ -890,13 +983,14 @@ static void print_row(const struct bench *b, const struct result *r)
 	       op_names[r->test], r->iters, r->median, r->min, r->max);
 	if (b->opt.baseline)
 		/* No DSM: its counters mean nothing here. */
-		printf("%6s %6s %6s %6s %6s %6s %6.2f\n", "-", "-", "-", "-", "-", "-",
+		printf("%6s %6s %6s %6s %6s %6s %6s %6.2f\n", "-", "-", "-", "-", "-", "-", "-",
 		       per(r->t.csw, n));
 	else
-		printf("%6.2f %6.2f %6.2f %6.2f %6.2f %6.3f %6.2f\n",
+		printf("%6.2f %6.2f %6.2f %6.2f %6.2f %6.3f %6.2f %6.2f\n",
 		       per(s->read_faults + s->write_faults, n), per(s->twins, n),
 		       per(s->diffs_sent, n), per(s->pages_fetched, n),
-		       per(s->read_ahead_pages, n), per(s->wp_scans, n), per(r->t.csw, n));
+		       per(s->read_ahead_pages, n), per(s->wp_scans, n), per(s->home_asks, n),
+		       per(r->t.csw, n));
 	fflush(stdout);
 }
 
