@@ -837,6 +837,8 @@ DSM_TEST_TITLES = {
     "lock": ("lock + unlock, managed by the other rank", "pair"),
     "lock-local": ("lock + unlock, managed by the rank itself", "pair"),
     "barrier": ("barrier", "barrier"),
+    "first-touch": ("first touch of a first-touch page whose home the other rank decides: "
+                    "a question and its answer, no fetch", "page"),
 }
 DSM_WHERE = {"node": "one node, PM's shm device",
              "cluster": "virtual-cluster nodes, PM's udp device, 1 Gbit/s, 1 rank each"}

@@ -167,6 +167,10 @@ struct pmdsm_stats {
 	uint64_t home_asks;        /* questions to another rank for the home of a
 	                              PMDSM_FIRST_TOUCH page: a round trip each
 	                              (a first touch, or pmdsm_home)            */
+	uint64_t cold_pages;       /* uffd-async: valid pages left unwritten for
+	                              8 to 16 releases, taken out of the
+	                              release's scan (read-only until written)  */
+	uint64_t cold_writes;      /* of those, written again: a fault each     */
 };
 
 /*

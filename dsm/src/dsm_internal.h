@@ -85,6 +85,10 @@ enum page_state {
 	PAGE_PREFETCHED,        /* fetched at a barrier, not touched since:
 	                           PROT_NONE; the first access makes it
 	                           valid without a fetch                    */
+	PAGE_COLD,              /* uffd-async: valid, left unwritten for a
+	                           while: PROT_READ, out of the release's
+	                           scan; its next write faults and makes it
+	                           READ again (wp_uffd.c, dsm_wp_cool)      */
 };
 
 /* The valid pages that are watched, READ and WRITE, are one class of the
@@ -93,8 +97,15 @@ enum page_state {
 _Static_assert(PAGE_WRITE == (PAGE_READ | 1) && !(PAGE_READ & 1) &&
 	       (PAGE_OWN & PAGE_WATCHED_MASK) != PAGE_READ &&
 	       (PAGE_INVALID & PAGE_WATCHED_MASK) != PAGE_READ &&
-	       (PAGE_PREFETCHED & PAGE_WATCHED_MASK) != PAGE_READ,
+	       (PAGE_PREFETCHED & PAGE_WATCHED_MASK) != PAGE_READ &&
+	       (PAGE_COLD & PAGE_WATCHED_MASK) != PAGE_READ,
 	       "READ and WRITE alone make the watched class");
+
+/* uffd-async: how many releases apart the valid pages are looked over
+ * for ones to make COLD (wp_uffd.c, dsm_wp_cool).  A page goes cold when
+ * no write to it was found between two of these looks in a row: after 8
+ * to 16 releases. */
+#define DSM_COLD_SWEEP 8u
 
 /* One allocation of the heap (the allocator keeps them sorted). */
 struct dsm_extent {
@@ -178,6 +189,12 @@ struct dsm {
 	 * their notices are owed), and every page known written this epoch
 	 * (ours and what acquires told us): what our releases pass on. */
 	struct pageset dirty, epoch_notices;
+
+	/* uffd-async (wp_uffd.c, dsm_wp_cool): the READ pages found unwritten
+	 * at the last look for cold pages and not written, dropped or freed
+	 * since, and the releases since that look. */
+	struct pageset cool;
+	uint32_t releases_since_cool;
 
 	/* The service thread, the one thread that uses PM (comm.c), and the
 	 * one request the application may have posted to it. */
@@ -372,6 +389,12 @@ void dsm_wp_arm(struct dsm *d, uint32_t first, uint32_t n);
 void dsm_wp_collect(struct dsm *d);
 /* The same for the pages of set alone (an acquire: what it drops). */
 void dsm_wp_collect_set(struct dsm *d, const struct pageset *set);
+/* uffd-async, at the end of a release: every DSM_COLD_SWEEP releases,
+ * the READ pages unwritten since the last such look become COLD. */
+void dsm_wp_cool(struct dsm *d);
+/* uffd-async: a write to a COLD page (the SIGSEGV handler): READ again,
+ * open, its write recorded by the kernel as any other. */
+void dsm_wp_warm(struct dsm *d, uint32_t page);
 
 /* uffd-async: valid pages are open, the kernel records their writes. */
 static inline bool dsm_uffd(const struct dsm *d)

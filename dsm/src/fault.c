@@ -370,6 +370,10 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 	case PAGE_READ:
 		start_write(d, page);
 		break;
+	case PAGE_COLD:
+		/* uffd-async: readable, so this is a write. */
+		dsm_wp_warm(d, page);
+		break;
 	default:
 		/* PAGE_WRITE: already open (the retry succeeds). */
 		break;

@@ -248,6 +248,7 @@ void dsm_heap_free(struct dsm *d, int index)
 	for (uint32_t p = e->first; p < e->first + e->pages; p++) {
 		d->nown -= d->state[p] == PAGE_OWN;
 		pageset_del(&d->told, p);
+		pageset_del(&d->cool, p);
 	}
 	/* Whoever fetches these pages after the next allocation tells us
 	 * again (a late byte only makes a page shared sooner: no harm). */

@@ -167,7 +167,7 @@ static const char *const stat_names[] = {
 	STAT(invalidations), STAT(barriers), STAT(locks), STAT(lock_remote), STAT(wp_scans),
 	STAT(dropped), STAT(fault_ns), STAT(fetch_ns), STAT(release_ns), STAT(barrier_ns),
 	STAT(lock_ns), STAT(read_ahead_pages), STAT(home_shared), STAT(prefetched_pages),
-	STAT(prefetch_used), STAT(home_asks),
+	STAT(prefetch_used), STAT(home_asks), STAT(cold_pages), STAT(cold_writes),
 };
 #undef STAT
 #define NSTATS (sizeof(struct pmdsm_stats) / sizeof(uint64_t))

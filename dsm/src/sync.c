@@ -61,6 +61,7 @@ int dsm_sync_open(struct dsm *d)
 		return -ENOMEM;
 	err = pageset_init(&d->dirty, d->npages);
 	err = err ?: pageset_init(&d->told, d->npages);
+	err = err ?: pageset_init(&d->cool, d->npages);
 	err = err ?: pageset_init(&d->epoch_notices, d->npages);
 	err = err ?: pageset_init(&d->mgr_union, d->npages);
 	err = err ?: pageset_init(&d->depart_notices, d->npages);
@@ -90,6 +91,7 @@ void dsm_sync_close(struct dsm *d)
 	d->held = NULL;
 	pageset_fini(&d->dirty);
 	pageset_fini(&d->told);
+	pageset_fini(&d->cool);
 	pageset_fini(&d->epoch_notices);
 	pageset_fini(&d->mgr_union);
 	pageset_fini(&d->depart_notices);
@@ -226,9 +228,11 @@ void dsm_release(struct dsm *d)
 			uint32_t q = p + run;
 
 			/* uffd-async's pages stay open: the diff brings
-			 * their twins up to date as it goes. */
+			 * their twins up to date as it goes.  Written: not
+			 * cold (dsm_wp_cool). */
 			if (d->home[q] != d->rank)
 				add_diff(d, q, dsm_uffd(d));
+			pageset_del(&d->cool, q);
 			if (!dsm_uffd(d))
 				d->state[q] = PAGE_READ;
 			pageset_add(&d->epoch_notices, q);
@@ -241,6 +245,8 @@ void dsm_release(struct dsm *d)
 	pageset_clear(&d->dirty);
 	dsm_flush_diffs(d);
 	dsm_wait_until(d, diffs_acked, NULL);
+	if (dsm_uffd(d))
+		dsm_wp_cool(d);
 	d->st->release_ns += dsm_now_ns() - t0;
 }
 
@@ -268,6 +274,7 @@ void dsm_invalidate(struct dsm *d, const struct pageset *set, bool written_since
 			flushed = true;
 		}
 		d->state[p] = PAGE_INVALID;
+		pageset_del(&d->cool, p);
 		d->st->invalidations++;
 		/* Closed a run at a time, as release protects: a stencil's
 		 * boundary row is a run of pages, and each mprotect() costs
@@ -306,8 +313,8 @@ static uint32_t prefetch_list(struct dsm *d, const struct pageset *drop)
 
 	for (uint32_t p = pageset_next(drop, 0); p != PAGESET_NONE && n < d->prefetch_max;
 	     p = pageset_next(drop, p + 1))
-		if (d->home[p] != d->rank &&
-		    (d->state[p] == PAGE_READ || d->state[p] == PAGE_WRITE))
+		if (d->home[p] != d->rank && (d->state[p] == PAGE_READ ||
+					       d->state[p] == PAGE_WRITE || d->state[p] == PAGE_COLD))
 			d->prefetch[n++] = p;
 	return n;
 }

@@ -30,6 +30,7 @@
 #include <linux/userfaultfd.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -303,6 +304,68 @@ void dsm_wp_collect(struct dsm *d)
 			p = stop;
 		}
 	}
+}
+
+/*
+ * Cold pages (uffd-async).  A release scans every READ page, so a rank that
+ * keeps thousands of pages valid and writes few of them between releases
+ * (the histogram: item pages read once, a lock per task) pays that walk at
+ * every release.  So every DSM_COLD_SWEEP releases the READ pages are
+ * looked over, and one found unwritten at the last look and not written
+ * since becomes COLD: read-only (mprotect), out of the scans.  Reading it
+ * costs nothing; its first write faults (fault.c) and makes it READ again
+ * (dsm_wp_warm), the write then recorded by the kernel like any other:
+ * the page is still armed, by the scan that last found it unwritten.
+ * Done at the end of a release, when every written page's diff is home and
+ * every twin current: a COLD page owes nothing until it is written.  Pages
+ * written at least once every 8 releases (Jacobi's boundary rows) never go
+ * cold; the look itself walks the state table, in user space.
+ */
+void dsm_wp_cool(struct dsm *d)
+{
+	if (++d->releases_since_cool < DSM_COLD_SWEEP)
+		return;
+	d->releases_since_cool = 0;
+	for (uint32_t i = 0; i < d->nextents; i++) {
+		const struct dsm_extent *e = &d->extents[i];
+		uint32_t end = e->first + e->pages;
+		uint32_t first = 0, n = 0;      /* a run of pages to close */
+
+		for (uint32_t p = e->first; e->used && p < end;) {
+			p = (uint32_t)bytescan_find(d->state, p, end, PAGE_WATCHED_MASK, PAGE_READ,
+						    true);
+
+			uint32_t stop = (uint32_t)bytescan_find(d->state, p, end, PAGE_WATCHED_MASK,
+								PAGE_READ, false);
+
+			for (; p < stop; p++) {
+				if (!pageset_has(&d->cool, p)) {
+					pageset_add(&d->cool, p);
+					continue;
+				}
+				pageset_del(&d->cool, p);
+				d->state[p] = PAGE_COLD;
+				d->st->cold_pages++;
+				if (n && first + n == p) {
+					n++;
+					continue;
+				}
+				if (n)
+					dsm_protect(d, first, n, PROT_READ);
+				first = p;
+				n = 1;
+			}
+		}
+		if (n)
+			dsm_protect(d, first, n, PROT_READ);
+	}
+}
+
+void dsm_wp_warm(struct dsm *d, uint32_t page)
+{
+	d->state[page] = PAGE_READ;
+	d->st->cold_writes++;
+	dsm_protect(d, page, 1, PROT_READ | PROT_WRITE);
 }
 
 void dsm_wp_collect_set(struct dsm *d, const struct pageset *set)

@@ -18,7 +18,8 @@
  * back at the barrier: prefetch, checked by the counters at the end) and,
  * with 2 ranks or more, a home's writes to pages another rank copied
  * before the home knew (home_copy_check), pages homed where they were
- * first touched (first_touch_check), and read-ahead phases
+ * first touched (first_touch_check), writes to pages left unwritten for
+ * many releases (cold_check), and read-ahead phases
  * (read_ahead_check): pages
  * fetched beside a faulted one hold the home's values, are invalidated by
  * the next barrier's write notices like any other, have the twin that
@@ -327,6 +328,97 @@ static void first_touch_check(const struct options *o)
 	call(pmdsm_free(a), "pmdsm_free");
 }
 
+/* This rank's counters now. */
+static struct pmdsm_stats stats_now(void)
+{
+	struct pmdsm_stats st;
+
+	call(pmdsm_stats_get(&st, sizeof(st)), "pmdsm_stats_get");
+	return st;
+}
+
+/* ---- cold pages ---- */
+
+/*
+ * Pages left unwritten (uffd-async takes them out of its scans and makes
+ * them read-only: docs/dsm/design.md, "Cold pages"; the other methods have
+ * no such state, and the phase checks them all the same).  Block placement,
+ * CP_PAGES pages per rank.  Every rank writes word 0 of its own pages and,
+ * after a barrier, reads the next rank's (copies there, and its own pages
+ * copied by the rank before it), twice.  Then CP_RELEASES releases that write
+ * nothing, enough for both kinds of page to go cold.  Then rank r writes
+ * word 1 of each page of its copies (a diff from a cold copy) and word 2 of
+ * each of its own pages (a home's write to a cold copied page: it must be
+ * named in the notices); after a barrier every rank reads every page.
+ * With uffd-async each rank's counters must show its pages went cold and
+ * were written again.
+ */
+#define CP_PAGES 8u
+#define CP_RELEASES 17u         /* 2 x DSM_COLD_SWEEP + 1 */
+#define CP_LOCK 1u
+
+static uint64_t cp_value(const struct options *o, unsigned page, unsigned word)
+{
+	return draw(o->seed, page, 7, word);
+}
+
+static void cold_check(const struct options *o)
+{
+	if (size < 2)
+		return;
+
+	size_t words = 4096u / sizeof(uint64_t);
+	unsigned own = (unsigned)rank * CP_PAGES;
+	unsigned next = (unsigned)((rank + 1) % size) * CP_PAGES;
+	uint64_t *a = pmdsm_alloc((size_t)size * CP_PAGES * 4096u, PMDSM_BLOCK);
+	struct pmdsm_stats st0 = stats_now();
+
+	if (!a)
+		fail("pmdsm_alloc: %s", strerror(errno));
+	for (unsigned p = own; p < own + CP_PAGES; p++)
+		a[p * words] = cp_value(o, p, 0);
+	/* Read twice: the home names its pages in its notices when it first
+	 * sees them copied (a release of the first two barriers), which drops
+	 * the copies; read again after that, they stay. */
+	for (int pass = 0; pass < 2; pass++) {
+		call(pmdsm_barrier(), "pmdsm_barrier");
+		for (unsigned p = next; p < next + CP_PAGES; p++)
+			if (a[p * words] != cp_value(o, p, 0))
+				fail("seed %" PRIu64 ": word 0 of page %u is %#" PRIx64 ", expected %#"
+				     PRIx64, o->seed, p, a[p * words], cp_value(o, p, 0));
+		call(pmdsm_barrier(), "pmdsm_barrier");
+	}
+	for (unsigned i = 0; i < CP_RELEASES; i++) {
+		call(pmdsm_lock(CP_LOCK), "pmdsm_lock");
+		call(pmdsm_unlock(CP_LOCK), "pmdsm_unlock");
+	}
+	for (unsigned p = next; p < next + CP_PAGES; p++)
+		a[p * words + 1] = cp_value(o, p, 1);
+	for (unsigned p = own; p < own + CP_PAGES; p++)
+		a[p * words + 2] = cp_value(o, p, 2);
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	for (unsigned p = 0; p < (unsigned)size * CP_PAGES; p++)
+		for (unsigned w = 0; w < 3; w++)
+			if (a[p * words + w] != cp_value(o, p, w))
+				fail("seed %" PRIu64 ": word %u of page %u (homed at rank %u) is %#"
+				     PRIx64 ", expected %#" PRIx64 ": a write after %u releases "
+				     "that wrote nothing was lost", o->seed, w, p, p / CP_PAGES,
+				     a[p * words + w], cp_value(o, p, w), CP_RELEASES);
+
+	struct pmdsm_stats st1 = stats_now();
+
+	if (strcmp(pmdsm_write_detect(), "uffd-async") == 0 &&
+	    (st1.cold_pages - st0.cold_pages < 2 * CP_PAGES ||
+	     st1.cold_writes - st0.cold_writes < 2 * CP_PAGES))
+		fail("seed %" PRIu64 ": rank %d's %u copies and %u copied pages, unwritten for "
+		     "%u releases, made %" PRIu64 " pages cold and %" PRIu64 " writes to cold "
+		     "pages (at least %u of each expected)", o->seed, rank, CP_PAGES, CP_PAGES,
+		     CP_RELEASES, st1.cold_pages - st0.cold_pages,
+		     st1.cold_writes - st0.cold_writes, 2 * CP_PAGES);
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	call(pmdsm_free(a), "pmdsm_free");
+}
+
 /* ---- read-ahead ---- */
 
 /* Pages per rank of the read-ahead allocation: a sequential sweep over one
@@ -367,14 +459,6 @@ static bool read_ahead_on(void)
 	const char *env = getenv("PMDSM_READ_AHEAD");
 
 	return !env || !*env || strtoul(env, NULL, 10) > 1;
-}
-
-static struct pmdsm_stats stats_now(void)
-{
-	struct pmdsm_stats st;
-
-	call(pmdsm_stats_get(&st, sizeof(st)), "pmdsm_stats_get");
-	return st;
 }
 
 /*
@@ -640,6 +724,7 @@ int main(int argc, char **argv)
 	read_ahead_check(&o);
 	home_copy_check(&o);
 	first_touch_check(&o);
+	cold_check(&o);
 	if (o.heap)
 		heap_check(&o);
 

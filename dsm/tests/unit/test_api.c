@@ -269,7 +269,7 @@ int main(int argc, char **argv)
 	CHECK_MSG(strstr(logged, "pmdsm[0]: counters: read_faults=0 write_faults=") == logged,
 		  "%s", logged);
 	CHECK_MSG(strstr(logged, " barriers=1 ") && strstr(logged, " read_ahead_pages=0 ") &&
-		  strstr(logged, " home_shared=0 ") && strstr(logged, " prefetch_used=0 ") && strstr(logged, " home_asks=0\n"),
+		  strstr(logged, " home_shared=0 ") && strstr(logged, " prefetch_used=0 ") && strstr(logged, " home_asks=0 ") && strstr(logged, " cold_writes=0\n"),
 		  "%s", logged);
 	unsetenv("PMDSM_STATS");
 	return 0;
