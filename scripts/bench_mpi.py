@@ -19,6 +19,11 @@ so that a drift of the machine does not always favour the same side):
     rxm          pml cm + mtl ofi over libfabric's own "tcp;ofi_rxm" (a
                  failure to run is recorded in the row, not fatal)
     pmbench_udp  native PM: pmbench --device udp, PM_UDP_NICS=eth0
+    fi_udp       libfabric alone over pm, no MPI: fi_pingpong (libfabric-bin,
+                 FI_EP_RDM, FI_MSG) between a server in n1 and a client in
+                 n2, PM_DEVICE=udp PM_UDP_NICS=eth0, best of PM_REPS runs:
+                 between pmbench_udp and pm_udp, it splits what MPI over pm
+                 adds into libfabric's API with the provider, and Open MPI
     pm_eth       MPI over pm, PM_NET_DEVICE=eth PM_UDP_NICS=eth0: PM's eth
                  device (raw Ethernet frames, a receive ring) under composite
     pmbench_eth  native PM: pmbench --device composite, PM_NET_DEVICE=eth
@@ -62,6 +67,7 @@ ratios (no target).  docs/mpi/bench.md has the method; its table is written by
 scripts/bench_report.py from BUILD/bench/mpi.json.
 """
 import hashlib
+import itertools
 import json
 import os
 import signal
@@ -97,6 +103,13 @@ HPCC_METRICS = [
 ]
 LAT_SIZE = 8
 BW_SIZES = [65536, 1 << 20]
+# fi_pingpong's out-of-band TCP ports in n1 (its own default is 47592), one
+# after the other so that no run meets the last one's connection in
+# TIME_WAIT, and its iterations per run: about 0.1 s at these latencies, as
+# NetPIPE's trials.
+FI_PINGPONG_PORTS = range(47593, 47693)
+FI_PINGPONG_ITERS = 10000
+FI_PINGPONG_LISTEN_S = 15
 QUICK_BW_SIZES = [1 << 20]
 PM_REPS = 3                    # NetPIPE's TRIALS in Debian's build: best of 3
 QUICK_PM_REPS = 1
@@ -120,6 +133,8 @@ ROWS = [
     ("tcp", "Open MPI ob1 + tcp BTL", "cluster", "netpipe", True),
     ("rxm", "mtl ofi over tcp;ofi_rxm", "cluster", "netpipe", False),
     ("pmbench_udp", "native pmbench --device udp", "cluster", "pmbench", True),
+    ("fi_udp", "libfabric alone over pm: fi_pingpong (PM_DEVICE=udp)", "cluster", "fi_pingpong",
+     True),
     ("pm_eth", "MPI over pm (PM_NET_DEVICE=eth)", "cluster", "netpipe", True),
     ("pmbench_eth", "native pmbench, PM_NET_DEVICE=eth", "cluster", "pmbench", True),
     ("sockperf_udp", f"raw UDP: sockperf ping-pong ({SOCKPERF_SIZE} B, its smallest)", "cluster",
@@ -274,6 +289,65 @@ def measure_netpipe(ctx, cl, key, bw_sizes):
         out["netpipe"]["stream"].append(row)
         out["bandwidth_MBps"][str(size)] = size / row["seconds"] / 1e6
     return out
+
+
+def tcp_listening(cl, node, port):
+    """Whether a socket listens on TCP port (IPv4) in node."""
+    proc = subprocess.run(cl.exec_argv(node, "cat", "/proc/net/tcp"), capture_output=True,
+                          text=True, timeout=10)
+    for line in proc.stdout.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == "0A" and int(fields[1].split(":")[1], 16) == port:
+            return True
+    return False
+
+
+_fi_pingpong_runs = itertools.count()
+
+
+def fi_pingpong(ctx, cl, key):
+    """One fi_pingpong over the pm provider: its server in n1, its client
+    in n2 (each pinned as the ranks are), the two exchanging their names
+    over fi_pingpong's own TCP socket; the client's usec/xfer (a round trip
+    / 2, as NetPIPE's latency) at LAT_SIZE bytes."""
+    env = ["env", f"FI_PROVIDER_PATH={ctx.build / 'lib' / 'libfabric'}", "PM_DEVICE=udp",
+           "PM_UDP_NICS=eth0"]
+    base = ["fi_pingpong", "-p", "pm", "-e", "rdm", "-S", str(LAT_SIZE),
+            "-I", str(FI_PINGPONG_ITERS)]
+    port = FI_PINGPONG_PORTS[next(_fi_pingpong_runs) % len(FI_PINGPONG_PORTS)]
+    server_argv = [*env, *pin("n1"), *ctx.wrap, *base, "-B", str(port)]
+    ctx.commands.append({"what": f"{key}: fi_pingpong server (n1)",
+                         "argv": cl.exec_argv("n1", *server_argv), "cwd": None})
+    server = cl.background("n1", *server_argv)
+    try:
+        deadline = time.monotonic() + FI_PINGPONG_LISTEN_S
+        while not tcp_listening(cl, "n1", port):
+            if server.poll() is not None:
+                raise Failed(f"{key}: fi_pingpong's server ended ({server.returncode}) "
+                             "before it listened")
+            if time.monotonic() > deadline:
+                raise Failed(f"{key}: fi_pingpong's server did not listen within "
+                             f"{FI_PINGPONG_LISTEN_S} s")
+            time.sleep(0.05)
+        out, _ = run_cmd(ctx, f"{key}: fi_pingpong client (n2)", cl.exec_argv(
+            "n2", *env, *pin("n2"), *ctx.wrap, *base, "-P", str(port),
+            cl.address("n1")))
+    finally:
+        cl.stop(server)
+    # bytes, iters, total, bytes moved, time, MB/sec, usec/xfer, Mxfers/sec
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) == 8 and fields[0] == str(LAT_SIZE):
+            return float(fields[6])
+    raise Failed(f"{key}: fi_pingpong printed no result for {LAT_SIZE} B\n{tail(out)}")
+
+
+def measure_fi_pingpong(ctx, cl, key, reps):
+    """The best of reps fi_pingpong runs, as NetPIPE keeps its best trial
+    and the suite pmbench's best repetition."""
+    runs = [fi_pingpong(ctx, cl, key) for _ in range(reps)]
+    return {"latency_us": {str(LAT_SIZE): min(runs)}, "bandwidth_MBps": {},
+            "fi_pingpong": {"usec_per_xfer": runs, "iterations": FI_PINGPONG_ITERS}}
 
 
 def measure_sockperf(ctx, cl, key):
@@ -579,6 +653,14 @@ INFO = [
     ("net_native_difference", "2 nodes: MPI over pm − pmbench --device udp, 8 B latency, µs",
      lambda r: lat(r, "pm_udp") - lat(r, "pmbench_udp")
      if lat(r, "pm_udp") is not None and lat(r, "pmbench_udp") is not None else None),
+    ("net_fi_native_difference", "2 nodes: fi_pingpong over pm − pmbench --device udp, 8 B "
+     "latency, µs (what libfabric's API and the provider add to PM)",
+     lambda r: lat(r, "fi_udp") - lat(r, "pmbench_udp")
+     if lat(r, "fi_udp") is not None and lat(r, "pmbench_udp") is not None else None),
+    ("net_mpi_fi_difference", "2 nodes: MPI over pm − fi_pingpong over pm, 8 B latency, µs "
+     "(what Open MPI's pml cm and mtl ofi, and NetPIPE, add to them)",
+     lambda r: lat(r, "pm_udp") - lat(r, "fi_udp")
+     if lat(r, "pm_udp") is not None and lat(r, "fi_udp") is not None else None),
     ("net_native_tcp", "2 nodes: pmbench --device udp ÷ ob1 + tcp BTL, 8 B latency (PM's own "
      "ratio)", lambda r: _div(lat(r, "pmbench_udp"), lat(r, "tcp"))),
     ("net_native_rxm", "2 nodes: pmbench --device udp ÷ tcp;ofi_rxm, 8 B latency (PM's own "
@@ -663,7 +745,8 @@ def run_suite(ctx):
     trunk_sizes = QUICK_TRUNK_SIZES if ctx.quick else TRUNK_SIZES
     reps = QUICK_PM_REPS if ctx.quick else PM_REPS
     for need, hint in (("mpirun", "openmpi-bin"), ("NPopenmpi", "netpipe-openmpi"),
-                       ("hpcc", "hpcc"), ("sockperf", "sockperf")):
+                       ("hpcc", "hpcc"), ("sockperf", "sockperf"),
+                       ("fi_pingpong", "libfabric-bin")):
         if not any((Path(d) / need).exists() for d in os.environ.get("PATH", "").split(":")):
             raise RuntimeError(f"{need} missing: scripts/install-deps.sh installs {hint}")
     for need in (ctx.bin / "pmbench", ctx.build / "lib" / "libfabric" / "libpm-fi.so"):
@@ -675,6 +758,7 @@ def run_suite(ctx):
     doc = {"suite": "mpi", "lat_size": LAT_SIZE, "bw_sizes": bw_sizes,
            "trunk_sizes": trunk_sizes, "pm_reps": reps,
            "pm_min_time_s": PM_MIN_TIME, "recv": "copy", "run_timeout_s": RUN_TIMEOUT,
+           "fi_pingpong_iters": FI_PINGPONG_ITERS,
            "cluster": {"name": NAME, "subnet": SUBNET, "nodes": 2, "nics": 1,
                        "rate": "unlimited", "mtu": 1500},
            "trunk_cluster": {"name": TRUNK_NAME, "subnet": TRUNK_SUBNET, "nodes": TRUNK_NODES,
@@ -719,6 +803,8 @@ def run_suite(ctx):
                             rnd[key] = measure_hpcc(ctx, c, key)
                         elif program == "sockperf":
                             rnd[key] = measure_sockperf(ctx, c, key)
+                        elif program == "fi_pingpong":
+                            rnd[key] = measure_fi_pingpong(ctx, c, key, reps)
                         else:
                             rnd[key] = measure_pmbench(ctx, c, key, bw_sizes, reps)
                     except Failed as e:

@@ -681,7 +681,10 @@ def render_mpi(doc, path):
         ["per round", f"NetPIPE's best of its trials at each size (`-l S -u S -p 0`); "
                       f"pmbench's best of {doc.get('pm_reps')} repetitions of about "
                       f"{doc.get('pm_min_time_s')} s, receiver copying "
-                      f"(`--recv {doc.get('recv')}`)"],
+                      f"(`--recv {doc.get('recv')}`)"
+                      + (f"; fi_pingpong's best of {doc.get('pm_reps')} runs of "
+                         f"{doc.get('fi_pingpong_iters')} iterations"
+                         if doc.get("fi_pingpong_iters") else "")],
         ["machine idle before / after", f"{num(doc.get('idle_before_pct'), 0)} % / "
                                         f"{num(doc.get('idle_after_pct'), 0)} %"],
     ] + ([["binaries measured", "; ".join(
