@@ -338,6 +338,17 @@ void dsm_heap_free(struct dsm *d, int index);
 /* Set the protection of the application's view of pages [first, first+n). */
 void dsm_protect(struct dsm *d, uint32_t first, uint32_t n, int prot);
 
+/* Pages given one protection one at a time, in increasing order, gathered
+ * into runs of consecutive pages: one mprotect() per run, since each call
+ * costs its own VMA split and TLB flush (a stencil's boundary row is a run
+ * of pages).  Start with { .prot = P }, add pages, end with the flush. */
+struct dsm_protect_runs {
+	uint32_t first, n;
+	int prot;
+};
+void dsm_protect_add(struct dsm *d, struct dsm_protect_runs *r, uint32_t page);
+void dsm_protect_flush(struct dsm *d, struct dsm_protect_runs *r);
+
 static inline uint8_t *dsm_page_alias(const struct dsm *d, uint32_t page)
 {
 	return d->alias + ((size_t)page << DSM_PAGE_SHIFT);

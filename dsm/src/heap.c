@@ -112,6 +112,24 @@ void dsm_protect(struct dsm *d, uint32_t first, uint32_t n, int prot)
 			  first, first + n - 1, strerror(errno));
 }
 
+void dsm_protect_add(struct dsm *d, struct dsm_protect_runs *r, uint32_t page)
+{
+	if (r->n && r->first + r->n == page) {
+		r->n++;
+		return;
+	}
+	dsm_protect_flush(d, r);
+	r->first = page;
+	r->n = 1;
+}
+
+void dsm_protect_flush(struct dsm *d, struct dsm_protect_runs *r)
+{
+	if (r->n)
+		dsm_protect(d, r->first, r->n, r->prot);
+	r->n = 0;
+}
+
 /* The home of page i of an allocation of bytes bytes over pages pages. */
 static uint16_t home_of(const struct dsm *d, enum pmdsm_placement placement, uint32_t i,
 			size_t bytes)

@@ -253,7 +253,7 @@ void dsm_release(struct dsm *d)
 void dsm_invalidate(struct dsm *d, const struct pageset *set, bool written_since_release)
 {
 	bool flushed = false;
-	uint32_t closing = 0, nclosing = 0;     /* a run of pages to close */
+	struct dsm_protect_runs closing = { .prot = PROT_NONE };
 
 	/* uffd-async: which of the pages it drops were written since the last
 	 * release is the kernel's to tell, unless nothing ran since (a
@@ -276,20 +276,9 @@ void dsm_invalidate(struct dsm *d, const struct pageset *set, bool written_since
 		d->state[p] = PAGE_INVALID;
 		pageset_del(&d->cool, p);
 		d->st->invalidations++;
-		/* Closed a run at a time, as release protects: a stencil's
-		 * boundary row is a run of pages, and each mprotect() costs
-		 * its own VMA split and TLB flush. */
-		if (nclosing && closing + nclosing == p) {
-			nclosing++;
-			continue;
-		}
-		if (nclosing)
-			dsm_protect(d, closing, nclosing, PROT_NONE);
-		closing = p;
-		nclosing = 1;
+		dsm_protect_add(d, &closing, p);
 	}
-	if (nclosing)
-		dsm_protect(d, closing, nclosing, PROT_NONE);
+	dsm_protect_flush(d, &closing);
 	if (flushed) {
 		dsm_flush_diffs(d);
 		dsm_wait_until(d, diffs_acked, NULL);

@@ -329,7 +329,7 @@ void dsm_wp_cool(struct dsm *d)
 	for (uint32_t i = 0; i < d->nextents; i++) {
 		const struct dsm_extent *e = &d->extents[i];
 		uint32_t end = e->first + e->pages;
-		uint32_t first = 0, n = 0;      /* a run of pages to close */
+		struct dsm_protect_runs closing = { .prot = PROT_READ };
 
 		for (uint32_t p = e->first; e->used && p < end;) {
 			p = (uint32_t)bytescan_find(d->state, p, end, PAGE_WATCHED_MASK, PAGE_READ,
@@ -346,18 +346,10 @@ void dsm_wp_cool(struct dsm *d)
 				pageset_del(&d->cool, p);
 				d->state[p] = PAGE_COLD;
 				d->st->cold_pages++;
-				if (n && first + n == p) {
-					n++;
-					continue;
-				}
-				if (n)
-					dsm_protect(d, first, n, PROT_READ);
-				first = p;
-				n = 1;
+				dsm_protect_add(d, &closing, p);
 			}
 		}
-		if (n)
-			dsm_protect(d, first, n, PROT_READ);
+		dsm_protect_flush(d, &closing);
 	}
 }
 
