@@ -339,6 +339,10 @@ void dsm_wp_cool(struct dsm *d)
 								PAGE_READ, false);
 
 			for (; p < stop; p++) {
+				/* (WRITE, of the same class, never comes with
+				 * uffd-async; a page in it must not go cold.) */
+				if (d->state[p] != PAGE_READ)
+					continue;
 				if (!pageset_has(&d->cool, p)) {
 					pageset_add(&d->cool, p);
 					continue;
