@@ -282,12 +282,19 @@ def dsm():
                                       (per_node("invalidations"), "invalidations {{node}}"),
                                       (per_node("wp_scans"), "PAGEMAP_SCAN {{node}}"),
                                       (per_node("home_shared"),
-                                       "home pages first copied elsewhere {{node}}")],
+                                       "home pages first copied elsewhere {{node}}"),
+                                      (per_node("cold_pages"), "pages gone cold {{node}}"),
+                                      (per_node("cold_writes"), "cold pages written {{node}}"),
+                                      (per_node("home_asks"), "first-touch questions {{node}}")],
                    unit="ops", description="Twins: copies of pages before a write. Invalidations: "
                                            "cached pages dropped at an acquire. PAGEMAP_SCAN: "
                                            "write detection uffd-async. Home pages first copied "
                                            "elsewhere: pages homed on the node whose writes "
-                                           "began to be watched."),
+                                           "began to be watched. Gone cold: pages left "
+                                           "unwritten for 8 to 16 releases, taken out of "
+                                           "uffd-async's scans until written again. First-touch "
+                                           "questions: round trips to the manager of a "
+                                           "PMDSM_FIRST_TOUCH page."),
         timeseries("Synchronization", [(per_node("barriers"), "barriers {{node}}"),
                                        (per_node("locks"), "locks {{node}}"),
                                        (per_node("lock_remote"), "locks managed elsewhere {{node}}")],
