@@ -428,6 +428,25 @@ static inline bool dsm_segv(const struct dsm *d)
 
 /* ---- sync.c ---- */
 
+/*
+ * Whether a diff of page, sent to this rank as its home, is to be applied
+ * here.  Allocation takes no message, so a diff may come for a page this
+ * rank has not allocated yet (UNUSED: the alias keeps it until the
+ * allocation here), or for a first-touch page whose home this rank has
+ * not heard of yet (UNHOMED): its manager's answer, which made this rank
+ * the home, is on its way from the manager while the diff came from a
+ * third rank that asked the same manager after it, and PM orders no
+ * messages of different senders.  The sender's home is the manager's, so
+ * the diff is for here then too.
+ */
+static inline bool dsm_diff_for_here(const struct dsm *d, uint32_t page)
+{
+	/* home[] is written on the service thread, which runs this. */
+	return page < d->npages &&
+	       (d->state[page] == PAGE_UNUSED || d->home[page] == d->rank ||
+		d->home[page] == DSM_UNHOMED);
+}
+
 /* Release: diffs of written pages to their homes (acknowledged), written
  * pages protected again, their numbers added to epoch_notices. */
 void dsm_release(struct dsm *d);

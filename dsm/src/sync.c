@@ -516,14 +516,9 @@ static void handle_diffs(struct dsm *d, int peer, uint32_t n, const uint8_t *p, 
 	int more;
 
 	while ((more = dsm_diff_entry_next(p, len, &off, &page, &diff, &diff_len)) == 1) {
-		/* Allocation takes no message, so a diff may come for a page
-		 * this rank has not allocated yet (the sender got there
-		 * first): the alias keeps it until the allocation here. */
-		bool homed = page < d->npages && (d->state[page] == PAGE_UNUSED ||
-						  d->home[page] == d->rank);
-
 		seen++;
-		if (!homed || dsm_diff_apply(dsm_page_alias(d, page), diff, diff_len) < 0) {
+		if (!dsm_diff_for_here(d, page) ||
+		    dsm_diff_apply(dsm_page_alias(d, page), diff, diff_len) < 0) {
 			dsm_log("dropped a diff of page %u from rank %d: not homed here, or "
 				"malformed", page, peer);
 			d->st->dropped++;

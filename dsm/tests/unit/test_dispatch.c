@@ -122,6 +122,25 @@ int main(void)
 	CHECK_EQ(q.home, 0);
 	d->home_query = NULL;
 
+	/* Diffs (applied on the service thread; their acknowledgement needs
+	 * PM): for a page homed here, not allocated here yet, or first-touch
+	 * and not yet known here to be homed here (the manager's answer still
+	 * on its way: the sender learned it from the same manager); not for a
+	 * page homed at another rank, nor beyond the heap. */
+	d->state[5] = PAGE_OWN;
+	d->home[5] = 1;
+	d->state[6] = PAGE_UNUSED;
+	d->home[6] = 0;
+	d->state[7] = PAGE_INVALID;
+	d->home[7] = DSM_UNHOMED;
+	d->state[8] = PAGE_READ;
+	d->home[8] = 0;
+	CHECK(dsm_diff_for_here(d, 5));
+	CHECK(dsm_diff_for_here(d, 6));
+	CHECK(dsm_diff_for_here(d, 7));
+	CHECK(!dsm_diff_for_here(d, 8));
+	CHECK(!dsm_diff_for_here(d, d->npages));
+
 	dsm_ctx = NULL;
 	dsm_sync_close(d);
 	free(d->state);
