@@ -277,17 +277,12 @@ static void scan(struct dsm *d, uint32_t first, uint32_t npages)
 	}
 }
 
-void dsm_wp_collect(struct dsm *d)
+/* Each run of watched pages (READ, and WRITE) inside the allocations, in
+ * increasing order, to fn. */
+static void for_each_watched_run(struct dsm *d,
+				 void (*fn)(struct dsm *d, uint32_t first, uint32_t n, void *arg),
+				 void *arg)
 {
-	/* Only the pages whose writes the kernel may have recorded since they
-	 * were armed are scanned: the valid copies and the home pages other
-	 * ranks copy (READ; WRITE never comes with uffd-async).  Not those
-	 * homed here that no other rank copies (OWN: never armed, a scan would
-	 * find them "written" and arm them), nor the closed ones (INVALID,
-	 * PREFETCHED: a write faults first and makes them READ), nor those
-	 * outside the allocations.  A scan costs by the length of the range it
-	 * walks, and most of a large heap is closed here or homed here
-	 * unwatched (Jacobi on 2 ranks: 8 watched pages of 16384). */
 	for (uint32_t i = 0; i < d->nextents; i++) {
 		const struct dsm_extent *e = &d->extents[i];
 		uint32_t end = e->first + e->pages;
@@ -300,10 +295,30 @@ void dsm_wp_collect(struct dsm *d)
 								PAGE_READ, false);
 
 			if (stop > p)
-				scan(d, p, stop - p);
+				fn(d, p, stop - p, arg);
 			p = stop;
 		}
 	}
+}
+
+static void scan_run(struct dsm *d, uint32_t first, uint32_t n, void *arg)
+{
+	(void)arg;
+	scan(d, first, n);
+}
+
+void dsm_wp_collect(struct dsm *d)
+{
+	/* Only the pages whose writes the kernel may have recorded since they
+	 * were armed are scanned: the valid copies and the home pages other
+	 * ranks copy (READ; WRITE never comes with uffd-async).  Not those
+	 * homed here that no other rank copies (OWN: never armed, a scan would
+	 * find them "written" and arm them), nor the closed ones (INVALID,
+	 * PREFETCHED, COLD: a write faults first and makes them READ), nor
+	 * those outside the allocations.  A scan costs by the length of the
+	 * range it walks, and most of a large heap is closed here or homed here
+	 * unwatched (Jacobi on 2 ranks: 8 watched pages of 16384). */
+	for_each_watched_run(d, scan_run, NULL);
 }
 
 /*
@@ -321,40 +336,33 @@ void dsm_wp_collect(struct dsm *d)
  * written at least once every 8 releases (Jacobi's boundary rows) never go
  * cold; the look itself walks the state table, in user space.
  */
+static void cool_run(struct dsm *d, uint32_t first, uint32_t n, void *closing)
+{
+	for (uint32_t p = first; p < first + n; p++) {
+		/* (WRITE, of the same class, never comes with uffd-async; a
+		 * page in it must not go cold.) */
+		if (d->state[p] != PAGE_READ)
+			continue;
+		if (!pageset_has(&d->cool, p)) {
+			pageset_add(&d->cool, p);
+			continue;
+		}
+		pageset_del(&d->cool, p);
+		d->state[p] = PAGE_COLD;
+		d->st->cold_pages++;
+		dsm_protect_add(d, closing, p);
+	}
+}
+
 void dsm_wp_cool(struct dsm *d)
 {
+	struct dsm_protect_runs closing = { .prot = PROT_READ };
+
 	if (++d->releases_since_cool < DSM_COLD_SWEEP)
 		return;
 	d->releases_since_cool = 0;
-	for (uint32_t i = 0; i < d->nextents; i++) {
-		const struct dsm_extent *e = &d->extents[i];
-		uint32_t end = e->first + e->pages;
-		struct dsm_protect_runs closing = { .prot = PROT_READ };
-
-		for (uint32_t p = e->first; e->used && p < end;) {
-			p = (uint32_t)bytescan_find(d->state, p, end, PAGE_WATCHED_MASK, PAGE_READ,
-						    true);
-
-			uint32_t stop = (uint32_t)bytescan_find(d->state, p, end, PAGE_WATCHED_MASK,
-								PAGE_READ, false);
-
-			for (; p < stop; p++) {
-				/* (WRITE, of the same class, never comes with
-				 * uffd-async; a page in it must not go cold.) */
-				if (d->state[p] != PAGE_READ)
-					continue;
-				if (!pageset_has(&d->cool, p)) {
-					pageset_add(&d->cool, p);
-					continue;
-				}
-				pageset_del(&d->cool, p);
-				d->state[p] = PAGE_COLD;
-				d->st->cold_pages++;
-				dsm_protect_add(d, &closing, p);
-			}
-		}
-		dsm_protect_flush(d, &closing);
-	}
+	for_each_watched_run(d, cool_run, &closing);
+	dsm_protect_flush(d, &closing);
 }
 
 void dsm_wp_warm(struct dsm *d, uint32_t page)

@@ -572,10 +572,16 @@ static void read_batch(struct bench *b, enum test test, uint64_t expect, struct 
 			    (unsigned)((i * 67u) % (PAGE / 8)), i, got[i], expect);
 }
 
-/* first-touch: each batch's allocation, 2 x pages + 1 pages. */
-static size_t first_touch_bytes(const struct bench *b)
+/* first-touch: each batch's allocation, 2 x pages + 1 pages, made by both
+ * ranks alike. */
+static uint8_t *first_touch_alloc(const struct bench *b)
 {
-	return (2 * (size_t)b->pages + 1) * PAGE;
+	size_t bytes = (2 * (size_t)b->pages + 1) * PAGE;
+	uint8_t *a = pmdsm_alloc(bytes, PMDSM_FIRST_TOUCH);
+
+	if (!a)
+		die("pmdsm_alloc of %zu bytes (first touch): %s", bytes, strerror(errno));
+	return a;
 }
 
 static uint64_t home_asks(void)
@@ -593,12 +599,7 @@ static uint64_t home_asks(void)
 static void first_touch_batches(struct bench *b, uint64_t units, struct tally *t)
 {
 	for (uint64_t u = 0; u < units; u++) {
-		uint8_t *a = pmdsm_alloc(first_touch_bytes(b), PMDSM_FIRST_TOUCH);
-
-		if (!a)
-			die("pmdsm_alloc of %zu bytes (first touch): %s", first_touch_bytes(b),
-			    strerror(errno));
-
+		uint8_t *a = first_touch_alloc(b);
 		uint64_t asks0 = home_asks();
 		const unsigned probe = 2 * b->pages;
 
@@ -628,14 +629,8 @@ static void first_touch_batches(struct bench *b, uint64_t units, struct tally *t
 /* Rank 0, first-touch: the same allocations, freed when rank 1 is done. */
 static void first_touch_serve(const struct bench *b, uint64_t units)
 {
-	for (uint64_t u = 0; u < units; u++) {
-		void *a = pmdsm_alloc(first_touch_bytes(b), PMDSM_FIRST_TOUCH);
-
-		if (!a)
-			die("pmdsm_alloc of %zu bytes (first touch): %s", first_touch_bytes(b),
-			    strerror(errno));
-		call(pmdsm_free(a), "pmdsm_free");
-	}
+	for (uint64_t u = 0; u < units; u++)
+		call(pmdsm_free(first_touch_alloc(b)), "pmdsm_free");
 }
 
 /* Rank 1: one command of units units of test t; the timed parts go to t. */
