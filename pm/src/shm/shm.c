@@ -883,8 +883,9 @@ static void shm_resumed(struct pm_device *dev)
 
 /* ---- detached contexts ---- */
 
-/* A ring that never has anything: a peer's rx until its ring is found. */
-static _Alignas(64) uint8_t no_ring[RING_HDR_BYTES];
+/* A ring that never has anything: a peer's rx until its ring is found
+ * (its first record's mark, zero, reads as nothing published). */
+static _Alignas(64) uint8_t no_ring[RING_HDR_BYTES + RING_MIN_BYTES];
 
 static uint64_t claim_tag(uint32_t pid, uint32_t id)
 {

@@ -30,7 +30,7 @@ struct ring {
 struct rec_hdr {
 	uint32_t len;
 	uint32_t flags;
-	uint64_t reserved;
+	uint64_t mark;          /* position + 1 once published */
 };
 
 static void ring_new(struct ring *r, uint64_t size)
@@ -611,10 +611,6 @@ static void test_bad_cookies(void)
 /* ---- a misbehaving producer ---- */
 
 enum corruption {
-	C_HEAD_MISALIGNED,
-	C_HEAD_TOO_FAR,
-	C_HEAD_BACKWARDS,
-	C_LEN_BEYOND_HEAD,
 	C_LEN_OVER_MAX,
 	C_LEN_HUGE,
 	C_STRADDLE,
@@ -626,16 +622,20 @@ enum corruption {
 };
 
 static const char *const corruption_name[C_COUNT] = {
-	"head misaligned", "head more than a ring ahead", "head moved backwards",
-	"len beyond head", "len over max message", "len 0xffffffff",
-	"record straddles the end", "unknown flags", "released flag set",
-	"PAD short of the end", "PAD past the end",
+	"len over max message", "len 0xffffffff", "record straddles the end",
+	"unknown flags", "released flag set", "PAD short of the end", "PAD past the end",
 };
+
+/* Publish the header at pos as a producer does: its mark, last. */
+static void mark_published(struct ring *r, uint64_t pos)
+{
+	__atomic_store_n(&hdr_at(r, pos)->mark, pos + 1, __ATOMIC_RELEASE);
+}
 
 /*
  * Write the corruption into the shared memory the way a broken or hostile
  * sender could, with the consumer at read position `at` (0 or near the
- * end).  ring_peek must say -EPROTO, and keep saying it.
+ * end), and publish it.  ring_peek must say -EPROTO, and keep saying it.
  */
 static void test_corruption(enum corruption what, uint64_t at)
 {
@@ -645,55 +645,29 @@ static void test_corruption(enum corruption what, uint64_t at)
 	ring_new(&r, SMALL);
 	advance_to(&r, at);
 
-	struct ring_shared *sh = shared(&r);
 	struct rec_hdr *h = hdr_at(&r, at);
 	uint64_t off = at & (SMALL - 1);
 
 	switch (what) {
-	case C_HEAD_MISALIGNED:
-		/* A well-formed first record, but the head is not on a record
-		 * boundary: refused before anything is delivered. */
-		h->len = 10;
-		h->flags = 0;
-		atomic_store(&sh->head, at + 96);
-		break;
-	case C_HEAD_TOO_FAR:
-		h->len = 10;
-		h->flags = 0;
-		atomic_store(&sh->head, at + SMALL + 64);
-		break;
-	case C_HEAD_BACKWARDS:
-		atomic_store(&sh->head, at - 64);
-		break;
-	case C_LEN_BEYOND_HEAD:
-		h->len = 100;   /* needs 128 bytes, 64 published */
-		h->flags = 0;
-		atomic_store(&sh->head, at + 64);
-		break;
 	case C_LEN_OVER_MAX:
-		h->len = 2000;  /* fits in what is published, over max */
+		h->len = 2000;  /* fits in the data area, over max */
 		h->flags = 0;
-		atomic_store(&sh->head, at + SMALL);
 		break;
 	case C_LEN_HUGE:
 		h->len = UINT32_MAX;
 		h->flags = 0;
-		atomic_store(&sh->head, at + SMALL);
 		break;
 	case C_STRADDLE:
 		h->len = (uint32_t)(SMALL - off);       /* 16 bytes too long */
 		h->flags = 0;
-		atomic_store(&sh->head, at + SMALL);
 		break;
 	case C_FLAGS_UNKNOWN:
 		h->len = 10;
 		h->flags = 4;
-		atomic_store(&sh->head, at + 64);
 		break;
 	case C_FLAGS_RELEASED:
 		h->len = 10;
 		h->flags = 2;
-		atomic_store(&sh->head, at + 64);
 		break;
 	case C_PAD_SHORT: {
 		/* A PAD that stops 64 bytes short of the end, followed by a
@@ -702,27 +676,120 @@ static void test_corruption(enum corruption what, uint64_t at)
 		h->len = (uint32_t)(SMALL - off - 16 - 64);
 		h->flags = 1;
 
-		struct rec_hdr *t = hdr_at(&r, at + (SMALL - off) - 64);
+		uint64_t t_pos = at + (SMALL - off) - 64;
+		struct rec_hdr *t = hdr_at(&r, t_pos);
 
 		t->len = 10;
 		t->flags = 0;
-		atomic_store(&sh->head, at + (SMALL - off));
+		mark_published(&r, t_pos);
 		break;
 	}
 	case C_PAD_LONG:
 		h->len = (uint32_t)(SMALL - off - 16 + 64);
 		h->flags = 1;
-		atomic_store(&sh->head, at + SMALL);
 		break;
 	case C_COUNT:
 		break;
 	}
+	mark_published(&r, at);
 	for (int i = 0; i < 3; i++) {
 		int err = ring_peek(&r.c, &g.data, &g.len, &g.cookie);
 
 		CHECK_MSG(err == -EPROTO, "%s at %llu: ring_peek said %s, expected -EPROTO",
 			  corruption_name[what], (unsigned long long)at, check_errname(err));
 	}
+	ring_free(&r);
+}
+
+/*
+ * A record is published by its mark alone.  A well-formed header whose mark
+ * is another position's (a lap behind or ahead, or one off) is not
+ * published: nothing is delivered and the ring stays usable.
+ */
+static void test_wrong_marks(void)
+{
+	const uint64_t at = 2 * SMALL + 512;
+	const uint64_t wrong[] = {
+		0,                      /* never published */
+		at,                     /* the position, not position + 1 */
+		at + 1 - SMALL,         /* a lap behind */
+		at + 1 + SMALL,         /* a lap ahead */
+		at + 1 + 64,            /* the next slot's */
+		UINT64_MAX,
+	};
+
+	for (size_t k = 0; k < sizeof(wrong) / sizeof(wrong[0]); k++) {
+		struct ring r;
+		struct got g;
+
+		ring_new(&r, SMALL);
+		advance_to(&r, at);
+
+		struct rec_hdr *h = hdr_at(&r, at);
+
+		h->len = 10;
+		h->flags = 0;
+		__atomic_store_n(&h->mark, wrong[k], __ATOMIC_RELEASE);
+		CHECK(!ring_readable(&r.c));
+		CHECK_ERR(ring_peek(&r.c, &g.data, &g.len, &g.cookie), -EAGAIN);
+		/* The producer's own publication is still taken. */
+		send_one(&r, 10, 5);
+		CHECK(ring_readable(&r.c));
+		g = peek_one(&r);
+		CHECK_EQ(g.cookie, at);
+		CHECK_EQ(g.len, 10);
+		CHECK_PATTERN(g.data, g.len, 5);
+		ring_free(&r);
+	}
+}
+
+/*
+ * Old payload that reads as the next record's mark.  Every word of each
+ * payload holds the mark the slot it lies in would carry one lap later, so
+ * that when the producer wraps, the word at the consumer's next read
+ * position, if it were still there, would say "published".  The producer
+ * clears the next slot's mark as it publishes (ring.c, publish()): the
+ * consumer must see exactly the messages sent, in order, and never one
+ * more.
+ */
+static void test_no_phantom_records(void)
+{
+	struct ring r;
+	uint64_t sent = 0, got_count = 0;
+
+	ring_new(&r, SMALL);
+	for (int round = 0; round < 40; round++) {
+		/* Sizes walk so that record boundaries of one lap fall inside
+		 * the payloads of the last. */
+		size_t len = 16 + (size_t)(round * 72) % 900;
+		void *buf;
+
+		if (ring_reserve(&r.p, len, &buf) == 0) {
+			uint64_t pos = r.p.reserved_pos;
+			uint8_t *p = buf;
+
+			for (size_t i = 0; i + 8 <= len; i += 8) {
+				uint64_t word_pos = pos + RING_REC_HDR + i;
+				uint64_t slot = word_pos & ~(uint64_t)63;
+				uint64_t forged = slot + SMALL + 1;
+
+				memcpy(p + i, &forged, 8);
+			}
+			CHECK_OK(ring_publish(&r.p, len));
+			sent++;
+		}
+		/* Drain all but nothing extra. */
+		struct got g;
+
+		while (ring_peek(&r.c, &g.data, &g.len, &g.cookie) == 0) {
+			got_count++;
+			CHECK_U64(got_count, <=, sent);
+			CHECK_OK(ring_release(&r.c, g.cookie));
+		}
+		CHECK_EQ(got_count, sent);
+		CHECK(!ring_readable(&r.c));
+	}
+	CHECK_U64(sent, >, 30);
 	ring_free(&r);
 }
 
@@ -769,8 +836,13 @@ static void test_fuzz(void)
 
 			memcpy(d + i, &w, 8);
 		}
+		uint64_t start = (check_rand(&rng) % (SMALL / 64)) * 64 +
+				 (check_rand(&rng) % 3) * SMALL;
+		uint64_t lap = start / SMALL * SMALL;
+
 		/* Mostly plausible headers, so the checks past the first are
-		 * reached: small lengths and flags 0 or PAD. */
+		 * reached: small lengths, flags 0 or PAD, and a mark that
+		 * publishes the slot in this lap or the next. */
 		for (uint64_t pos = 0; pos < SMALL; pos += 64) {
 			struct rec_hdr *h = hdr_at(&r, pos);
 			uint64_t x = check_rand(&rng);
@@ -778,21 +850,14 @@ static void test_fuzz(void)
 			if (x % 4 != 0) {
 				h->len = (uint32_t)(x >> 8) % (x % 3 ? 200u : 5000u);
 				h->flags = (x >> 40) % 5 == 0 ? 1u : 0u;
+				h->mark = lap + ((x >> 48) % 2) * SMALL + pos + 1;
 			}
 		}
-		uint64_t start = (check_rand(&rng) % (SMALL / 64)) * 64 +
-				 (check_rand(&rng) % 3) * SMALL;
-
 		if (start) {
 			atomic_store(&shared(&r)->head, start);
 			atomic_store(&shared(&r)->tail, start);
 			ring_consumer_attach(&r.c, r.mem, SMALL);
 		}
-		uint64_t head = start + (check_rand(&rng) % 4 == 0
-					 ? check_rand(&rng) % (2 * SMALL)
-					 : (check_rand(&rng) % (SMALL / 64 + 1)) * 64);
-
-		atomic_store(&shared(&r)->head, head);
 		for (int k = 0; k < 200; k++) {
 			struct got g;
 			int err = ring_peek(&r.c, &g.data, &g.len, &g.cookie);
@@ -804,7 +869,7 @@ static void test_fuzz(void)
 			CHECK((const uint8_t *)g.data >= d + RING_REC_HDR);
 			CHECK((const uint8_t *)g.data + g.len <= d + SMALL);
 			CHECK(g.len <= ring_max_message(SMALL));
-			CHECK_U64(r.c.read, <=, head);
+			CHECK_U64(r.c.read, <=, lap + 2 * SMALL);
 			if (check_rand(&rng) % 2)
 				CHECK_OK(ring_release(&r.c, g.cookie));
 		}
@@ -949,6 +1014,8 @@ int main(int argc, char **argv)
 		test_corruption((enum corruption)c, 3 * SMALL + 1024);
 	}
 	test_len_rewritten_after_peek();
+	test_wrong_marks();
+	test_no_phantom_records();
 	test_fuzz();
 	printf("single-threaded ring tests passed\n");
 	stress_run(SMALL, stress_count / 4, 0);
