@@ -76,6 +76,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_netpipe import NetpipeError, rows as netpipe_rows
 from bench_stats import spread, verdict
 from bench_udp import SOCKPERF_PORTS, SOCKPERF_SIZE, VCLUSTER, Cluster, cell, pin, sockperf
 
@@ -262,7 +263,8 @@ def run_cmd(ctx, what, argv, cwd=None, timeout=RUN_TIMEOUT):
 def netpipe(ctx, cl, key, mca, env, size, stream):
     """NPopenmpi at one size, ping-pong or stream (-s); the seconds np.out
     gives (ping-pong: round trip / 2; stream: the receiver's time per
-    message; NetPIPE keeps the best of its trials)."""
+    message; NetPIPE keeps the best of its trials), as bench_netpipe reads
+    them."""
     mode = "stream" if stream else "pingpong"
     program = ["NPopenmpi", "-l", str(size), "-u", str(size), "-p", "0", "-o", "np.out"]
     if stream:
@@ -271,10 +273,12 @@ def netpipe(ctx, cl, key, mca, env, size, stream):
         run_cmd(ctx, f"{key}: NetPIPE {mode} {size} B", mpirun(ctx, cl, mca, env, program), cwd=tmp)
         out = Path(tmp) / "np.out"
         text = out.read_text() if out.exists() else ""
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) >= 3 and int(parts[0]) == size and float(parts[2]) > 0:
-            return {"bytes": size, "seconds": float(parts[2]), "np_mbps": float(parts[1])}
+    try:
+        for row in netpipe_rows(text):
+            if row["bytes"] == size:
+                return row
+    except NetpipeError as e:
+        raise Failed(f"{key}: NetPIPE {mode} {size} B: {e}") from None
     raise Failed(f"{key}: NetPIPE {mode} {size} B: no row for {size} B in np.out "
                  f"({text.strip()[:200] or 'missing or empty'})")
 
