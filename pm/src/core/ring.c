@@ -18,11 +18,6 @@ static inline uint64_t rec_bytes(uint64_t len)
 	return (RING_REC_HDR + len + RING_ALIGN - 1) & ~(uint64_t)(RING_ALIGN - 1);
 }
 
-static inline struct ring_rec *rec_at(uint8_t *data, uint64_t size, uint64_t pos)
-{
-	return (struct ring_rec *)(data + (pos & (size - 1)));
-}
-
 bool ring_size_valid(uint64_t data_bytes)
 {
 	return data_bytes >= RING_MIN_BYTES && (data_bytes & (data_bytes - 1)) == 0 &&
@@ -218,10 +213,10 @@ int ring_peek(struct ring_consumer *c, const void **data, size_t *len,
 	      uint64_t *cookie)
 {
 	for (;;) {
-		struct ring_rec *r = rec_at(c->data, c->size, c->read);
-
-		if (atomic_load_explicit(&r->mark, memory_order_acquire) != c->read + 1)
+		if (!ring_readable(c))
 			return -EAGAIN;
+
+		struct ring_rec *r = rec_at(c->data, c->size, c->read);
 
 		/* The producer is another process: check before trusting. */
 		uint64_t off = c->read & (c->size - 1);

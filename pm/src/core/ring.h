@@ -49,6 +49,12 @@ struct ring_rec {
 	_Atomic uint64_t mark;  /* position + 1 once published */
 };
 
+/* The record header at position pos of a data area of size bytes. */
+static inline struct ring_rec *rec_at(uint8_t *data, uint64_t size, uint64_t pos)
+{
+	return (struct ring_rec *)(data + (pos & (size - 1)));
+}
+
 /* The producer's private view (lives in the sender's memory). */
 struct ring_producer {
 	struct ring_shared *sh;
@@ -111,10 +117,9 @@ int ring_release(struct ring_consumer *c, uint64_t cookie);
 
 static inline bool ring_readable(const struct ring_consumer *c)
 {
-	const struct ring_rec *r =
-		(const struct ring_rec *)(c->data + (c->read & (c->size - 1)));
-
-	return atomic_load_explicit(&r->mark, memory_order_acquire) == c->read + 1;
+	/* Acquire: the record's header and payload are seen as published. */
+	return atomic_load_explicit(&rec_at(c->data, c->size, c->read)->mark,
+				    memory_order_acquire) == c->read + 1;
 }
 
 #endif /* PM_RING_H */
