@@ -103,17 +103,36 @@ static ssize_t take(struct pmfi_cq *cq, void *buf, size_t count, fi_addr_t *src)
 	return n ? (ssize_t)n : -FI_EAGAIN;
 }
 
-static ssize_t cq_readfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr_t *src)
+/*
+ * A read of an empty CQ runs a progress pass, except the read right after
+ * one that emptied it: that one returns -FI_EAGAIN at once (may_skip).
+ * Open MPI's mtl ofi reads until -FI_EAGAIN after every completion it
+ * takes; that last read would poll the network again on the way from a
+ * message to the caller's reply (on udp an empty recvfrom(), the larger
+ * part of what MPI added to PM's latency there).  The read after it polls
+ * as usual, so a caller that keeps reading is delayed by one read, never
+ * more.  fi_cq_sread never skips: it would sleep on a pass it did not run.
+ */
+static ssize_t read_cq(struct pmfi_cq *cq, void *buf, size_t count, fi_addr_t *src,
+		       bool may_skip)
 {
-	struct pmfi_cq *cq = pmfi_container_of(fid, struct pmfi_cq, fid);
-
 	pmfi_lock(cq->dom);
-	if (!cq->count && pmfi_list_empty(&cq->errs))
+
+	bool skip = may_skip && cq->just_emptied;
+
+	cq->just_emptied = false;
+	if (!cq->count && pmfi_list_empty(&cq->errs) && !skip)
 		progress_all(cq);
 	ssize_t n = take(cq, buf, count, src);
 
+	cq->just_emptied = n > 0 && !cq->count;
 	pmfi_unlock(cq->dom);
 	return n;
+}
+
+static ssize_t cq_readfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr_t *src)
+{
+	return read_cq(pmfi_container_of(fid, struct pmfi_cq, fid), buf, count, src, true);
 }
 
 static ssize_t cq_read(struct fid_cq *fid, void *buf, size_t count)
@@ -165,7 +184,7 @@ static ssize_t cq_sreadfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr
 
 	(void)cond;
 	for (;;) {
-		ssize_t n = cq_readfrom(fid, buf, count, src);
+		ssize_t n = read_cq(cq, buf, count, src, false);
 
 		if (n != -FI_EAGAIN)
 			return n;

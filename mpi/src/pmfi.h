@@ -313,6 +313,8 @@ struct pmfi_cq {
 	                           no division on the data path) */
 	struct pmfi_list errs;  /* struct pmfi_cq_err, in order */
 	struct pmfi_cq_err *last_err; /* handed out by readerr, freed at next */
+	bool just_emptied;      /* the last read took the last completion: the
+	                           next read may skip its pass (cq.c, read_cq) */
 	struct pmfi_ep *eps[4]; /* bound endpoints, progressed by reads */
 	int neps;
 };
