@@ -44,7 +44,7 @@ build: deps
 # run as part of `make test`.
 asan: deps
 	@if [ ! -f $(ASAN_DIR)/build.ninja ]; then \
-	  meson setup $(ASAN_DIR) --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false >/dev/null; fi
+	  meson setup $(ASAN_DIR) --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false -Db_lto=false >/dev/null; fi
 	@ninja -C $(ASAN_DIR) >/dev/null || ninja -C $(ASAN_DIR)
 
 # Grafana's schema (@grafana/schema) and tsc, pinned by the lock file, for
