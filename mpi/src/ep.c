@@ -47,6 +47,9 @@ static int ep_close(struct fid *fid)
 	struct pmfi_ep *ep = pmfi_container_of(fid, struct pmfi_ep, fid.fid);
 
 	if (ep->pm) {
+		/* The context may serve other endpoints on: a message this
+		 * one took must not hold its ring. */
+		pmfi_release_held(ep);
 		/* PM holds the pm_op of an RMA still in flight: wait (bounded)
 		 * for it before the pool that holds it goes. */
 		for (int i = 0; i < 5000 && !pmfi_list_empty(&ep->rma); i++) {

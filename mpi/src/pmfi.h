@@ -449,6 +449,11 @@ struct pmfi_ep {
 	size_t pool_size;
 	uint64_t cookie_gen;
 	uint64_t passes;        /* of progress: a peer check every so many */
+	/* The last message a progress pass took, dispatched (whatever was
+	 * kept of it copied) and not yet released: the next pass releases it
+	 * first (progress.c, pmfi_release_held), or ep_close. */
+	struct pm_msg held;
+	bool holding;
 	uint64_t dropped;       /* malformed messages, logged at close */
 	uint64_t multi_msgs, multi_used_up; /* messages into multi-receive
 					       buffers, buffers used up: logged at close */
@@ -472,6 +477,9 @@ struct pmfi_req *pmfi_req_get(struct pmfi_ep *ep);
 void pmfi_req_put(struct pmfi_ep *ep, struct pmfi_req *r);
 
 /* ---- data path (tagged.c, progress.c) ---- */
+
+/* Release to PM the message the last progress pass held back. */
+void pmfi_release_held(struct pmfi_ep *ep);
 
 extern struct fi_ops_tagged pmfi_tagged_ops;
 extern struct fi_ops_rma pmfi_rma_ops;

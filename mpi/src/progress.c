@@ -700,10 +700,31 @@ static void drain_inbox(struct pmfi_ep *ep)
 	}
 }
 
+/*
+ * The last message a pass takes is released at the start of the next pass,
+ * not when it is dispatched (the others when the pass takes the next).
+ * The release writes into the sender's ring (shm: a flag in the record,
+ * the tail, then a fence) or frees a receive slot (udp): done before the
+ * caller gets the completion, it stood between a message and the caller's
+ * answer, which is what a ping-pong, a barrier or a rendezvous waits for.
+ * At the next pass it overlaps the wait for the next message.  Dispatch
+ * keeps nothing that points into a message (payloads and headers are
+ * copied), so holding one a pass longer only holds its ring space; a
+ * stream still frees its records as fast as it takes them.
+ */
+void pmfi_release_held(struct pmfi_ep *ep)
+{
+	if (ep->holding) {
+		pm_release(ep->pm, &ep->held);
+		ep->holding = false;
+	}
+}
+
 void pmfi_progress(struct pmfi_ep *ep)
 {
 	if (!ep->enabled)
 		return;
+	pmfi_release_held(ep);
 	if (!pmfi_list_empty(&ep->inbox))
 		drain_inbox(ep);
 	/* Now and then (not on every pass: it looks at every peer), ask PM
@@ -722,7 +743,9 @@ void pmfi_progress(struct pmfi_ep *ep)
 		if ((i == 0 ? pm_recv(ep->pm, &m) : pm_recv_queued(ep->pm, &m)) != 0)
 			break;
 		deliver(ep, &m);
-		pm_release(ep->pm, &m);
+		pmfi_release_held(ep);
+		ep->held = m;
+		ep->holding = true;
 	}
 	for (struct pmfi_list *l = ep->active.next, *n; l != &ep->active; l = n) {
 		n = l->next;

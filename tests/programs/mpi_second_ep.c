@@ -17,6 +17,11 @@
  * fi_read/fi_readmsg, both checked byte by byte by reader and owner; a
  * counter bound for FI_READ | FI_WRITE counts them; a bad key and an
  * address past the window end give error completions.
+ * Then endpoint 1 closes and MPI goes on through endpoint 0 with more
+ * than a ring's worth of messages (PM_SHM_RING_KIB, PM_UDP_RING_KIB: 512
+ * KiB by default) from every peer, checked byte by byte: a message that
+ * endpoint 1's progress took and did not release at its close would hold
+ * its sender's ring, which would then wait for room for ever.
  * Prints "mpi_second_ep: N ranks passed" from rank 0.
  *
  *   cc: mpicc mpi_second_ep.c -lfabric
@@ -38,6 +43,8 @@
 #define ROUNDS 20
 #define MSGS 4
 #define WLEN (1024 * 1024 + 4093)   /* an RMA window: odd length, odd place */
+#define AFTER_BLOCK 4096        /* bytes to each peer per MPI_Alltoall */
+#define AFTER_ROUNDS 512        /* 2 MiB from each peer: four rings' worth */
 
 static const size_t sizes[MSGS] = { 0, 64, 8192, 1 << 20 };
 static int rank;
@@ -92,6 +99,73 @@ static void wait_cq(struct fid_cq *cq, int n, fi_addr_t *src)
 		if (t.tv_sec - t0.tv_sec > 60)
 			DIE("no completion within 60 s (%d missing)", n);
 	}
+}
+
+/* Wait for n completions on cq with endpoint 1's progress alone. */
+static void wait_own(struct fid_cq *cq, int n)
+{
+	struct timespec t0, t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (n > 0) {
+		struct fi_cq_tagged_entry e;
+		ssize_t r = fi_cq_read(cq, &e, 1);
+
+		if (r == 1) {
+			n--;
+			continue;
+		}
+		if (r != -FI_EAGAIN)
+			DIE("fi_cq_read: %zd", r);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec > 60)
+			DIE("no completion within 60 s (%d missing)", n);
+	}
+}
+
+/* Endpoint 1's last progress pass takes a message from PM before it
+ * closes: two tagged exchanges around the ring with nothing of MPI in
+ * between.  The first may reach a rank still in the barrier before, where
+ * endpoint 0's progress takes it; the second is sent only after the
+ * first came, so it comes to a rank where endpoint 1 alone progresses. */
+static void last_messages(struct fid_ep *ep, struct fid_cq *cq, fi_addr_t to, fi_addr_t from,
+			  int prev)
+{
+	for (uint64_t k = 0; k < 2; k++) {
+		unsigned char in = 0, out = (unsigned char)(rank + k);
+		struct fi_context2 rctx, sctx;
+
+		OK(fi_trecv(ep, &in, 1, NULL, from, 100 + k, 0, &rctx));
+		OK(fi_tsend(ep, &out, 1, NULL, to, 100 + k, &sctx));
+		wait_own(cq, 2);
+		if (in != (unsigned char)(prev + k))
+			DIE("last message %d from rank %d: got %u", (int)k, prev, in);
+	}
+}
+
+/* MPI traffic once endpoint 1 is closed (see the top): AFTER_ROUNDS
+ * all-to-alls of AFTER_BLOCK bytes, each block naming its sender and round. */
+static void traffic_after_close(int size)
+{
+	size_t n = (size_t)size * AFTER_BLOCK;
+	unsigned char *out = malloc(n), *in = malloc(n);
+
+	if (!out || !in)
+		DIE("no memory for the traffic after the close");
+	for (int r = 0; r < AFTER_ROUNDS; r++) {
+		for (int p = 0; p < size; p++)
+			memset(out + (size_t)p * AFTER_BLOCK, (rank * 31 + r + p) & 0xff, AFTER_BLOCK);
+		if (MPI_Alltoall(out, AFTER_BLOCK, MPI_BYTE, in, AFTER_BLOCK, MPI_BYTE,
+				 MPI_COMM_WORLD) != MPI_SUCCESS)
+			DIE("MPI_Alltoall %d after the close failed", r);
+		for (int p = 0; p < size; p++)
+			for (size_t i = 0; i < AFTER_BLOCK; i++)
+				if (in[(size_t)p * AFTER_BLOCK + i] != ((p * 31 + r + rank) & 0xff))
+					DIE("round %d after the close: byte %zu from rank %d is %u",
+					    r, i, p, in[(size_t)p * AFTER_BLOCK + i]);
+	}
+	free(out);
+	free(in);
 }
 
 int main(int argc, char **argv)
@@ -310,6 +384,7 @@ int main(int argc, char **argv)
 
 	/* Nobody closes while a neighbour may still read its buffers. */
 	MPI_Barrier(MPI_COMM_WORLD);
+	last_messages(ep, cq, addrs[next], addrs[prev], prev);
 	OK(fi_close(&mr->fid));
 	free(alloc);
 	free(local);
@@ -328,6 +403,7 @@ int main(int argc, char **argv)
 	}
 	free(names);
 	free(addrs);
+	traffic_after_close(size);
 	if (rank == 0)
 		printf("mpi_second_ep: %d ranks passed\n", size);
 	MPI_Finalize();
