@@ -35,25 +35,6 @@ void pmfi_unlock(struct pmfi_domain *d)
 		pthread_mutex_unlock(&pmfi_pm_lock);
 }
 
-int pmfi_no_bind(struct fid *fid, struct fid *bfid, uint64_t flags)
-{
-	(void)fid; (void)bfid; (void)flags;
-	return -FI_ENOSYS;
-}
-
-int pmfi_no_control(struct fid *fid, int command, void *arg)
-{
-	(void)fid; (void)command; (void)arg;
-	return -FI_ENOSYS;
-}
-
-int pmfi_no_ops_open(struct fid *fid, const char *name, uint64_t flags, void **ops,
-		     void *context)
-{
-	(void)fid; (void)name; (void)flags; (void)ops; (void)context;
-	return -FI_ENOSYS;
-}
-
 const char *pmfi_strerror(int prov_errno, char *buf, size_t len)
 {
 	const char *s = pm_strerror(-prov_errno);

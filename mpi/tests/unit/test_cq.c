@@ -3,7 +3,8 @@
  * test_cq.c - the completion queue (mpi/src/cq.c, design §7) on its own:
  * when a read runs a progress pass and when it does not.
  *
- * cq.c is linked alone.  The progress pass it calls (pmfi_progress) is this
+ * cq.c is linked alone (with fid.c, the common answers of its fi_ops).
+ * The progress pass it calls (pmfi_progress) is this
  * file's: it counts the passes and, as the real one takes a message from
  * PM, writes one completion for each message the test made "arrive".  So
  * the rules are checked without PM or a network:
@@ -52,25 +53,6 @@ int pm_wait(pm_context_t *ctx, int timeout_ms)
 {
 	(void)ctx; (void)timeout_ms;
 	return 0;
-}
-
-int pmfi_no_bind(struct fid *fid, struct fid *bfid, uint64_t flags)
-{
-	(void)fid; (void)bfid; (void)flags;
-	return -FI_ENOSYS;
-}
-
-int pmfi_no_control(struct fid *fid, int command, void *arg)
-{
-	(void)fid; (void)command; (void)arg;
-	return -FI_ENOSYS;
-}
-
-int pmfi_no_ops_open(struct fid *fid, const char *name, uint64_t flags, void **ops,
-		     void *context)
-{
-	(void)fid; (void)name; (void)flags; (void)ops; (void)context;
-	return -FI_ENOSYS;
 }
 
 const char *pmfi_strerror(int prov_errno, char *buf, size_t len)
