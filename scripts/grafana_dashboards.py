@@ -269,13 +269,19 @@ def dsm():
                                        (per_node("prefetched_pages"),
                                         "of them prefetched at barriers {{node}}"),
                                        (per_node("prefetch_used"), "prefetched and read {{node}}"),
+                                       (per_node("prefetch_overlapped"),
+                                        "prefetched, left in flight {{node}}"),
+                                       (per_node("prefetch_waits"),
+                                        "waited for in flight {{node}}"),
                                        (per_node("diffs_sent"), "diffs sent {{node}}"),
                                        (per_node("diffs_applied"), "diffs applied {{node}}")],
                    unit="ops", description="Read ahead: pages fetched beside a faulted one "
                                            "(PMDSM_READ_AHEAD), part of the pages fetched. "
                                            "Prefetched: pages a barrier dropped, fetched again "
-                                           "before it returned (PMDSM_PREFETCH), and of those "
-                                           "the ones read since. "
+                                           "(PMDSM_PREFETCH), and of those the ones read since; "
+                                           "left in flight: those whose read the barrier did not "
+                                           "wait for (PMDSM_PREFETCH_MODE=overlap), and the "
+                                           "accesses that waited for one. "
                                            "Diffs applied: diffs other ranks sent to pages homed "
                                            "on this node."),
         timeseries("Coherence work", [(per_node("twins"), "twins {{node}}"),

@@ -143,6 +143,33 @@ int pmdsm_barrier(void);
 int pmdsm_lock(unsigned l);
 int pmdsm_unlock(unsigned l);
 
+/*
+ * What a barrier does with the pages it prefetches (docs/dsm/guide.md,
+ * "Prefetch at barriers"): the pages this rank had read that other ranks
+ * wrote, fetched again from their homes.
+ *
+ *   PMDSM_PREFETCH_WAIT     the barrier returns when they are here
+ *                           (default): for a program that reads them first
+ *   PMDSM_PREFETCH_OVERLAP  the barrier returns once their reads have
+ *                           started; the program computes meanwhile, and
+ *                           a first access to a page whose read is still
+ *                           in flight waits for it: for a program that
+ *                           works on its own pages first (a stencil that
+ *                           computes the rows that read a neighbour's
+ *                           last)
+ *
+ * The environment's PMDSM_PREFETCH_MODE (wait or overlap) sets it at
+ * pmdsm_init(); pmdsm_prefetch_mode() changes it for the barriers that
+ * follow, in this rank.  Either way the pages are what a fault would have
+ * fetched: the mode changes when the program waits, never what it reads.
+ * Errors: -EINVAL an unknown mode; -ENXIO outside pmdsm_init()..finalize.
+ */
+enum pmdsm_prefetch_mode {
+	PMDSM_PREFETCH_WAIT = 0,
+	PMDSM_PREFETCH_OVERLAP,
+};
+int pmdsm_prefetch_mode(enum pmdsm_prefetch_mode mode);
+
 /* What the DSM did in this rank, counted since pmdsm_init(). */
 struct pmdsm_stats {
 	uint64_t read_faults;      /* an invalid page read: fetched from home   */
@@ -171,6 +198,11 @@ struct pmdsm_stats {
 	                              8 to 16 releases, taken out of the
 	                              release's scan (read-only until written)  */
 	uint64_t cold_writes;      /* of those, written again: a fault each     */
+	uint64_t prefetch_overlapped; /* of prefetched_pages, those whose read a
+	                              barrier left in flight when it returned
+	                              (PMDSM_PREFETCH_OVERLAP)                */
+	uint64_t prefetch_waits;   /* accesses that found their page's read
+	                              still in flight and waited for it       */
 };
 
 /*

@@ -358,6 +358,10 @@ static void *service(void *arg)
 			continue;
 		}
 		dsm_progress(d);
+		/* A barrier's prefetch landing while the application computes
+		 * (its read's completion ends pm_wait()). */
+		if (d->ninflight)
+			dsm_prefetch_poll(d);
 		if (atomic_load_explicit(&d->req, memory_order_acquire) != REQ_POSTED)
 			dsm_pm_wait(d, -1);
 	}

@@ -89,6 +89,10 @@ enum page_state {
 	                           while: PROT_READ, out of the release's
 	                           scan; its next write faults and makes it
 	                           READ again (wp_uffd.c, dsm_wp_cool)      */
+	PAGE_INFLIGHT,          /* its prefetch is in flight: PROT_NONE; the
+	                           service thread makes it PREFETCHED when
+	                           the read lands, a first access waits for
+	                           it (fault.c)                             */
 };
 
 /* The valid pages that are watched, READ and WRITE, are one class of the
@@ -98,7 +102,8 @@ _Static_assert(PAGE_WRITE == (PAGE_READ | 1) && !(PAGE_READ & 1) &&
 	       (PAGE_OWN & PAGE_WATCHED_MASK) != PAGE_READ &&
 	       (PAGE_INVALID & PAGE_WATCHED_MASK) != PAGE_READ &&
 	       (PAGE_PREFETCHED & PAGE_WATCHED_MASK) != PAGE_READ &&
-	       (PAGE_COLD & PAGE_WATCHED_MASK) != PAGE_READ,
+	       (PAGE_COLD & PAGE_WATCHED_MASK) != PAGE_READ &&
+	       (PAGE_INFLIGHT & PAGE_WATCHED_MASK) != PAGE_READ,
 	       "READ and WRITE alone make the watched class");
 
 /* uffd-async: how many releases apart the valid pages are looked over
@@ -106,6 +111,19 @@ _Static_assert(PAGE_WRITE == (PAGE_READ | 1) && !(PAGE_READ & 1) &&
  * no write to it was found between two of these looks in a row: after 8
  * to 16 releases. */
 #define DSM_COLD_SWEEP 8u
+
+/* A fetch of pages [first, first + n), all homed at one rank, in flight
+ * (fault.c): the read, and before it the write that tells the home a copy
+ * exists here (tell), the first time. */
+struct dsm_fetch_op {
+	uint32_t first, n;
+	bool tell;
+	struct pm_op op, told;
+};
+
+/* Runs of pages a barrier's prefetch has in flight at once: PM's
+ * operations in flight stay few (the udp device keeps a table of them). */
+#define DSM_PREFETCH_RUNS 16u
 
 /* One allocation of the heap (the allocator keeps them sorted). */
 struct dsm_extent {
@@ -181,9 +199,14 @@ struct dsm {
 	 * it (a fault there is sequential and doubles the window). */
 	uint32_t ra_max, ra_window, ra_next;
 
-	/* Prefetch at a barrier (sync.c): the most pages, and room for them. */
+	/* Prefetch at a barrier (sync.c): the most pages, and room for them;
+	 * the reads of its last runs, still in flight when the barrier
+	 * returned (fault.c; the service thread's alone). */
 	uint32_t prefetch_max;
 	uint32_t *prefetch;
+	bool prefetch_overlap;          /* PMDSM_PREFETCH_OVERLAP: leave them */
+	struct dsm_fetch_op inflight[DSM_PREFETCH_RUNS];
+	uint32_t nslots, ninflight;     /* slots used, of them in flight */
 
 	/* Pages written since the last release (their diffs or, homed here,
 	 * their notices are owed), and every page known written this epoch
@@ -373,9 +396,16 @@ int dsm_fault_install(struct dsm *d);
  * read (they are contiguous, homed at one rank, not here). */
 void dsm_fetch(struct dsm *d, uint32_t first, uint32_t n);
 /* Fetch pages (ascending, INVALID, not homed here), runs of them at once,
- * and make them valid as a fault would: on the service thread while the
- * application waits (a barrier). */
+ * for a first access to make valid without a message: started on the
+ * service thread while the application waits (a barrier); the last runs
+ * are left in flight (PAGE_INFLIGHT) for the application to compute
+ * meanwhile. */
 void dsm_prefetch(struct dsm *d, const uint32_t *pages, uint32_t n);
+/* Service thread: the prefetches in flight that have landed become
+ * PREFETCHED; dsm_prefetch_drain waits for all of them (before anything
+ * changes the pages' states: a release, an acquire). */
+void dsm_prefetch_poll(struct dsm *d);
+void dsm_prefetch_drain(struct dsm *d);
 /* Pages [first, first + n), just fetched, become valid (fault.c). */
 void dsm_pages_valid(struct dsm *d, uint32_t first, uint32_t n);
 /* Pages [first, first + n), valid and READ, are watched again: their next

@@ -94,20 +94,13 @@ static const uint8_t copied_bytes[DSM_READ_AHEAD_MAX] = {
 	[0 ... DSM_READ_AHEAD_MAX - 1] = 1,
 };
 
-/* A fetch of pages [first, first + n), all homed at one rank, in flight. */
-struct fetch_op {
-	uint32_t first, n;
-	bool tell;
-	struct pm_op op, told;
-};
-
 /*
  * The first fetch of a page from its home tells the home that a copy exists
  * here, before the read: PM applies one peer's remote operations in order,
  * so the home's table says so before the copy is taken.  Both operations go
  * out at once; the read's answer comes after the write's.
  */
-static void fetch_start(struct dsm *d, struct fetch_op *f)
+static void fetch_start(struct dsm *d, struct dsm_fetch_op *f)
 {
 	int home = d->home[f->first];
 
@@ -126,7 +119,7 @@ static void fetch_start(struct dsm *d, struct fetch_op *f)
 		 (uint64_t)f->first << DSM_PAGE_SHIFT, &f->op);
 }
 
-static void fetch_finish(struct dsm *d, struct fetch_op *f)
+static void fetch_finish(struct dsm *d, struct dsm_fetch_op *f)
 {
 	if (f->tell)
 		finish_op(d, "telling the home of a copy of", f->first, f->n, &f->told);
@@ -138,7 +131,7 @@ static void fetch_finish(struct dsm *d, struct fetch_op *f)
 void dsm_fetch(struct dsm *d, uint32_t first, uint32_t n)
 {
 	uint64_t t0 = dsm_now_ns();
-	struct fetch_op f = { .first = first, .n = n };
+	struct dsm_fetch_op f = { .first = first, .n = n };
 
 	fetch_start(d, &f);
 	fetch_finish(d, &f);
@@ -146,42 +139,107 @@ void dsm_fetch(struct dsm *d, uint32_t first, uint32_t n)
 	d->st->fetch_ns += dsm_now_ns() - t0;
 }
 
-/* Runs of pages fetched at once by dsm_prefetch: PM's operations in
- * flight stay few (the udp device keeps a table of them). */
-#define PREFETCH_RUNS 16u
+/* A prefetch that has landed (or, waited for, lands now): its pages
+ * PREFETCHED.  The application reads a page's state without the service
+ * thread's lock (there is none): the release store publishes the page's
+ * bytes, written into the alias by PM on this thread, with its state. */
+static void prefetch_landed(struct dsm *d, struct dsm_fetch_op *f)
+{
+	fetch_finish(d, f);
+	for (uint32_t p = f->first; p < f->first + f->n; p++)
+		__atomic_store_n(&d->state[p], PAGE_PREFETCHED, __ATOMIC_RELEASE);
+	d->st->prefetched_pages += f->n;
+}
 
+/*
+ * Started in batches of DSM_PREFETCH_RUNS runs of consecutive pages of one
+ * home, at most a read-ahead window each (DSM_READ_AHEAD_MAX), each batch
+ * waited for before the next.  With PMDSM_PREFETCH_OVERLAP the last batch
+ * is not: it stays in flight when the barrier returns, its pages INFLIGHT,
+ * so that the application computes while the reads cross the network (a
+ * stencil that computes the rows that read its neighbours' last).  Closed
+ * until touched: a page touched becomes valid at a local fault (no fetch;
+ * a fault on one still in flight waits for its read) and is fetched again
+ * at the next barrier that drops it; one never touched is not.
+ */
 void dsm_prefetch(struct dsm *d, const uint32_t *pages, uint32_t n)
 {
-	struct fetch_op ops[PREFETCH_RUNS];
 	uint64_t t0 = dsm_now_ns();
 	uint32_t i = 0;
 
 	while (i < n) {
 		uint32_t nops = 0;
 
-		/* Up to PREFETCH_RUNS runs of consecutive pages of one home,
-		 * at most a read-ahead window each (DSM_READ_AHEAD_MAX). */
-		while (i < n && nops < PREFETCH_RUNS) {
+		while (i < n && nops < DSM_PREFETCH_RUNS) {
 			uint32_t run = 1;
 
 			while (i + run < n && pages[i + run] == pages[i] + run &&
 			       d->home[pages[i + run]] == d->home[pages[i]] &&
 			       run < DSM_READ_AHEAD_MAX)
 				run++;
-			ops[nops] = (struct fetch_op){ .first = pages[i], .n = run };
-			fetch_start(d, &ops[nops++]);
+			d->inflight[nops] = (struct dsm_fetch_op){ .first = pages[i], .n = run };
+			fetch_start(d, &d->inflight[nops]);
+			memset(d->state + pages[i], PAGE_INFLIGHT, run);
+			nops++;
 			i += run;
 		}
-		/* Closed until touched: a page touched becomes valid at a
-		 * local fault (no fetch) and is fetched again at the next
-		 * barrier that drops it; one never touched is not. */
-		for (uint32_t k = 0; k < nops; k++) {
-			fetch_finish(d, &ops[k]);
-			memset(d->state + ops[k].first, PAGE_PREFETCHED, ops[k].n);
-			d->st->prefetched_pages += ops[k].n;
+		d->ninflight = d->nslots = nops;
+		if (i < n || !d->prefetch_overlap)
+			dsm_prefetch_drain(d);
+	}
+	for (uint32_t k = 0; k < d->nslots; k++)
+		d->st->prefetch_overlapped += d->inflight[k].n;
+	d->st->fetch_ns += dsm_now_ns() - t0;
+}
+
+/* The ops stay where they were started (PM keeps their address until
+ * they complete): a landed one is only marked so (n = 0), and the slots
+ * are free again when none is left in flight. */
+static void prefetch_slot_done(struct dsm *d, struct dsm_fetch_op *f)
+{
+	prefetch_landed(d, f);
+	f->n = 0;
+	if (--d->ninflight == 0)
+		d->nslots = 0;
+}
+
+void dsm_prefetch_poll(struct dsm *d)
+{
+	for (uint32_t k = 0; k < d->nslots; k++) {
+		struct dsm_fetch_op *f = &d->inflight[k];
+
+		if (f->n && pm_test(d->pm, &f->op) && (!f->tell || pm_test(d->pm, &f->told)))
+			prefetch_slot_done(d, f);
+	}
+}
+
+void dsm_prefetch_drain(struct dsm *d)
+{
+	for (uint32_t k = 0; k < d->nslots; k++)
+		if (d->inflight[k].n)
+			prefetch_landed(d, &d->inflight[k]);
+	d->ninflight = d->nslots = 0;
+}
+
+/* The application touched a page whose prefetch is in flight: its read,
+ * waited for (the others stay in flight). */
+static int prefetch_wait_call(struct dsm *d, void *arg)
+{
+	uint32_t page = *(const uint32_t *)arg;
+
+	for (uint32_t k = 0; k < d->nslots; k++) {
+		struct dsm_fetch_op *f = &d->inflight[k];
+
+		if (f->n && page >= f->first && page < f->first + f->n) {
+			uint64_t t0 = dsm_now_ns();
+
+			prefetch_slot_done(d, f);
+			d->st->prefetch_waits++;
+			d->st->fetch_ns += dsm_now_ns() - t0;
+			break;
 		}
 	}
-	d->st->fetch_ns += dsm_now_ns() - t0;
+	return 0;
 }
 
 void dsm_start_write(struct dsm *d, uint32_t page)
@@ -335,7 +393,9 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 	uint64_t t0 = dsm_now_ns();
 	bool write = fault_was_write(uc);
 
-	switch (d->state[page]) {
+	/* Acquire: the service thread may have just made it PREFETCHED
+	 * (dsm_prefetch_poll). */
+	switch (__atomic_load_n(&d->state[page], __ATOMIC_ACQUIRE)) {
 	case PAGE_UNUSED:
 		dsm_fatal("access to shared memory at %p, which no allocation holds "
 			  "(freed, or never allocated)", si->si_addr);
@@ -357,6 +417,10 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 		}
 		break;
 	}
+	case PAGE_INFLIGHT:
+		/* Its read lands first: then it is PREFETCHED. */
+		dsm_call(d, prefetch_wait_call, &page);
+		/* fallthrough */
 	case PAGE_PREFETCHED:
 		/* Its copy is here already (dsm_prefetch). */
 		d->st->prefetch_used++;

@@ -128,24 +128,36 @@ static int uint_env(const char *name, uint32_t def, uint32_t max, const char *wh
 	return 0;
 }
 
-/* PMDSM_SERVICE_SCHED: short (default), fifo or none. */
-static int service_sched_env(enum dsm_service_sched *sched)
+/* One of n names (the first the default, when unset or empty) in the
+ * environment variable name: its index in *v; -EINVAL, with a message
+ * that lists them, when it is none of them.  n is 2 or 3. */
+static int choice_env(const char *name, const char *const *names, unsigned n, unsigned *v)
 {
-	const char *env = getenv("PMDSM_SERVICE_SCHED");
+	const char *env = getenv(name);
 
-	*sched = PMDSM_SCHED_SHORT;
-	if (!env || !*env || !strcmp(env, "short"))
+	*v = 0;
+	if (!env || !*env)
 		return 0;
-	if (!strcmp(env, "fifo"))
-		*sched = PMDSM_SCHED_FIFO;
-	else if (!strcmp(env, "none"))
-		*sched = PMDSM_SCHED_NONE;
-	else {
-		dsm_log("PMDSM_SERVICE_SCHED=%s: not one of short, fifo, none", env);
-		return -EINVAL;
+	for (unsigned i = 0; i < n; i++) {
+		if (!strcmp(env, names[i])) {
+			*v = i;
+			return 0;
+		}
 	}
-	return 0;
+	dsm_log("%s=%s: not one of %s, %s%s%s", name, env, names[0], names[1],
+		n > 2 ? ", " : "", n > 2 ? names[2] : "");
+	return -EINVAL;
 }
+
+/* PMDSM_SERVICE_SCHED: short (default), fifo or none. */
+static const char *const service_sched_names[] = {
+	[PMDSM_SCHED_SHORT] = "short", [PMDSM_SCHED_FIFO] = "fifo", [PMDSM_SCHED_NONE] = "none",
+};
+
+/* PMDSM_PREFETCH_MODE: wait (default) or overlap. */
+static const char *const prefetch_mode_names[] = {
+	[PMDSM_PREFETCH_WAIT] = "wait", [PMDSM_PREFETCH_OVERLAP] = "overlap",
+};
 
 /* PMDSM_READ_AHEAD: the largest read-ahead window in pages (0 or 1: none). */
 static int read_ahead_env(uint32_t *pages)
@@ -168,6 +180,7 @@ static const char *const stat_names[] = {
 	STAT(dropped), STAT(fault_ns), STAT(fetch_ns), STAT(release_ns), STAT(barrier_ns),
 	STAT(lock_ns), STAT(read_ahead_pages), STAT(home_shared), STAT(prefetched_pages),
 	STAT(prefetch_used), STAT(home_asks), STAT(cold_pages), STAT(cold_writes),
+	STAT(prefetch_overlapped), STAT(prefetch_waits),
 };
 #undef STAT
 #define NSTATS (sizeof(struct pmdsm_stats) / sizeof(uint64_t))
@@ -292,7 +305,7 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 	int err = read_attr(attr, &heap, &wd, &device);
 
 	uint32_t spin_us;
-	enum dsm_service_sched sched;
+	unsigned sched, prefetch_mode;
 	uint32_t log_counters;
 	uint32_t prefetch;
 
@@ -301,7 +314,8 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 			      "a number of pages (0: no prefetch at barriers)", &prefetch);
 	err = err ?: uint_env("PMDSM_SPIN_US", DSM_SPIN_US_DEFAULT, DSM_SPIN_US_MAX,
 			      "a number of microseconds", &spin_us);
-	err = err ?: service_sched_env(&sched);
+	err = err ?: choice_env("PMDSM_SERVICE_SCHED", service_sched_names, 3, &sched);
+	err = err ?: choice_env("PMDSM_PREFETCH_MODE", prefetch_mode_names, 2, &prefetch_mode);
 	err = err ?: uint_env("PMDSM_STATS", 0, 1, "0 or 1 (1: the counters on stderr at "
 			      "pmdsm_finalize)", &log_counters);
 	if (err)
@@ -320,7 +334,8 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 	d->ra_max = read_ahead;
 	d->prefetch_max = prefetch;
 	d->spin_ns = (uint64_t)spin_us * 1000u;
-	d->service_sched = sched;
+	d->service_sched = (enum dsm_service_sched)sched;
+	d->prefetch_overlap = prefetch_mode == PMDSM_PREFETCH_OVERLAP;
 	d->log_stats = log_counters;
 	d->st = &d->own_stats;
 
@@ -516,6 +531,20 @@ static int lock_call(struct dsm *d, void *l)
 static int unlock_call(struct dsm *d, void *l)
 {
 	return dsm_unlock(d, *(unsigned *)l);
+}
+
+int pmdsm_prefetch_mode(enum pmdsm_prefetch_mode mode)
+{
+	struct dsm *d = dsm_ctx;
+
+	if (!d)
+		return -ENXIO;
+	if (mode != PMDSM_PREFETCH_WAIT && mode != PMDSM_PREFETCH_OVERLAP)
+		return -EINVAL;
+	/* Read by the service thread in the barriers this thread calls next
+	 * (dsm_call publishes it). */
+	d->prefetch_overlap = mode == PMDSM_PREFETCH_OVERLAP;
+	return 0;
 }
 
 int pmdsm_lock(unsigned l)

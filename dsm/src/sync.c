@@ -213,6 +213,9 @@ void dsm_release(struct dsm *d)
 {
 	uint64_t t0 = dsm_now_ns();
 
+	/* A release or an acquire changes pages' states: first the last
+	 * barrier's prefetches in flight land (dsm_prefetch). */
+	dsm_prefetch_drain(d);
 	share_home_pages(d);
 
 	/* uffd-async: the kernel's record, protected again by the same call;
@@ -254,6 +257,8 @@ void dsm_invalidate(struct dsm *d, const struct pageset *set, bool written_since
 {
 	bool flushed = false;
 	struct dsm_protect_runs closing = { .prot = PROT_NONE };
+
+	dsm_prefetch_drain(d);
 
 	/* uffd-async: which of the pages it drops were written since the last
 	 * release is the kernel's to tell, unless nothing ran since (a

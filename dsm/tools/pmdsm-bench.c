@@ -374,7 +374,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 	X(diffs_sent) X(diff_bytes) X(diffs_applied) X(invalidations) X(barriers) \
 	X(locks) X(lock_remote) X(wp_scans) X(dropped) \
 	X(fault_ns) X(fetch_ns) X(release_ns) X(barrier_ns) X(lock_ns) X(read_ahead_pages) X(home_asks) \
-	X(cold_pages) X(cold_writes)
+	X(cold_pages) X(cold_writes) X(prefetch_overlapped) X(prefetch_waits)
 
 static void stats_add_delta(struct pmdsm_stats *sum, const struct pmdsm_stats *a,
 			    const struct pmdsm_stats *z)

@@ -54,6 +54,7 @@ struct options {
 	unsigned counters, adds;
 	size_t heap;
 	enum pmdsm_placement placement;     /* of the array and the counters */
+	int prefetch_mode;                  /* -1: the library's (PMDSM_PREFETCH_MODE) */
 	bool quiet;
 };
 
@@ -605,11 +606,22 @@ static enum pmdsm_placement parse_placement(const char *s)
 	exit(2);
 }
 
+static int parse_prefetch_mode(const char *s)
+{
+	if (!strcmp(s, "wait"))
+		return PMDSM_PREFETCH_WAIT;
+	if (!strcmp(s, "overlap"))
+		return PMDSM_PREFETCH_OVERLAP;
+	fprintf(stderr, "pmdsm-check: --prefetch-mode %s: not wait or overlap\n", s);
+	exit(2);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: pmdsm-check [--seed N] [--rounds N] [--bytes SIZE] [--counters N]\n"
-		"                   [--adds N] [--heap SIZE] [--placement P] [--quiet]\n"
+		"                   [--adds N] [--heap SIZE] [--placement P]\n"
+		"                   [--prefetch-mode wait|overlap] [--quiet]\n"
 		"Runs a generated race-free program on the DSM and checks every value it\n"
 		"reads against the sequential result, then the DSM's read-ahead (2 ranks\n"
 		"or more).  Run it on every rank of a job (scrun, srun --mpi=pmix, mpirun).\n"
@@ -623,6 +635,10 @@ static void usage(FILE *f)
 		"                 (PMDSM_HEAP_SIZE must be larger)\n"
 		"  --placement P  homes of the array's and the counters' pages: cyclic\n"
 		"                 (default), block or first-touch\n"
+		"  --prefetch-mode M  what barriers do with the pages they prefetch\n"
+		"                 (pmdsm_prefetch_mode): wait for them, or overlap (leave\n"
+		"                 them in flight); checked by the counters at the end\n"
+		"                 (default: the library's, PMDSM_PREFETCH_MODE)\n"
 		"  --quiet        no JSON line\n"
 		"Rank 0 prints, once every check has passed, one JSON line: ok, ranks,\n"
 		"seed, rounds, bytes, heap, placement, write_detect (the method the DSM used: the\n"
@@ -636,6 +652,8 @@ static void usage(FILE *f)
  * prefetch on, some come back at the barrier and are read before the next
  * (a rank's own share may all be dropped again by a lock's notices first,
  * so the job's sum is what is checked, gathered through the DSM itself).
+ * Left in flight by the barriers (--prefetch-mode overlap): some in the
+ * job; waited for (wait): none in any rank.
  */
 static void prefetch_check(const struct options *o, const struct pmdsm_stats *st)
 {
@@ -644,25 +662,33 @@ static void prefetch_check(const struct options *o, const struct pmdsm_stats *st
 	if (size < 2 || o->rounds < 2 || (pf && strcmp(pf, "0") == 0))
 		return;
 
-	uint64_t *used = pmdsm_alloc((size_t)size * 2 * sizeof(uint64_t), PMDSM_CYCLIC);
+	uint64_t *used = pmdsm_alloc((size_t)size * 3 * sizeof(uint64_t), PMDSM_CYCLIC);
 
 	if (!used)
 		fail("pmdsm_alloc: %s", strerror(errno));
+	if (o->prefetch_mode == PMDSM_PREFETCH_WAIT && st->prefetch_overlapped)
+		fail("seed %" PRIu64 ": %" PRIu64 " prefetched pages left in flight by barriers "
+		     "told to wait for them", o->seed, st->prefetch_overlapped);
 	call(pmdsm_lock(0), "pmdsm_lock");
-	used[2 * rank] = st->prefetched_pages;
-	used[2 * rank + 1] = st->prefetch_used;
+	used[3 * rank] = st->prefetched_pages;
+	used[3 * rank + 1] = st->prefetch_used;
+	used[3 * rank + 2] = st->prefetch_overlapped;
 	call(pmdsm_unlock(0), "pmdsm_unlock");
 	call(pmdsm_barrier(), "pmdsm_barrier");
 	if (rank == 0) {
-		uint64_t fetched = 0, read = 0;
+		uint64_t fetched = 0, read = 0, overlapped = 0;
 
 		for (int r = 0; r < size; r++) {
-			fetched += used[2 * r];
-			read += used[2 * r + 1];
+			fetched += used[3 * r];
+			read += used[3 * r + 1];
+			overlapped += used[3 * r + 2];
 		}
 		if (fetched == 0 || read == 0)
 			fail("seed %" PRIu64 ": %" PRIu64 " pages prefetched at barriers, %" PRIu64
 			     " of them read: prefetch did not work", o->seed, fetched, read);
+		if (o->prefetch_mode == PMDSM_PREFETCH_OVERLAP && overlapped == 0)
+			fail("seed %" PRIu64 ": %" PRIu64 " pages prefetched at barriers, none left "
+			     "in flight: --prefetch-mode overlap did not work", o->seed, fetched);
 	}
 	call(pmdsm_barrier(), "pmdsm_barrier");
 	call(pmdsm_free(used), "pmdsm_free");
@@ -671,12 +697,13 @@ static void prefetch_check(const struct options *o, const struct pmdsm_stats *st
 int main(int argc, char **argv)
 {
 	struct options o = { .seed = 1, .rounds = 8, .bytes = 64 << 10, .counters = 512,
-			     .adds = 200, .placement = PMDSM_CYCLIC };
+			     .adds = 200, .placement = PMDSM_CYCLIC, .prefetch_mode = -1 };
 	static const struct option longs[] = {
 		{ "seed", required_argument, NULL, 's' }, { "rounds", required_argument, NULL, 'r' },
 		{ "bytes", required_argument, NULL, 'b' }, { "counters", required_argument, NULL, 'c' },
 		{ "adds", required_argument, NULL, 'a' }, { "heap", required_argument, NULL, 'H' },
 		{ "placement", required_argument, NULL, 'p' },
+		{ "prefetch-mode", required_argument, NULL, 'm' },
 		{ "quiet", no_argument, NULL, 'q' }, { "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -691,6 +718,7 @@ int main(int argc, char **argv)
 		case 'a': o.adds = (unsigned)strtoul(optarg, NULL, 0); break;
 		case 'H': o.heap = parse_size(optarg, "--heap"); break;
 		case 'p': o.placement = parse_placement(optarg); break;
+		case 'm': o.prefetch_mode = parse_prefetch_mode(optarg); break;
 		case 'q': o.quiet = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
@@ -707,6 +735,9 @@ int main(int argc, char **argv)
 	call(pmdsm_init(NULL), "pmdsm_init");
 	rank = pmdsm_rank();
 	size = pmdsm_size();
+	if (o.prefetch_mode >= 0)
+		call(pmdsm_prefetch_mode((enum pmdsm_prefetch_mode)o.prefetch_mode),
+		     "pmdsm_prefetch_mode");
 
 	uint8_t *data = pmdsm_alloc(o.bytes, o.placement);
 	uint64_t *ctr = pmdsm_alloc(o.counters * sizeof(uint64_t), o.placement);

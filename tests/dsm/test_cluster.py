@@ -10,6 +10,8 @@ within a node.
   with the service threads real-time (PMDSM_SERVICE_SCHED=fifo); on 4x2
   with first-touch homes (PMDSM_FIRST_TOUCH); a 1 GiB
   shared heap read back exactly, each node's quarter by the next node.
+- pmdsm-check with barriers that leave their prefetch in flight, on 4x1 and
+  4x2.
 - The examples (jacobi, sor, matmul, histogram) on 4x2 with --check: their
   checksum equals the sequential version's, run here with the same arguments.
 - A rank killed mid-run: scrun ends the job at once with a message naming
@@ -124,6 +126,18 @@ def test_generated_programs_see_the_sequential_result(score, request, nodes, det
     for node in NODES:
         for nic in ("eth0", "eth1"):
             assert tx[node][nic] > 100, f"{node} {nic} carried little of the job: {tx}"
+
+
+@pytest.mark.parametrize("nodes", ["4x1", "4x2"])
+def test_barriers_that_leave_their_prefetch_in_flight_see_the_sequential_result(
+        score, request, nodes):
+    """pmdsm_prefetch_mode(PMDSM_PREFETCH_OVERLAP) (docs/dsm/guide.md): the
+    generated program reads right after each barrier, so its accesses wait
+    for reads still in flight over udp; pmdsm-check fails unless some pages
+    were left in flight."""
+    r = run_check(score, nodes, seed_for(request), "--rounds", 4,
+                  "--prefetch-mode", "overlap")
+    assert r["rounds"] == 4, r
 
 
 def test_a_real_time_service_thread_sees_the_sequential_result(score, request):

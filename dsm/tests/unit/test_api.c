@@ -104,6 +104,7 @@ int main(int argc, char **argv)
 	CHECK_ERR(pmdsm_rank(), -ENXIO);
 	CHECK_ERR(pmdsm_home((void *)&errno), -ENXIO);
 	CHECK(pmdsm_write_detect() == NULL);
+	CHECK_ERR(pmdsm_prefetch_mode(PMDSM_PREFETCH_OVERLAP), -ENXIO);
 
 	/* Bad settings are refused. */
 	setenv("PMDSM_HEAP_SIZE", "lots", 1);
@@ -127,6 +128,9 @@ int main(int argc, char **argv)
 	setenv("PMDSM_SERVICE_SCHED", "eager", 1);
 	CHECK_ERR(pmdsm_init(NULL), -EINVAL);
 	unsetenv("PMDSM_SERVICE_SCHED");
+	setenv("PMDSM_PREFETCH_MODE", "later", 1);
+	CHECK_ERR(pmdsm_init(NULL), -EINVAL);
+	unsetenv("PMDSM_PREFETCH_MODE");
 
 	CHECK_OK(pmdsm_init(NULL));
 	/* The method asked for is the one in use (each is on this kernel). */
@@ -137,6 +141,9 @@ int main(int argc, char **argv)
 	if (kernel_at_least(6, 12))
 		CHECK_EQ(service_slice_ns(), 100000);
 	CHECK_ERR(pmdsm_init(NULL), -EALREADY);
+	CHECK_ERR(pmdsm_prefetch_mode((enum pmdsm_prefetch_mode)7), -EINVAL);
+	CHECK_OK(pmdsm_prefetch_mode(PMDSM_PREFETCH_OVERLAP));
+	CHECK_OK(pmdsm_prefetch_mode(PMDSM_PREFETCH_WAIT));
 	CHECK_EQ(pmdsm_rank(), 0);
 	CHECK_EQ(pmdsm_size(), 1);
 
@@ -269,7 +276,8 @@ int main(int argc, char **argv)
 	CHECK_MSG(strstr(logged, "pmdsm[0]: counters: read_faults=0 write_faults=") == logged,
 		  "%s", logged);
 	CHECK_MSG(strstr(logged, " barriers=1 ") && strstr(logged, " read_ahead_pages=0 ") &&
-		  strstr(logged, " home_shared=0 ") && strstr(logged, " prefetch_used=0 ") && strstr(logged, " home_asks=0 ") && strstr(logged, " cold_writes=0\n"),
+		  strstr(logged, " home_shared=0 ") && strstr(logged, " prefetch_used=0 ") && strstr(logged, " home_asks=0 ") && strstr(logged, " cold_writes=0 ") &&
+		  strstr(logged, " prefetch_waits=0\n"),
 		  "%s", logged);
 	unsetenv("PMDSM_STATS");
 	return 0;
