@@ -396,10 +396,10 @@ int dsm_fault_install(struct dsm *d);
  * read (they are contiguous, homed at one rank, not here). */
 void dsm_fetch(struct dsm *d, uint32_t first, uint32_t n);
 /* Fetch pages (ascending, INVALID, not homed here), runs of them at once,
- * for a first access to make valid without a message: started on the
- * service thread while the application waits (a barrier); the last runs
- * are left in flight (PAGE_INFLIGHT) for the application to compute
- * meanwhile. */
+ * for a first access to make valid without a message: on the service
+ * thread while the application waits (a barrier).  With prefetch_overlap
+ * the last runs are left in flight (PAGE_INFLIGHT) for the application to
+ * compute meanwhile. */
 void dsm_prefetch(struct dsm *d, const uint32_t *pages, uint32_t n);
 /* Service thread: the prefetches in flight that have landed become
  * PREFETCHED; dsm_prefetch_drain waits for all of them (before anything

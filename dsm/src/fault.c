@@ -215,10 +215,10 @@ void dsm_prefetch_poll(struct dsm *d)
 
 void dsm_prefetch_drain(struct dsm *d)
 {
+	/* The last one landed frees the slots (nslots 0), which ends it. */
 	for (uint32_t k = 0; k < d->nslots; k++)
 		if (d->inflight[k].n)
-			prefetch_landed(d, &d->inflight[k]);
-	d->ninflight = d->nslots = 0;
+			prefetch_slot_done(d, &d->inflight[k]);
 }
 
 /* The application touched a page whose prefetch is in flight: its read,

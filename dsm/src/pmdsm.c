@@ -130,7 +130,7 @@ static int uint_env(const char *name, uint32_t def, uint32_t max, const char *wh
 
 /* One of n names (the first the default, when unset or empty) in the
  * environment variable name: its index in *v; -EINVAL, with a message
- * that lists them, when it is none of them.  n is 2 or 3. */
+ * that lists them, when it is none of them. */
 static int choice_env(const char *name, const char *const *names, unsigned n, unsigned *v)
 {
 	const char *env = getenv(name);
@@ -144,8 +144,14 @@ static int choice_env(const char *name, const char *const *names, unsigned n, un
 			return 0;
 		}
 	}
-	dsm_log("%s=%s: not one of %s, %s%s%s", name, env, names[0], names[1],
-		n > 2 ? ", " : "", n > 2 ? names[2] : "");
+	char list[128];
+	size_t used = 0;
+
+	list[0] = '\0';
+	for (unsigned i = 0; i < n && used < sizeof(list); i++)
+		used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s",
+					 i ? ", " : "", names[i]);
+	dsm_log("%s=%s: not one of %s", name, env, list);
 	return -EINVAL;
 }
 
