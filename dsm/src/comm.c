@@ -288,12 +288,12 @@ int dsm_call(struct dsm *d, int (*fn)(struct dsm *, void *), void *arg)
 /*
  * The service thread's claim on the core it shares with the application.
  * On a network device a remote read of a page homed here waits until this
- * thread runs.  By default it is scheduled as created: a woken thread gets
- * the core as the kernel decides (docs/dsm/design.md, "Getting the core").
- * A short slice (SCHED_OTHER's sched_runtime, Linux 6.12+, no privilege)
- * lets it in sooner and costs the application beside it more switches;
- * SCHED_FIFO (it needs CAP_SYS_NICE or an RLIMIT_RTPRIO of 1) lets it in at
- * once, at the price of not sharing the core while it polls.
+ * thread runs; while the application computes, a plain woken thread may
+ * wait for the next scheduler tick (4 ms at HZ=250) before it gets the
+ * core.  A short slice (SCHED_OTHER's sched_runtime, Linux 6.12+, no
+ * privilege) makes the scheduler let it in sooner; SCHED_FIFO (asked for
+ * explicitly: it needs CAP_SYS_NICE or an RLIMIT_RTPRIO of 1) lets it in
+ * at once, at the price of not sharing the core while it polls.
  */
 struct dsm_sched_attr {                 /* the kernel's struct sched_attr, v1 */
 	uint32_t size, policy;
@@ -310,10 +310,7 @@ static int service_sched(struct dsm *d)
 	struct dsm_sched_attr a = { .size = sizeof(a), .policy = SCHED_OTHER };
 
 	switch (d->service_sched) {
-	case PMDSM_SCHED_SHORT:
-		/* Older kernels ignore or refuse the slice: nothing lost. */
-		a.runtime = DSM_SERVICE_SLICE_NS;
-		syscall(SYS_sched_setattr, 0, &a, 0);
+	case PMDSM_SCHED_NONE:
 		return 0;
 	case PMDSM_SCHED_FIFO:
 		a.policy = SCHED_FIFO;
@@ -324,6 +321,9 @@ static int service_sched(struct dsm *d)
 			"RLIMIT_RTPRIO of 1 or more: ulimit -r)", strerror(errno));
 		return -errno;
 	default:
+		/* Older kernels ignore or refuse the slice: nothing lost. */
+		a.runtime = DSM_SERVICE_SLICE_NS;
+		syscall(SYS_sched_setattr, 0, &a, 0);
 		return 0;
 	}
 }

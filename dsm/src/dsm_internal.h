@@ -65,9 +65,9 @@
 
 /* How the service thread is scheduled (comm.c, service_sched). */
 enum dsm_service_sched {
-	PMDSM_SCHED_NONE = 0,   /* as created (default)                      */
-	PMDSM_SCHED_SHORT,      /* SCHED_OTHER, the shortest slice           */
+	PMDSM_SCHED_SHORT = 0,  /* SCHED_OTHER, the shortest slice (default) */
 	PMDSM_SCHED_FIFO,       /* SCHED_FIFO 1: needs the privilege         */
+	PMDSM_SCHED_NONE,       /* as created                                */
 };
 
 /* A page's state in this rank; the application's view is protected to

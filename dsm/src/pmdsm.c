@@ -155,9 +155,9 @@ static int choice_env(const char *name, const char *const *names, unsigned n, un
 	return -EINVAL;
 }
 
-/* PMDSM_SERVICE_SCHED: none (default), short or fifo. */
+/* PMDSM_SERVICE_SCHED: short (default), fifo or none. */
 static const char *const service_sched_names[] = {
-	[PMDSM_SCHED_NONE] = "none", [PMDSM_SCHED_SHORT] = "short", [PMDSM_SCHED_FIFO] = "fifo",
+	[PMDSM_SCHED_SHORT] = "short", [PMDSM_SCHED_FIFO] = "fifo", [PMDSM_SCHED_NONE] = "none",
 };
 
 /* PMDSM_PREFETCH_MODE: wait (default) or overlap. */
