@@ -597,24 +597,26 @@ static const char *const placement_names[] = {
 	[PMDSM_BLOCK] = "block", [PMDSM_CYCLIC] = "cyclic", [PMDSM_FIRST_TOUCH] = "first-touch",
 };
 
-static enum pmdsm_placement parse_placement(const char *s)
+/* --prefetch-mode's names, indexed by enum pmdsm_prefetch_mode. */
+static const char *const prefetch_mode_names[] = {
+	[PMDSM_PREFETCH_WAIT] = "wait", [PMDSM_PREFETCH_OVERLAP] = "overlap",
+};
+
+/* The index of s among an option's n names; else say which they are, and exit. */
+static int parse_choice(const char *option, const char *s, const char *const *names, size_t n)
 {
-	for (size_t p = 0; p < sizeof(placement_names) / sizeof(placement_names[0]); p++)
-		if (!strcmp(s, placement_names[p]))
-			return (enum pmdsm_placement)p;
-	fprintf(stderr, "pmdsm-check: --placement %s: not cyclic, block or first-touch\n", s);
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(s, names[i]))
+			return (int)i;
+	fprintf(stderr, "pmdsm-check: %s %s: not one of", option, s);
+	for (size_t i = 0; i < n; i++)
+		fprintf(stderr, " %s", names[i]);
+	fputc('\n', stderr);
 	exit(2);
 }
 
-static int parse_prefetch_mode(const char *s)
-{
-	if (!strcmp(s, "wait"))
-		return PMDSM_PREFETCH_WAIT;
-	if (!strcmp(s, "overlap"))
-		return PMDSM_PREFETCH_OVERLAP;
-	fprintf(stderr, "pmdsm-check: --prefetch-mode %s: not wait or overlap\n", s);
-	exit(2);
-}
+#define PARSE_CHOICE(option, s, names) \
+	parse_choice(option, s, names, sizeof(names) / sizeof(names[0]))
 
 static void usage(FILE *f)
 {
@@ -717,8 +719,13 @@ int main(int argc, char **argv)
 		case 'c': o.counters = (unsigned)strtoul(optarg, NULL, 0); break;
 		case 'a': o.adds = (unsigned)strtoul(optarg, NULL, 0); break;
 		case 'H': o.heap = parse_size(optarg, "--heap"); break;
-		case 'p': o.placement = parse_placement(optarg); break;
-		case 'm': o.prefetch_mode = parse_prefetch_mode(optarg); break;
+		case 'p':
+			o.placement = (enum pmdsm_placement)PARSE_CHOICE("--placement", optarg,
+									   placement_names);
+			break;
+		case 'm':
+			o.prefetch_mode = PARSE_CHOICE("--prefetch-mode", optarg, prefetch_mode_names);
+			break;
 		case 'q': o.quiet = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
