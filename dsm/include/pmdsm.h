@@ -115,6 +115,23 @@ void *pmdsm_alloc(size_t size, enum pmdsm_placement placement);
 void *pmdsm_malloc(size_t size);   /* pmdsm_alloc(size, PMDSM_BLOCK) */
 
 /*
+ * Where a large allocation goes (cache colouring): an allocation of
+ * PMDSM_COLOUR_MIN_PAGES pages or more, made while k others of that size
+ * are allocated, starts pmdsm_colour_pages(k) pages into the free range it
+ * is placed in, when the range has room for that too; the pages skipped
+ * stay free for smaller allocations (an allocation freed and made again
+ * comes back to its place).  Two arrays of a power-of-two size then do not sit a
+ * multiple of a large power of two apart, which slows a loop that walks
+ * both at the same index (docs/dsm/design.md, "Memory layout").  Given here so
+ * that a program's non-DSM version can lay out its arrays the same way.
+ */
+#define PMDSM_COLOUR_MIN_PAGES 256u
+static inline unsigned pmdsm_colour_pages(unsigned k)
+{
+	return k * 17u % 64u;
+}
+
+/*
  * The rank that homes the page holding addr; -ENODATA for a page of a
  * PMDSM_FIRST_TOUCH allocation that no rank has touched yet (asking does
  * not touch it), -EINVAL when addr is in no allocation, -ENXIO before

@@ -186,6 +186,7 @@ struct dsm {
 	struct dsm_home_query *home_query; /* the question out (home.c) */
 	struct dsm_extent extents[DSM_MAX_ALLOCS];
 	uint32_t nextents;
+	uint32_t ncoloured;     /* large allocations live (heap.c, colour_gap) */
 	enum pmdsm_write_detect write_detect;
 	int uffd, pagemap;      /* write detection uffd-* (wp_uffd.c) */
 	/* uffd-wp: the thread that takes the write faults, and the pipe that

@@ -154,6 +154,34 @@ static size_t free_bytes(const struct dsm *d)
 	return n;
 }
 
+/* Cache colouring (pmdsm.h, pmdsm_colour_pages; docs/dsm/design.md,
+ * "Memory layout"): deterministic, as allocation must be, since every rank
+ * makes the same calls and frees and counts the same k. */
+static uint32_t colour_gap(const struct dsm *d, uint32_t pages)
+{
+	return pages < PMDSM_COLOUR_MIN_PAGES ? 0 : pmdsm_colour_pages(d->ncoloured);
+}
+
+/* The first free extent with room for gap + pages, or nextents. */
+static uint32_t first_fit(const struct dsm *d, uint32_t gap, uint32_t pages)
+{
+	for (uint32_t i = 0; i < d->nextents; i++)
+		if (!d->extents[i].used && d->extents[i].pages >= gap + pages)
+			return i;
+	return d->nextents;
+}
+
+/* Extent i keeps its first pages; the rest becomes a free extent after it. */
+static void split_extent(struct dsm *d, uint32_t i, uint32_t pages)
+{
+	struct dsm_extent *e = &d->extents[i];
+
+	memmove(e + 2, e + 1, (d->nextents - i - 1) * sizeof(*e));
+	e[1] = (struct dsm_extent){ .first = e->first + pages, .pages = e->pages - pages };
+	d->nextents++;
+	e->pages = pages;
+}
+
 void *dsm_heap_alloc(struct dsm *d, size_t size, enum pmdsm_placement placement)
 {
 	if (size == 0 || (placement != PMDSM_BLOCK && placement != PMDSM_CYCLIC &&
@@ -169,11 +197,14 @@ void *dsm_heap_alloc(struct dsm *d, size_t size, enum pmdsm_placement placement)
 	}
 
 	uint32_t pages = (uint32_t)((size + DSM_PAGE - 1) >> DSM_PAGE_SHIFT);
-	uint32_t i;
+	uint32_t gap = colour_gap(d, pages);
+	uint32_t i = first_fit(d, gap, pages);
 
-	for (i = 0; i < d->nextents; i++)
-		if (!d->extents[i].used && d->extents[i].pages >= pages)
-			break;
+	/* A gap and a rest take two more extents. */
+	if (i == d->nextents || d->nextents + 2 > DSM_MAX_ALLOCS) {
+		gap = 0;
+		i = first_fit(d, 0, pages);
+	}
 	if (i == d->nextents || (d->extents[i].pages > pages && d->nextents == DSM_MAX_ALLOCS)) {
 		dsm_log("pmdsm_alloc(%zu bytes): no free range that large in the shared heap "
 			"(%zu of %zu bytes free%s; PMDSM_HEAP_SIZE sets the heap's size)", size,
@@ -182,16 +213,17 @@ void *dsm_heap_alloc(struct dsm *d, size_t size, enum pmdsm_placement placement)
 		errno = ENOMEM;
 		return NULL;
 	}
+	if (gap) {
+		split_extent(d, i, gap);        /* the gap stays free */
+		i++;
+	}
+	if (pages >= PMDSM_COLOUR_MIN_PAGES)
+		d->ncoloured++;
 
 	struct dsm_extent *e = &d->extents[i];
 
-	if (e->pages > pages) {
-		/* Split: the rest stays free after it. */
-		memmove(e + 2, e + 1, (d->nextents - i - 1) * sizeof(*e));
-		e[1] = (struct dsm_extent){ .first = e->first + pages, .pages = e->pages - pages };
-		d->nextents++;
-		e->pages = pages;
-	}
+	if (e->pages > pages)
+		split_extent(d, i, pages);      /* the rest stays free after it */
 	e->used = true;
 
 	for (uint32_t k = 0; k < pages; k++) {
@@ -260,6 +292,8 @@ void dsm_heap_free(struct dsm *d, int index)
 	struct dsm_extent *e = &d->extents[i];
 	size_t off = (size_t)e->first << DSM_PAGE_SHIFT, len = (size_t)e->pages << DSM_PAGE_SHIFT;
 
+	if (e->pages >= PMDSM_COLOUR_MIN_PAGES)
+		d->ncoloured--;
 	/* Zero it (the next allocation is zero-filled) and give the memory
 	 * back; its pages are nobody's until allocated again. */
 	dsm_protect(d, e->first, e->pages, PROT_NONE);

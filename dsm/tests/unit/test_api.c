@@ -189,6 +189,23 @@ int main(int argc, char **argv)
 	CHECK_OK(pmdsm_free(q));
 	CHECK_EQ(p[1], 7);
 
+	/* Cache colouring (pmdsm.h): q, 15 MiB, took the rest of the heap
+	 * whole, having no room for a gap.  With p (1 MiB) allocated, the next
+	 * large allocation starts pmdsm_colour_pages(1) pages after p's end,
+	 * comes back there when freed and made again, and the gap takes a
+	 * smaller one. */
+	CHECK(pmdsm_colour_pages(0) == 0 && pmdsm_colour_pages(1) > 0);
+	uint8_t *c1 = pmdsm_malloc(2 << 20);
+
+	CHECK(c1 == p + n + (size_t)pmdsm_colour_pages(1) * 4096);
+	CHECK_OK(pmdsm_free(c1));
+	CHECK(pmdsm_malloc(2 << 20) == c1);
+	uint8_t *small = pmdsm_malloc(4096);
+
+	CHECK(small == p + n);
+	CHECK_OK(pmdsm_free(small));
+	CHECK_OK(pmdsm_free(c1));
+
 	/* First touch: no home until a page is touched (asking does not
 	 * touch it), then the toucher's, by a read or a write; a placement
 	 * that is none of the three is refused. */
@@ -226,7 +243,7 @@ int main(int argc, char **argv)
 	CHECK_EQ(st.write_faults, 0);
 	CHECK_EQ(st.wp_scans, 0);
 	CHECK_EQ(st.home_shared, 0);
-	CHECK_EQ(st.barriers, 5);               /* two in each pmdsm_free */
+	CHECK_EQ(st.barriers, 11);              /* two in each of five pmdsm_free */
 	CHECK_EQ(st.locks, 2);
 
 	CHECK_OK(pmdsm_finalize());
