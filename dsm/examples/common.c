@@ -4,6 +4,7 @@
  * result line of the example programs (common.h).
  */
 #include "common.h"
+#include "pmdsm.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -13,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Which options each program takes. */
 enum {
@@ -94,6 +97,71 @@ void *xcalloc(size_t count, size_t size)
 	if (!p)
 		fail("out of memory (%zu x %zu bytes)", count, size);
 	return p;
+}
+
+/* xarray's range: reserved (PROT_NONE, no memory), opened per array. */
+#define ARRAY_RESERVE     ((size_t)256 << 30)
+#define ARRAY_MAX         64
+
+static struct {
+	uint8_t *base;
+	size_t used;                    /* bytes of the range handed out or skipped */
+	unsigned ncoloured;             /* live arrays of PMDSM_COLOUR_MIN_PAGES or more */
+	struct { void *p; size_t len; } live[ARRAY_MAX];
+} arrays;
+
+void *xarray(size_t count, size_t size)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t bytes = (count ? count : 1) * (size ? size : 1);
+	size_t len = (bytes + page - 1) & ~(page - 1);
+
+	if (size && bytes / size != (count ? count : 1))
+		fail("array of %zu x %zu bytes: too large", count, size);
+	if (!arrays.base) {
+		void *r = mmap(NULL, ARRAY_RESERVE, PROT_NONE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+		if (r == MAP_FAILED)
+			fail("cannot reserve address space for arrays: %s", strerror(errno));
+		arrays.base = r;
+	}
+	if (len / page >= PMDSM_COLOUR_MIN_PAGES)
+		arrays.used += (size_t)pmdsm_colour_pages(arrays.ncoloured++) * page;
+	if (len > ARRAY_RESERVE - arrays.used)
+		fail("out of memory (%zu bytes): the arrays' range is used up", bytes);
+
+	unsigned slot = 0;
+
+	while (slot < ARRAY_MAX && arrays.live[slot].p)
+		slot++;
+	if (slot == ARRAY_MAX)
+		fail("more than %d arrays", ARRAY_MAX);
+
+	uint8_t *p = arrays.base + arrays.used;
+
+	if (mprotect(p, len, PROT_READ | PROT_WRITE) < 0)
+		fail("out of memory (%zu bytes): %s", bytes, strerror(errno));
+	arrays.used += len;
+	arrays.live[slot].p = p;
+	arrays.live[slot].len = len;
+	return p;
+}
+
+void xarray_free(void *p)
+{
+	for (unsigned i = 0; p && i < ARRAY_MAX; i++)
+		if (arrays.live[i].p == p) {
+			/* Back to reserved: the memory goes, the place is not reused. */
+			if (mmap(p, arrays.live[i].len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS |
+				 MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
+				fail("cannot free an array: %s", strerror(errno));
+			arrays.live[i].p = NULL;
+			if (arrays.live[i].len / (size_t)sysconf(_SC_PAGESIZE) >=
+			    PMDSM_COLOUR_MIN_PAGES)
+				arrays.ncoloured--;
+			return;
+		}
 }
 
 static void usage(const struct program_desc *d, const char *version, FILE *f)

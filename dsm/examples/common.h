@@ -66,6 +66,19 @@ void *xmalloc(size_t size);
 void *xcalloc(size_t count, size_t size);
 
 /*
+ * The large arrays of the sequential and MPI versions, zero-filled and
+ * laid out as pmdsm_alloc lays out the DSM version's (dsm/src/heap.c,
+ * colour_gap): end to end, page-aligned, one of 1 MiB or more made while k
+ * such arrays are live (17 k mod 64) pages after the end of the one
+ * before (freed ones are not used again).  The versions then
+ * differ in how they share their arrays, not in where the arrays sit: two
+ * grids malloc()ed apart land at a distance of glibc's and the kernel's
+ * choosing, and a stencil's speed depends on it.  Freed with xarray_free.
+ */
+void *xarray(size_t count, size_t size);
+void xarray_free(void *p);
+
+/*
  * Deterministic input: a 64-bit value for (seed, stream, index), a hash of
  * the three (splitmix64's finaliser), so that any rank generates any
  * element without generating the ones before it.

@@ -24,14 +24,14 @@ int main(int argc, char **argv)
 	if (status >= 0)
 		return status;
 
-	uint64_t *starts = xmalloc((histogram_max_tasks(o.items, o.chunk) + 1) * sizeof *starts);
+	uint64_t *starts = xarray(histogram_max_tasks(o.items, o.chunk) + 1, sizeof *starts);
 	uint64_t ntasks = histogram_tasks(o.seed, o.items, o.chunk, starts);
 
 	/* This rank's items: those of its tasks, one after the other. */
 	uint64_t mine = 0;
 	for (uint64_t t = (uint64_t)rank; t < ntasks; t += (uint64_t)size)
 		mine += starts[t + 1] - starts[t];
-	uint32_t *items = xmalloc((mine ? mine : 1) * sizeof *items);
+	uint32_t *items = xarray(mine, sizeof *items);
 	uint64_t at = 0;
 	for (uint64_t t = (uint64_t)rank; t < ntasks; t += (uint64_t)size)
 		for (uint64_t i = starts[t]; i < starts[t + 1]; i++)
@@ -56,8 +56,8 @@ int main(int argc, char **argv)
 	                   : 0;
 	free(hist);
 	free(local);
-	free(items);
-	free(starts);
+	xarray_free(items);
+	xarray_free(starts);
 	MPI_Finalize();
 	return status;
 }

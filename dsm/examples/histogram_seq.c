@@ -19,9 +19,9 @@ int main(int argc, char **argv)
 	if (status >= 0)
 		return status;
 
-	uint32_t *items = xmalloc(o.items * sizeof *items);
-	uint64_t *starts = xmalloc((histogram_max_tasks(o.items, o.chunk) + 1) * sizeof *starts);
-	uint64_t *hist = xcalloc(o.bins, sizeof *hist);
+	uint32_t *items = xarray(o.items, sizeof *items);
+	uint64_t *starts = xarray(histogram_max_tasks(o.items, o.chunk) + 1, sizeof *starts);
+	uint64_t *hist = xarray(o.bins, sizeof *hist);
 
 	for (uint64_t i = 0; i < o.items; i++)
 		items[i] = item_value(o.seed, i);
@@ -33,8 +33,8 @@ int main(int argc, char **argv)
 	double t1 = now_seconds();
 
 	print_result(&o, 1, t1 - t0, fnv1a64(hist, o.bins * sizeof *hist));
-	free(items);
-	free(starts);
-	free(hist);
+	xarray_free(items);
+	xarray_free(starts);
+	xarray_free(hist);
 	return 0;
 }

@@ -53,8 +53,8 @@ int main(int argc, char **argv)
 	                                   jacobi_reference)
 	                   : 0;
 	free(grid);
-	free(cur);
-	free(next);
+	xarray_free(cur);
+	xarray_free(next);
 	MPI_Finalize();
 	return status;
 }

@@ -19,7 +19,7 @@ int main(int argc, char **argv)
 		return status;
 
 	uint64_t n = o.n;
-	double *a = xmalloc(n * n * sizeof *a), *b = xmalloc(n * n * sizeof *b);
+	double *a = xarray(n * n, sizeof *a), *b = xarray(n * n, sizeof *b);
 
 	/* Both grids hold the boundary; the interior of b is overwritten by
 	 * the first sweep. */
@@ -33,7 +33,7 @@ int main(int argc, char **argv)
 	double t1 = now_seconds();
 
 	print_result(&o, 1, t1 - t0, fnv1a64(result, n * n * sizeof *result));
-	free(a);
-	free(b);
+	xarray_free(a);
+	xarray_free(b);
 	return 0;
 }

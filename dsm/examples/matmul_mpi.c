@@ -36,9 +36,9 @@ int main(int argc, char **argv)
 
 	/* a and c: this rank's rows; b: the whole matrix, this rank's rows
 	 * at their place. */
-	double *a = xmalloc((rows ? rows : 1) * n * sizeof *a);
-	double *b = xmalloc(n * n * sizeof *b);
-	double *c = xmalloc((rows ? rows : 1) * n * sizeof *c);
+	double *a = xarray(rows * n, sizeof *a);
+	double *b = xarray(n * n, sizeof *b);
+	double *c = xarray(rows * n, sizeof *c);
 	for (uint64_t r = 0; r < rows; r++) {
 		matrix_init_row(&a[r * n], n, o.seed, STREAM_A, lo + r);
 		matrix_init_row(&b[(lo + r) * n], n, o.seed, STREAM_B, lo + r);
@@ -60,9 +60,9 @@ int main(int argc, char **argv)
 	                                   matmul_reference)
 	                   : 0;
 	free(cc);
-	free(a);
-	free(b);
-	free(c);
+	xarray_free(a);
+	xarray_free(b);
+	xarray_free(c);
 	free(counts);
 	free(displs);
 	MPI_Finalize();

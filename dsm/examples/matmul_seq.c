@@ -19,8 +19,8 @@ int main(int argc, char **argv)
 		return status;
 
 	uint64_t n = o.n;
-	double *a = xmalloc(n * n * sizeof *a), *b = xmalloc(n * n * sizeof *b);
-	double *c = xmalloc(n * n * sizeof *c);
+	double *a = xarray(n * n, sizeof *a), *b = xarray(n * n, sizeof *b);
+	double *c = xarray(n * n, sizeof *c);
 
 	for (uint64_t i = 0; i < n; i++) {
 		matrix_init_row(&a[i * n], n, o.seed, STREAM_A, i);
@@ -33,8 +33,8 @@ int main(int argc, char **argv)
 	double t1 = now_seconds();
 
 	print_result(&o, 1, t1 - t0, fnv1a64(c, n * n * sizeof *c));
-	free(a);
-	free(b);
-	free(c);
+	xarray_free(a);
+	xarray_free(b);
+	xarray_free(c);
 	return 0;
 }

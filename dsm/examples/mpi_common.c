@@ -50,7 +50,7 @@ void halo_block_init(struct halo_block *b, uint64_t n, int rank, int size)
 double *halo_grid(const struct halo_block *b, uint64_t seed)
 {
 	uint64_t n = b->n;
-	double *g = xcalloc((b->rows + 2) * n, sizeof *g);
+	double *g = xarray((b->rows + 2) * n, sizeof *g);
 
 	for (uint64_t r = 1; r <= b->rows; r++)
 		grid_init_row(&g[r * n], n, seed, b->lo + r - 1);

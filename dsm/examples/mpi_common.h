@@ -38,7 +38,7 @@ struct halo_block {
 
 void halo_block_init(struct halo_block *b, uint64_t n, int rank, int size);
 
-/* The block's part of the grid (xcalloc): its rows as grid_init_row makes
+/* The block's part of the grid (xarray, zero-filled; xarray_free): its rows as grid_init_row makes
  * them (kernels.h), the halos zero until the first exchange. */
 double *halo_grid(const struct halo_block *b, uint64_t seed);
 

@@ -53,7 +53,7 @@ int main(int argc, char **argv)
 	                                   sor_reference)
 	                   : 0;
 	free(grid);
-	free(g);
+	xarray_free(g);
 	MPI_Finalize();
 	return status;
 }

@@ -19,7 +19,7 @@ int main(int argc, char **argv)
 		return status;
 
 	uint64_t n = o.n;
-	double *g = xmalloc(n * n * sizeof *g);
+	double *g = xarray(n * n, sizeof *g);
 
 	for (uint64_t i = 0; i < n; i++)
 		grid_init_row(&g[i * n], n, o.seed, i);
@@ -29,6 +29,6 @@ int main(int argc, char **argv)
 	double t1 = now_seconds();
 
 	print_result(&o, 1, t1 - t0, fnv1a64(g, n * n * sizeof *g));
-	free(g);
+	xarray_free(g);
 	return 0;
 }
