@@ -128,7 +128,7 @@ void *xarray(size_t count, size_t size)
 	}
 	if (len / page >= PMDSM_COLOUR_MIN_PAGES)
 		arrays.used += (size_t)pmdsm_colour_pages(arrays.ncoloured++) * page;
-	if (len > ARRAY_RESERVE - arrays.used)
+	if (arrays.used > ARRAY_RESERVE || len > ARRAY_RESERVE - arrays.used)
 		fail("out of memory (%zu bytes): the arrays' range is used up", bytes);
 
 	unsigned slot = 0;
@@ -150,7 +150,9 @@ void *xarray(size_t count, size_t size)
 
 void xarray_free(void *p)
 {
-	for (unsigned i = 0; p && i < ARRAY_MAX; i++)
+	if (!p)
+		return;
+	for (unsigned i = 0; i < ARRAY_MAX; i++)
 		if (arrays.live[i].p == p) {
 			/* Back to reserved: the memory goes, the place is not reused. */
 			if (mmap(p, arrays.live[i].len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS |
@@ -162,6 +164,7 @@ void xarray_free(void *p)
 				arrays.ncoloured--;
 			return;
 		}
+	fail("xarray_free(%p): not an array of xarray", p);
 }
 
 static void usage(const struct program_desc *d, const char *version, FILE *f)
