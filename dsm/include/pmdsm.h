@@ -120,10 +120,11 @@ void *pmdsm_malloc(size_t size);   /* pmdsm_alloc(size, PMDSM_BLOCK) */
  * are allocated, starts pmdsm_colour_pages(k) pages into the free range it
  * is placed in, when the range has room for that too; the pages skipped
  * stay free for smaller allocations (an allocation freed and made again
- * comes back to its place).  Two arrays of a power-of-two size then do not sit a
- * multiple of a large power of two apart, which slows a loop that walks
- * both at the same index (docs/dsm/design.md, "Memory layout").  Given here so
- * that a program's non-DSM version can lay out its arrays the same way.
+ * comes back to its place).  Two arrays of a power-of-two size then do not
+ * sit a multiple of a large power of two apart, which slows a loop that
+ * walks both at the same index (docs/dsm/design.md, "Memory layout").
+ * Given here so that a program's non-DSM version can lay out its arrays
+ * the same way.
  */
 #define PMDSM_COLOUR_MIN_PAGES 256u
 static inline unsigned pmdsm_colour_pages(unsigned k)
