@@ -26,6 +26,7 @@ enum {
 	OPT_ITEMS = 1 << 3,
 	OPT_BINS = 1 << 4,
 	OPT_CHUNK = 1 << 5,
+	OPT_BARRIER = 1 << 6,   /* the MPI version only */
 };
 
 struct program_desc {
@@ -35,7 +36,7 @@ struct program_desc {
 };
 
 static const struct program_desc programs[] = {
-	[PROG_JACOBI] = { "jacobi", OPT_N | OPT_ITERATIONS,
+	[PROG_JACOBI] = { "jacobi", OPT_N | OPT_ITERATIONS | OPT_BARRIER,
 		"2-D 5-point Jacobi stencil on an N x N grid of doubles with fixed\n"
 		"boundary values: every sweep computes a new grid from the old one." },
 	[PROG_SOR] = { "sor", OPT_N | OPT_ITERATIONS | OPT_OMEGA,
@@ -188,6 +189,11 @@ static void usage(const struct program_desc *d, const char *version, FILE *f)
 		fprintf(f, "  -k, --bins K         bins (default 256; 1..%u)\n", MAX_BINS);
 	if (d->opts & OPT_CHUNK)
 		fprintf(f, "  -c, --chunk C        mean items per task (default 10000; 1..M)\n");
+	if ((d->opts & OPT_BARRIER) && strcmp(version, "mpi") == 0)
+		fprintf(f, "      --barrier        every rank waits for all the others after each\n"
+		        "                       sweep (MPI_Barrier), as the DSM version does in\n"
+		        "                       pmdsm_barrier; by default a rank waits only for\n"
+		        "                       its neighbours' rows\n");
 	fprintf(f,
 	        "  -s, --seed S         seed of the input generator (default 1)\n"
 	        "      --check          %s\n"
@@ -219,7 +225,7 @@ int options_parse(struct options *o, enum program p, const char *version,
                   int argc, char **argv, bool loud)
 {
 	const struct program_desc *d = &programs[p];
-	enum { LONG_CHECK = 256 };
+	enum { LONG_CHECK = 256, LONG_BARRIER };
 	const struct option all[] = {
 		{ "size", required_argument, NULL, 'n' },
 		{ "iterations", required_argument, NULL, 'i' },
@@ -230,9 +236,10 @@ int options_parse(struct options *o, enum program p, const char *version,
 		{ "seed", required_argument, NULL, 's' },
 		{ "check", no_argument, NULL, LONG_CHECK },
 		{ "help", no_argument, NULL, 'h' },
+		{ "barrier", no_argument, NULL, LONG_BARRIER },
 	};
 	const unsigned need[] = { OPT_N, OPT_ITERATIONS, OPT_OMEGA, OPT_ITEMS,
-	                          OPT_BINS, OPT_CHUNK, 0, 0, 0 };
+	                          OPT_BINS, OPT_CHUNK, 0, 0, 0, OPT_BARRIER };
 	struct option longopts[sizeof all / sizeof all[0] + 1];
 	char shortopts[32] = ":";
 	size_t nl = 0;
@@ -256,6 +263,8 @@ int options_parse(struct options *o, enum program p, const char *version,
 	/* Only the options of this program exist for getopt. */
 	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
 		if (need[i] && !(d->opts & need[i]))
+			continue;
+		if (need[i] == OPT_BARRIER && strcmp(version, "mpi") != 0)
 			continue;
 		longopts[nl++] = all[i];
 		if (all[i].val < 256) {
@@ -312,6 +321,9 @@ int options_parse(struct options *o, enum program p, const char *version,
 			break;
 		case LONG_CHECK:
 			o->check = true;
+			break;
+		case LONG_BARRIER:
+			o->barrier = true;
 			break;
 		case 'h':
 			if (loud)
@@ -419,6 +431,8 @@ void print_result(const struct options *o, int ranks, double seconds,
 	switch (o->program) {
 	case PROG_JACOBI:
 		printf(", \"n\": %" PRIu64 ", \"iterations\": %" PRIu64, o->n, o->iterations);
+		if (o->barrier)
+			printf(", \"barrier\": true");
 		break;
 	case PROG_SOR:
 		printf(", \"n\": %" PRIu64 ", \"iterations\": %" PRIu64 ", \"omega\": %.17g",

@@ -40,6 +40,7 @@ struct options {
 	uint64_t chunk;            /* histogram: mean items per task */
 	uint64_t seed;             /* input generator's seed */
 	bool check;                /* compare with the sequential result */
+	bool barrier;              /* jacobi_mpi: MPI_Barrier after every sweep */
 };
 
 /*

@@ -42,6 +42,9 @@ int main(int argc, char **argv)
 		double *t = cur;
 		cur = next;
 		next = t;
+		/* --barrier: the DSM version's synchronisation, by messages. */
+		if (o.barrier)
+			MPI_Barrier(MPI_COMM_WORLD);
 	}
 	MPI_Barrier(MPI_COMM_WORLD);
 	double t1 = now_seconds();
