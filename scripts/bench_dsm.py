@@ -88,6 +88,11 @@ CLUSTER_PROGRAMS = ["jacobi"]
 RANKS = {"node": [1, 2], "cluster": [1, 2, 4]}
 CLUSTER_NODES = 4
 VERSIONS = ["seq"] + [f"dsm-{m}" for m in METHODS] + ["mpi"]
+# On the virtual cluster, the MPI version also as the DSM version
+# synchronises: every rank waiting for all after each sweep (jacobi_mpi
+# --barrier).  A row to read beside the others, not a baseline of a target.
+MPI_BARRIER = "mpi-barrier"
+CLUSTER_EXTRA = {"jacobi": [MPI_BARRIER]}
 TARGET_PROGRAM = "jacobi"
 VADER = ["--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
 MPIRUN_NODE = ["mpirun", "--bind-to", "core", "--map-by", "core", "--report-bindings"]
@@ -311,7 +316,9 @@ def app_argv(ctx, where, cl, program, args, version, ranks):
               *args]
     if version == "seq":
         return [*pin("n1"), *ctx.wrap, *binary]
-    if version == "mpi":
+    if version == MPI_BARRIER:
+        binary.append("--barrier")
+    if version in ("mpi", MPI_BARRIER):
         if where == "node":
             return node_mpirun(ctx, ranks, VADER, {}, binary)
         mca = ["--mca", "pml", "ob1", "--mca", "btl", "self,tcp",
@@ -346,10 +353,16 @@ def app_run(ctx, where, cl, program, args, version, ranks):
             "others_cpu_pct": others}
 
 
-def configs(where):
+def app_versions(where, program):
+    """The versions run of program, without the sequential one."""
+    extra = CLUSTER_EXTRA.get(program, []) if where == "cluster" else []
+    return [v for v in VERSIONS if v != "seq"] + extra
+
+
+def configs(where, program):
     out = [("seq", 1)] if where == "node" else []
     for ranks in RANKS[where]:
-        out += [(v, ranks) for v in VERSIONS if v != "seq"]
+        out += [(v, ranks) for v in app_versions(where, program)]
     return out
 
 
@@ -359,7 +372,7 @@ def app_part(ctx, where, cl, programs, rounds):
         if name not in programs:
             continue
         prog = {"program": name, "args": args, "rounds": []}
-        cfgs = configs(where)
+        cfgs = configs(where, name)
         for i in range(rounds):
             print(f"dsm: {name} ({where}) round {i + 1}/{rounds}", flush=True)
             rnd = {}
@@ -388,7 +401,7 @@ def summarise_app(prog, where):
     node, against the sequential program); per method and P, the DSM's
     efficiency and time over MPI's.  Keyed by P as a string (JSON)."""
     rounds = prog["rounds"]
-    versions = [v for v in VERSIONS if v != "seq"]
+    versions = app_versions(where, prog["program"])
     counts = RANKS[where]
     sums = {}
     for version in versions:
