@@ -49,6 +49,12 @@ static const struct program_desc programs[] = {
 		"items are cut into tasks of irregular size (CHUNK on average)." },
 };
 
+/* The options of program d in this version: --barrier is the MPI version's. */
+static unsigned options_of(const struct program_desc *d, const char *version)
+{
+	return strcmp(version, "mpi") == 0 ? d->opts : d->opts & ~(unsigned)OPT_BARRIER;
+}
+
 static const char *version_what(const char *version)
 {
 	if (strcmp(version, "dsm") == 0)
@@ -189,7 +195,7 @@ static void usage(const struct program_desc *d, const char *version, FILE *f)
 		fprintf(f, "  -k, --bins K         bins (default 256; 1..%u)\n", MAX_BINS);
 	if (d->opts & OPT_CHUNK)
 		fprintf(f, "  -c, --chunk C        mean items per task (default 10000; 1..M)\n");
-	if ((d->opts & OPT_BARRIER) && strcmp(version, "mpi") == 0)
+	if (options_of(d, version) & OPT_BARRIER)
 		fprintf(f, "      --barrier        every rank waits for all the others after each\n"
 		        "                       sweep (MPI_Barrier), as the DSM version does in\n"
 		        "                       pmdsm_barrier; by default a rank waits only for\n"
@@ -262,9 +268,7 @@ int options_parse(struct options *o, enum program p, const char *version,
 
 	/* Only the options of this program exist for getopt. */
 	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-		if (need[i] && !(d->opts & need[i]))
-			continue;
-		if (need[i] == OPT_BARRIER && strcmp(version, "mpi") != 0)
+		if (need[i] && !(options_of(d, version) & need[i]))
 			continue;
 		longopts[nl++] = all[i];
 		if (all[i].val < 256) {

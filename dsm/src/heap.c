@@ -200,8 +200,9 @@ void *dsm_heap_alloc(struct dsm *d, size_t size, enum pmdsm_placement placement)
 	uint32_t gap = colour_gap(d, pages);
 	uint32_t i = first_fit(d, gap, pages);
 
-	/* A gap and a rest take two more extents. */
-	if (i == d->nextents || d->nextents + 2 > DSM_MAX_ALLOCS) {
+	/* A gap and a rest take two more extents: without room for both, the
+	 * allocation goes where it would have gone uncoloured. */
+	if (gap && (i == d->nextents || d->nextents + 2 > DSM_MAX_ALLOCS)) {
 		gap = 0;
 		i = first_fit(d, 0, pages);
 	}
