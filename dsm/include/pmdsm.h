@@ -148,6 +148,21 @@ int pmdsm_free(void *ptr);
 /* Every rank's writes before the barrier are seen by every rank after it. */
 int pmdsm_barrier(void);
 
+/*
+ * A barrier among this rank and the n ranks in peers only: what this rank
+ * wrote before it is seen by each peer after it, and what each peer wrote
+ * before it is seen here after it.  Each peer must call it naming this rank
+ * (the k-th call here that names a peer meets that peer's k-th call that
+ * names this rank), so a stencil's ranks can each name their neighbours.
+ * Unlike pmdsm_barrier() it passes on only the writes of the ranks that
+ * meet, not what they had seen of others' writes: a rank that reads data
+ * a third rank wrote must meet that rank, or all meet in pmdsm_barrier().
+ * Lock releases after it pass the peers' writes on, as after a grant.
+ * Errors: -EINVAL peers NULL with n > 0, a rank out of range, this rank,
+ * or a rank named twice; -ENXIO outside pmdsm_init()..pmdsm_finalize().
+ */
+int pmdsm_barrier_with(const int *peers, unsigned n);
+
 /* Number of locks, numbered 0..PMDSM_LOCKS-1; lock l is managed by rank
  * l % size. */
 #define PMDSM_LOCKS 1024
@@ -221,6 +236,8 @@ struct pmdsm_stats {
 	                              (PMDSM_PREFETCH_OVERLAP)                */
 	uint64_t prefetch_waits;   /* accesses that found their page's read
 	                              still in flight and waited for it       */
+	uint64_t peer_barriers;    /* pmdsm_barrier_with calls                 */
+	uint64_t peer_barrier_ns;  /* time in them                             */
 };
 
 /*

@@ -249,6 +249,18 @@ struct dsm {
 	int32_t granted_lock;           /* -1, or the lock just granted     */
 	uint8_t *held;                  /* PMDSM_LOCKS: held by this rank   */
 
+	/* Barriers among a few ranks (sync.c, pmdsm_barrier_with).  This
+	 * rank's own writes this epoch; per peer ever met in one, the own
+	 * writes not told to it yet (owed[p].bits NULL: never met), the
+	 * calls that named it and the arrivals it sent; the notices those
+	 * arrivals brought, dropped at this rank's next such barrier. */
+	struct pageset own_notices;
+	struct pageset *owed;           /* size entries */
+	int *met;                       /* the peers whose owed is made */
+	uint32_t nmet;
+	uint32_t *peer_calls, *peer_arrivals;   /* size entries each */
+	struct pageset peer_notices;
+
 	/* The counters: in PM's statistics page (pm_stats_layer, layer "dsm"),
 	 * where pminfo and scored's agent read them, else in own_stats. */
 	struct pmdsm_stats *st, own_stats;
@@ -281,8 +293,8 @@ enum dsm_msg_type {
 	MSG_HELLO = 1,          /* arg: 0; payload: u64 rkey of the alias     */
 	MSG_DIFF,               /* arg: diffs; payload: entries (diff.h)      */
 	MSG_DIFF_ACK,           /* arg: diffs applied                         */
-	MSG_NOTICES,            /* arg: lock or DSM_NOTICE_BARRIER; payload:
-	                           runs (pageset.h)                           */
+	MSG_NOTICES,            /* arg: lock, DSM_NOTICE_BARRIER or
+	                           DSM_NOTICE_PEER; payload: runs (pageset.h) */
 	MSG_BARRIER_ARRIVE,     /* arg: epoch                                 */
 	MSG_BARRIER_DEPART,     /* arg: epoch                                 */
 	MSG_LOCK_ACQUIRE,       /* arg: lock                                  */
@@ -291,9 +303,13 @@ enum dsm_msg_type {
 	MSG_BYE,                /* arg: 0; the departure of finalize arrived   */
 	MSG_HOME_ASK,           /* arg: page; payload: u32 claim (0 or 1)     */
 	MSG_HOME_IS,            /* arg: page; payload: u32 home or UNHOMED    */
+	MSG_PEER_ARRIVE,        /* arg: the sender's calls of
+	                           pmdsm_barrier_with that named the receiver
+	                           (its notices, DSM_NOTICE_PEER, came before) */
 };
 
 #define DSM_NOTICE_BARRIER 0xffffffffu
+#define DSM_NOTICE_PEER 0xfffffffeu
 
 /* 12 bytes before every payload, little-endian (this is x86-64 and
  * aarch64; docs/dsm/design.md has the layout). */
@@ -486,6 +502,12 @@ void dsm_release(struct dsm *d);
  * application has not run since (a barrier), nothing new to look for. */
 void dsm_invalidate(struct dsm *d, const struct pageset *set, bool written_since_release);
 int dsm_barrier(struct dsm *d);
+/* The ranks of a barrier of a few: distinct, none of them this one. */
+struct dsm_peers {
+	const int *peers;
+	unsigned n;
+};
+int dsm_barrier_with(struct dsm *d, const struct dsm_peers *w);
 int dsm_lock(struct dsm *d, unsigned l);
 int dsm_unlock(struct dsm *d, unsigned l);
 /* A message of the protocol (comm.c's dispatcher calls it). */

@@ -186,7 +186,8 @@ static const char *const stat_names[] = {
 	STAT(dropped), STAT(fault_ns), STAT(fetch_ns), STAT(release_ns), STAT(barrier_ns),
 	STAT(lock_ns), STAT(read_ahead_pages), STAT(home_shared), STAT(prefetched_pages),
 	STAT(prefetch_used), STAT(home_asks), STAT(cold_pages), STAT(cold_writes),
-	STAT(prefetch_overlapped), STAT(prefetch_waits),
+	STAT(prefetch_overlapped), STAT(prefetch_waits), STAT(peer_barriers),
+	STAT(peer_barrier_ns),
 };
 #undef STAT
 #define NSTATS (sizeof(struct pmdsm_stats) / sizeof(uint64_t))
@@ -527,6 +528,32 @@ static int barrier_call(struct dsm *d, void *arg)
 int pmdsm_barrier(void)
 {
 	return dsm_ctx ? dsm_call(dsm_ctx, barrier_call, NULL) : -ENXIO;
+}
+
+static int barrier_with_call(struct dsm *d, void *arg)
+{
+	return dsm_barrier_with(d, arg);
+}
+
+int pmdsm_barrier_with(const int *peers, unsigned n)
+{
+	struct dsm *d = dsm_ctx;
+
+	if (!d)
+		return -ENXIO;
+	if (n && !peers)
+		return -EINVAL;
+	for (unsigned i = 0; i < n; i++) {
+		if (peers[i] < 0 || peers[i] >= d->size || peers[i] == d->rank)
+			return -EINVAL;
+		for (unsigned j = 0; j < i; j++)
+			if (peers[j] == peers[i])
+				return -EINVAL;
+	}
+
+	struct dsm_peers w = { peers, n };
+
+	return dsm_call(d, barrier_with_call, &w);
 }
 
 static int lock_call(struct dsm *d, void *l)

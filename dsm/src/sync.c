@@ -20,6 +20,14 @@
  * carries them.  A rank passes on everything it knows written this epoch
  * (its own writes and what its acquires brought), so that what happened
  * before a release reaches whoever acquires after it, transitively.
+ *
+ * Barriers among a few ranks (pmdsm_barrier_with): each passes to each
+ * peer its own writes not yet told to that peer, and waits for the peers'
+ * arrivals; what they bring is dropped as a barrier's departure is.  Only
+ * the ranks' own writes travel, not what they had heard of: passed on, a
+ * page would go round a ring of neighbours for ever (nothing here orders
+ * two notices of one page), and a stencil reads only what its neighbours
+ * wrote.  A barrier of all makes them moot, as it does a lock's.
  */
 #include "dsm_internal.h"
 
@@ -66,7 +74,17 @@ int dsm_sync_open(struct dsm *d)
 	err = err ?: pageset_init(&d->mgr_union, d->npages);
 	err = err ?: pageset_init(&d->depart_notices, d->npages);
 	err = err ?: pageset_init(&d->grant_notices, d->npages);
-	return err;
+	err = err ?: pageset_init(&d->own_notices, d->npages);
+	err = err ?: pageset_init(&d->peer_notices, d->npages);
+	if (err)
+		return err;
+	d->owed = calloc((size_t)d->size, sizeof(*d->owed));
+	d->met = calloc((size_t)d->size, sizeof(*d->met));
+	d->peer_calls = calloc((size_t)d->size, sizeof(*d->peer_calls));
+	d->peer_arrivals = calloc((size_t)d->size, sizeof(*d->peer_arrivals));
+	if (!d->owed || !d->met || !d->peer_calls || !d->peer_arrivals)
+		return -ENOMEM;
+	return 0;
 }
 
 void dsm_sync_close(struct dsm *d)
@@ -96,9 +114,33 @@ void dsm_sync_close(struct dsm *d)
 	pageset_fini(&d->mgr_union);
 	pageset_fini(&d->depart_notices);
 	pageset_fini(&d->grant_notices);
+	pageset_fini(&d->own_notices);
+	pageset_fini(&d->peer_notices);
+	for (uint32_t i = 0; d->owed && i < d->nmet; i++)
+		pageset_fini(&d->owed[d->met[i]]);
+	free(d->owed);
+	free(d->met);
+	free(d->peer_calls);
+	free(d->peer_arrivals);
+	d->owed = NULL;
+	d->met = NULL;
+	d->peer_calls = NULL;
+	d->peer_arrivals = NULL;
+	d->nmet = 0;
 }
 
 /* ---- release and acquire ---- */
+
+/* A page this rank wrote (or, homed here, may have written unwatched):
+ * named in what its releases pass on, to the lock or barrier of all, and
+ * owed to every peer it has met in a barrier of a few. */
+static void note_own_write(struct dsm *d, uint32_t page)
+{
+	pageset_add(&d->epoch_notices, page);
+	pageset_add(&d->own_notices, page);
+	for (uint32_t i = 0; i < d->nmet; i++)
+		pageset_add(&d->owed[d->met[i]], page);
+}
 
 /*
  * Diffs travel in batches, one message per home: a release that wrote 256
@@ -199,7 +241,7 @@ static void share_home_pages(struct dsm *d)
 			}
 			for (uint32_t q = p; q < p + run; q++) {
 				d->state[q] = PAGE_READ;
-				pageset_add(&d->epoch_notices, q);
+				note_own_write(d, q);
 			}
 			dsm_watch(d, p, run);
 			d->nown -= run;
@@ -238,7 +280,7 @@ void dsm_release(struct dsm *d)
 			pageset_del(&d->cool, q);
 			if (!dsm_uffd(d))
 				d->state[q] = PAGE_READ;
-			pageset_add(&d->epoch_notices, q);
+			note_own_write(d, q);
 			run++;
 		}
 		if (!dsm_uffd(d))
@@ -275,7 +317,7 @@ void dsm_invalidate(struct dsm *d, const struct pageset *set, bool written_since
 			 * home first, then the page is fetched merged. */
 			add_diff(d, p, false);
 			pageset_del(&d->dirty, p);
-			pageset_add(&d->epoch_notices, p);
+			note_own_write(d, p);
 			flushed = true;
 		}
 		d->state[p] = PAGE_INVALID;
@@ -311,6 +353,19 @@ static uint32_t prefetch_list(struct dsm *d, const struct pageset *drop)
 					       d->state[p] == PAGE_WRITE || d->state[p] == PAGE_COLD))
 			d->prefetch[n++] = p;
 	return n;
+}
+
+/* An acquire that ends a barrier (of all, or of a few): the pages the
+ * notices name are dropped, and those of them this rank had valid are
+ * fetched again.  The application has waited in the barrier since its
+ * release: nothing it wrote since needs the kernel's word. */
+static void depart(struct dsm *d, struct pageset *notices)
+{
+	uint32_t again = prefetch_list(d, notices);
+
+	dsm_invalidate(d, notices, false);
+	dsm_prefetch(d, d->prefetch, again);
+	pageset_clear(notices);
 }
 
 /* Rank 0: every rank arrived: the union of their notices goes out with
@@ -360,17 +415,69 @@ int dsm_barrier(struct dsm *d)
 		dsm_send(d, 0, MSG_BARRIER_ARRIVE, d->epoch, NULL, 0);
 	}
 	dsm_wait_until(d, departed, NULL);
-
-	uint32_t again = prefetch_list(d, &d->depart_notices);
-
-	/* The application has waited in the barrier since its release. */
-	dsm_invalidate(d, &d->depart_notices, false);
-	dsm_prefetch(d, d->prefetch, again);
-	pageset_clear(&d->depart_notices);
+	depart(d, &d->depart_notices);
+	/* Every page is current everywhere: nothing is owed to anyone.  (The
+	 * notices of barriers of a few already here are a peer's next one's:
+	 * they stay.) */
 	pageset_clear(&d->epoch_notices);
+	pageset_clear(&d->own_notices);
+	for (uint32_t i = 0; i < d->nmet; i++)
+		pageset_clear(&d->owed[d->met[i]]);
 	d->epoch++;
 	d->st->barriers++;
 	d->st->barrier_ns += dsm_now_ns() - t0;
+	return 0;
+}
+
+/* ---- barriers of a few ---- */
+
+/* What this rank owes peer: made from this epoch's own writes when they
+ * first meet, kept up by note_own_write from then on. */
+static struct pageset *owed_to(struct dsm *d, int peer)
+{
+	struct pageset *o = &d->owed[peer];
+
+	if (!o->bits) {
+		if (pageset_init(o, d->npages))
+			dsm_fatal("no memory for the notices owed to rank %d", peer);
+		pageset_union(o, &d->own_notices);
+		d->met[d->nmet++] = peer;
+	}
+	return o;
+}
+
+static bool peers_arrived(struct dsm *d, const void *arg)
+{
+	const struct dsm_peers *w = arg;
+
+	for (unsigned i = 0; i < w->n; i++)
+		if (d->peer_arrivals[w->peers[i]] < d->peer_calls[w->peers[i]])
+			return false;
+	return true;
+}
+
+/* The peers are checked (pmdsm.c). */
+int dsm_barrier_with(struct dsm *d, const struct dsm_peers *w)
+{
+	uint64_t t0 = dsm_now_ns();
+
+	dsm_release(d);
+	for (unsigned i = 0; i < w->n; i++) {
+		int peer = w->peers[i];
+		struct pageset *o = owed_to(d, peer);
+
+		if (o->count)
+			dsm_send_notices(d, peer, DSM_NOTICE_PEER, d->epoch, o);
+		pageset_clear(o);
+		dsm_send(d, peer, MSG_PEER_ARRIVE, ++d->peer_calls[peer], NULL, 0);
+	}
+	dsm_wait_until(d, peers_arrived, w);
+	/* What the peers wrote is passed on by our next release to a lock,
+	 * as a grant's notices are. */
+	pageset_union(&d->epoch_notices, &d->peer_notices);
+	depart(d, &d->peer_notices);
+	d->st->peer_barriers++;
+	d->st->peer_barrier_ns += dsm_now_ns() - t0;
 	return 0;
 }
 
@@ -547,6 +654,9 @@ static void handle_notices(struct dsm *d, int peer, const struct dsm_hdr *h, con
 
 	if (h->arg == DSM_NOTICE_BARRIER)
 		err = pageset_decode(d->rank == 0 ? &d->mgr_union : &d->depart_notices, p, len);
+	else if (h->arg == DSM_NOTICE_PEER)
+		/* Moot if a barrier of all came since. */
+		err = h->epoch < d->epoch ? 0 : pageset_decode(&d->peer_notices, p, len);
 	else if (h->arg >= PMDSM_LOCKS)
 		err = -EINVAL;
 	else if (lock_manager(d, h->arg) == d->rank)
@@ -613,6 +723,15 @@ void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t 
 		return;
 	case MSG_BYE:
 		d->bye_seen++;
+		return;
+	case MSG_PEER_ARRIVE:
+		if (h->arg == d->peer_arrivals[peer] + 1) {
+			d->peer_arrivals[peer] = h->arg;
+		} else {
+			dsm_log("dropped rank %d's arrival %u at a barrier of a few: %u came before",
+				peer, h->arg, d->peer_arrivals[peer]);
+			d->st->dropped++;
+		}
 		return;
 	case MSG_HOME_ASK:
 		dsm_on_home_ask(d, peer, h->arg, p, len);

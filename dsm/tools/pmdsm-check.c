@@ -12,7 +12,10 @@
  *
  *   and lock phases: every rank adds to random shared counters, each under
  *   its lock, reading the value the previous holder wrote; after a barrier
- *   every counter must hold the sum of everyone's additions.
+ *   every counter must hold the sum of everyone's additions;
+ *
+ *   then rounds of barriers of a few (peer_check): each rank meets only
+ *   its neighbours in a ring and reads what they wrote.
  *
  * (with 2 ranks or more, the pages a barrier drops that a rank read come
  * back at the barrier: prefetch, checked by the counters at the end) and,
@@ -145,6 +148,72 @@ static void lock_rounds(const struct options *o, uint64_t *ctr, uint64_t *expect
 			fail("seed %" PRIu64 " round %u: counter %u is %" PRIu64 ", expected %" PRIu64
 			     " (additions under lock %u lost or seen late)", o->seed, r, c, ctr[c],
 			     expect[c], c % LOCKS_USED);
+}
+
+/*
+ * Barriers of a few: the ranks stand in a ring and each meets only its two
+ * neighbours (pmdsm_barrier_with), round after round with no barrier of
+ * all between.  Every byte of two shared arrays has an owner drawn at
+ * random, the only rank that writes it (so the pages are falsely shared,
+ * among neighbours and not); round r writes a new value into every owned
+ * byte of array r % 2, as a stencil's sweep writes one grid of two, then
+ * each rank meets its neighbours and reads the bytes it or they own: what
+ * a neighbour wrote before they met must be there, not the value of round
+ * r - 2 still cached.  A barrier of all ends the phase, and then every
+ * rank reads every byte of both arrays.
+ */
+static int owner(const struct options *o, size_t i)
+{
+	return (int)(draw(o->seed, 0, i, 5) % (uint64_t)size);
+}
+
+static uint8_t peer_value(const struct options *o, unsigned r, size_t i)
+{
+	return (uint8_t)draw(o->seed, r, i, 6);
+}
+
+static void peer_check(const struct options *o)
+{
+	int left = (rank + size - 1) % size, right = (rank + 1) % size;
+	int peers[2] = { left, right };
+	unsigned npeers = size == 1 ? 0 : size == 2 ? 1 : 2;
+	uint8_t *arr[2] = { pmdsm_alloc(o->bytes, o->placement), pmdsm_alloc(o->bytes, o->placement) };
+	unsigned last[2] = { 0, 0 };        /* the round that wrote each array last, + 1 */
+
+	if (!arr[0] || !arr[1])
+		fail("pmdsm_alloc: %s", strerror(errno));
+	if (size > 1) {
+		int twice[2] = { left, left };
+
+		if (pmdsm_barrier_with(twice, 2) != -EINVAL)
+			fail("pmdsm_barrier_with accepted rank %d named twice", left);
+	}
+	for (unsigned r = 0; r < o->rounds; r++) {
+		uint8_t *a = arr[r % 2];
+
+		for (size_t i = 0; i < o->bytes; i++)
+			if (owner(o, i) == rank)
+				a[i] = peer_value(o, r, i);
+		call(pmdsm_barrier_with(peers, npeers), "pmdsm_barrier_with");
+		last[r % 2] = r + 1;
+		for (size_t i = 0; i < o->bytes; i++) {
+			int w = owner(o, i);
+
+			if ((w == rank || w == left || w == right) && a[i] != peer_value(o, r, i))
+				fail("seed %" PRIu64 " peer round %u: byte %zu of array %u is %u, expected "
+				     "%u (written by rank %d, a neighbour, before they met)", o->seed, r,
+				     i, r % 2, a[i], peer_value(o, r, i), w);
+		}
+	}
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	for (unsigned k = 0; k < 2; k++)
+		for (size_t i = 0; last[k] && i < o->bytes; i++)
+			if (arr[k][i] != peer_value(o, last[k] - 1, i))
+				fail("seed %" PRIu64 " after the peer rounds: byte %zu of array %u is %u, "
+				     "expected %u (written by rank %d in peer round %u)", o->seed, i, k,
+				     arr[k][i], peer_value(o, last[k] - 1, i), owner(o, i), last[k] - 1);
+	call(pmdsm_free(arr[1]), "pmdsm_free");
+	call(pmdsm_free(arr[0]), "pmdsm_free");
 }
 
 static void heap_check(const struct options *o)
@@ -628,7 +697,8 @@ static void usage(FILE *f)
 		"reads against the sequential result, then the DSM's read-ahead (2 ranks\n"
 		"or more).  Run it on every rank of a job (scrun, srun --mpi=pmix, mpirun).\n"
 		"  --seed N       the program (default: 1)\n"
-		"  --rounds N     barrier and lock rounds (default: 8)\n"
+		"  --rounds N     barrier and lock rounds, and rounds of barriers of a few\n"
+		"                 (each rank and its two neighbours in a ring) (default: 8)\n"
 		"  --bytes SIZE   bytes of the shared array written between barriers (default 64K)\n"
 		"  --counters N   shared counters added to under locks (default: 512)\n"
 		"  --adds N       additions per rank per round (default: 200)\n"
@@ -759,6 +829,7 @@ int main(int argc, char **argv)
 		barrier_rounds(&o, data, expect, r);
 		lock_rounds(&o, ctr, expect_ctr, r);
 	}
+	peer_check(&o);
 	read_ahead_check(&o);
 	home_copy_check(&o);
 	first_touch_check(&o);

@@ -100,6 +100,7 @@ int main(int argc, char **argv)
 	CHECK(pmdsm_malloc(4096) == NULL);
 	CHECK_EQ(errno, ENXIO);
 	CHECK_ERR(pmdsm_barrier(), -ENXIO);
+	CHECK_ERR(pmdsm_barrier_with(NULL, 0), -ENXIO);
 	CHECK_ERR(pmdsm_lock(1), -ENXIO);
 	CHECK_ERR(pmdsm_rank(), -ENXIO);
 	CHECK_ERR(pmdsm_home((void *)&errno), -ENXIO);
@@ -158,6 +159,18 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < n; i++)
 		p[i] = (uint8_t)(i * 7);
 	CHECK_OK(pmdsm_barrier());
+	for (size_t i = 0; i < n; i++)
+		CHECK_EQ(p[i], (uint8_t)(i * 7));
+
+	/* A barrier of a few: alone, only with nobody; this rank, a rank out
+	 * of range or no array are refused (pmdsm-check meets neighbours). */
+	int self = 0, beyond = 1, below = -1;
+
+	CHECK_OK(pmdsm_barrier_with(NULL, 0));
+	CHECK_ERR(pmdsm_barrier_with(&self, 1), -EINVAL);
+	CHECK_ERR(pmdsm_barrier_with(&beyond, 1), -EINVAL);
+	CHECK_ERR(pmdsm_barrier_with(&below, 1), -EINVAL);
+	CHECK_ERR(pmdsm_barrier_with(NULL, 1), -EINVAL);
 	for (size_t i = 0; i < n; i++)
 		CHECK_EQ(p[i], (uint8_t)(i * 7));
 
@@ -244,6 +257,7 @@ int main(int argc, char **argv)
 	CHECK_EQ(st.wp_scans, 0);
 	CHECK_EQ(st.home_shared, 0);
 	CHECK_EQ(st.barriers, 11);              /* two in each of five pmdsm_free */
+	CHECK_EQ(st.peer_barriers, 1);          /* the refused ones not counted */
 	CHECK_EQ(st.locks, 2);
 
 	CHECK_OK(pmdsm_finalize());
@@ -294,7 +308,8 @@ int main(int argc, char **argv)
 		  "%s", logged);
 	CHECK_MSG(strstr(logged, " barriers=1 ") && strstr(logged, " read_ahead_pages=0 ") &&
 		  strstr(logged, " home_shared=0 ") && strstr(logged, " prefetch_used=0 ") && strstr(logged, " home_asks=0 ") && strstr(logged, " cold_writes=0 ") &&
-		  strstr(logged, " prefetch_waits=0\n"),
+		  strstr(logged, " prefetch_waits=0 ") && strstr(logged, " peer_barriers=0 ") &&
+		  strstr(logged, " peer_barrier_ns=0\n"),
 		  "%s", logged);
 	unsetenv("PMDSM_STATS");
 	return 0;
