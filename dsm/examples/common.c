@@ -49,10 +49,11 @@ static const struct program_desc programs[] = {
 		"items are cut into tasks of irregular size (CHUNK on average)." },
 };
 
-/* The options of program d in this version: --barrier is the MPI version's. */
+/* The options of program d in this version: --barrier is the parallel
+ * versions' (the sequential one has nobody to wait for). */
 static unsigned options_of(const struct program_desc *d, const char *version)
 {
-	return strcmp(version, "mpi") == 0 ? d->opts : d->opts & ~(unsigned)OPT_BARRIER;
+	return strcmp(version, "seq") != 0 ? d->opts : d->opts & ~(unsigned)OPT_BARRIER;
 }
 
 static const char *version_what(const char *version)
@@ -197,9 +198,11 @@ static void usage(const struct program_desc *d, const char *version, FILE *f)
 		fprintf(f, "  -c, --chunk C        mean items per task (default 10000; 1..M)\n");
 	if (options_of(d, version) & OPT_BARRIER)
 		fprintf(f, "      --barrier        every rank waits for all the others after each\n"
-		        "                       sweep (MPI_Barrier), as the DSM version does in\n"
-		        "                       pmdsm_barrier; by default a rank waits only for\n"
-		        "                       its neighbours' rows\n");
+		        "                       sweep (%s); by default a rank waits only\n"
+		        "                       for its neighbours (%s)\n",
+		        strcmp(version, "mpi") == 0 ? "MPI_Barrier" : "pmdsm_barrier",
+		        strcmp(version, "mpi") == 0 ? "their rows, MPI_Sendrecv"
+		                                    : "pmdsm_barrier_with");
 	fprintf(f,
 	        "  -s, --seed S         seed of the input generator (default 1)\n"
 	        "      --check          %s\n"

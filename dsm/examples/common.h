@@ -40,7 +40,8 @@ struct options {
 	uint64_t chunk;            /* histogram: mean items per task */
 	uint64_t seed;             /* input generator's seed */
 	bool check;                /* compare with the sequential result */
-	bool barrier;              /* jacobi_mpi: MPI_Barrier after every sweep */
+	bool barrier;              /* jacobi: every rank waits for all after
+	                              every sweep, not for its neighbours alone */
 };
 
 /*

@@ -47,6 +47,14 @@ void dsm_barrier(void)
 		fail("pmdsm_barrier: %s", pmdsm_strerror(err));
 }
 
+void dsm_barrier_with(const int *peers, unsigned n)
+{
+	int err = pmdsm_barrier_with(peers, n);
+
+	if (err)
+		fail("pmdsm_barrier_with: %s", pmdsm_strerror(err));
+}
+
 void *dsm_shared(uint64_t bytes, const char *what)
 {
 	void *p = pmdsm_malloc(bytes);

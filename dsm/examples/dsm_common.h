@@ -28,6 +28,9 @@ int dsm_finish(int status);
 /* pmdsm_barrier, or fail(). */
 void dsm_barrier(void);
 
+/* pmdsm_barrier_with, or fail(). */
+void dsm_barrier_with(const int *peers, unsigned n);
+
 /* pmdsm_malloc of bytes for what ("grid", ...), or fail(). */
 void *dsm_shared(uint64_t bytes, const char *what);
 

@@ -6,20 +6,35 @@
  * have their home at rank r).  Every rank initialises and updates its own
  * block of rows; the rows just above and below it are read from the
  * neighbours' pages, fetched again at each barrier (the DSM's prefetch).
- * The barrier at the end of each sweep is the only synchronisation: it
- * makes the sweep's writes visible before anyone reads them, and keeps the
- * next sweep from overwriting what a slower rank still reads.
+ * A barrier with the two neighbours at the end of each sweep is the only
+ * synchronisation (pmdsm_barrier_with; with --barrier, a barrier of all):
+ * it makes the sweep's writes visible to the ranks that read them, and
+ * keeps the next sweep from overwriting what a slower neighbour still
+ * reads (the next sweep writes the other grid; the one after, this one,
+ * only once the neighbour has met us again, done reading).  A barrier of
+ * all after the last sweep shows rank 0 the whole grid.
  *
  * A sweep computes the rows that read only this rank's pages first and the
  * two that read a neighbour's row last, and asks the DSM not to wait for
  * those rows at the barrier (PMDSM_PREFETCH_OVERLAP): they cross the
  * network while the rest is computed.
  *
- *   scrun -nodes=2x2 jacobi_dsm [-n 512] [-i 100] [-s 1] [--check]
+ *   scrun -nodes=2x2 jacobi_dsm [-n 512] [-i 100] [-s 1] [--barrier] [--check]
  */
 #include "common.h"
 #include "dsm_common.h"
 #include "kernels.h"
+
+/* The rank whose block holds row i (block_range's blocks). */
+static int row_owner(uint64_t n, int size, uint64_t i)
+{
+	uint64_t lo, hi;
+	int r = 0;
+
+	for (block_range(n, size, r, &lo, &hi); i >= hi; block_range(n, size, ++r, &lo, &hi))
+		;
+	return r;
+}
 
 int main(int argc, char **argv)
 {
@@ -47,6 +62,16 @@ int main(int argc, char **argv)
 	}
 	/* The rows this rank updates: its block without the boundary rows. */
 	uint64_t first = lo > 1 ? lo : 1, last = hi < n - 1 ? hi : n - 1;
+	/* Whom it meets after a sweep: the owners of the rows it reads
+	 * beside its block, who read its edge rows (none for an empty block,
+	 * N < ranks, and none such rank is anyone's neighbour). */
+	int peers[2];
+	unsigned npeers = 0;
+
+	if (lo < hi && lo > 0)
+		peers[npeers++] = row_owner(n, size, lo - 1);
+	if (lo < hi && hi < n)
+		peers[npeers++] = row_owner(n, size, hi);
 
 	dsm_barrier();
 	double t0 = now_seconds();
@@ -57,17 +82,21 @@ int main(int argc, char **argv)
 		for (uint64_t i = first + 1; i + 1 < last; i++)
 			jacobi_row(&next[i * n], &cur[(i - 1) * n], &cur[i * n],
 			           &cur[(i + 1) * n], n);
-		jacobi_row(&next[first * n], &cur[(first - 1) * n], &cur[first * n],
-		           &cur[(first + 1) * n], n);
-		if (last - 1 > first)
+		if (first < last)
+			jacobi_row(&next[first * n], &cur[(first - 1) * n], &cur[first * n],
+			           &cur[(first + 1) * n], n);
+		if (first + 1 < last)
 			jacobi_row(&next[(last - 1) * n], &cur[(last - 2) * n], &cur[(last - 1) * n],
 			           &cur[last * n], n);
-		dsm_barrier();
+		if (o.barrier)
+			dsm_barrier();
+		else
+			dsm_barrier_with(peers, npeers);
 		double *t = cur;
 		cur = next;
 		next = t;
 	}
-	if (o.iterations == 0)
+	if (!o.barrier || o.iterations == 0)
 		dsm_barrier();
 	double t1 = now_seconds();
 

@@ -1,16 +1,20 @@
 """The example programs' own options, on this machine (dsm/examples/README.md).
 
-- jacobi_mpi --barrier (every rank waits for all after each sweep, as the
-  DSM version does): the same result as without it and as the sequential
-  program, and its result line says so.
-- --barrier belongs to the MPI version: the sequential and DSM versions
-  refuse it with a usage error (exit 2) and a message naming it.
+- jacobi_mpi --barrier (every rank waits for all after each sweep): the
+  same result as without it and as the sequential program, and its result
+  line says so.
+- jacobi_dsm meets only its neighbours after each sweep (pmdsm_barrier_with,
+  counted in peer_barriers), or all ranks with --barrier (pmdsm_barrier):
+  the sequential result either way, also with more ranks than rows.
+- --barrier belongs to the parallel versions: the sequential one refuses it
+  with a usage error (exit 2) and a message naming it.
 
 mpirun runs two ranks on this machine (Open MPI's own transports); every
 command is bounded in time."""
 
 import json
 import os
+import re
 import subprocess
 
 from scored.score import BUILD_BIN
@@ -21,13 +25,28 @@ MPIRUN = ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", "2"]
 ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
-def result_line(argv):
+def run(argv, **env):
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT,
-                          env=dict(os.environ, **ROOT_OK), check=False)
+                          env=dict(os.environ, **ROOT_OK, **env), check=False)
     assert proc.returncode == 0, f"{argv}: exit {proc.returncode}\n{proc.stderr}"
+    return proc
+
+
+def result_line(argv, **env):
+    proc = run(argv, **env)
     lines = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
     assert len(lines) == 1, f"{argv}: one result line expected:\n{proc.stdout}"
     return lines[0]
+
+
+def dsm_counters(stderr):
+    """Each rank's counters from the lines PMDSM_STATS=1 writes at finalize."""
+    ranks = {}
+    for line in stderr.splitlines():
+        m = re.match(r"pmdsm\[(\d+)\]: counters: (.*)", line)
+        if m:
+            ranks[int(m[1])] = {k: int(v) for k, v in (f.split("=") for f in m[2].split())}
+    return ranks
 
 
 def test_jacobi_mpi_with_a_barrier_every_sweep_gives_the_sequential_result():
@@ -40,10 +59,48 @@ def test_jacobi_mpi_with_a_barrier_every_sweep_gives_the_sequential_result():
     assert barrier["ranks"] == 2
 
 
-def test_barrier_is_an_option_of_the_mpi_version_only():
-    for version in ("seq", "dsm"):
-        proc = subprocess.run([BUILD_BIN / f"jacobi_{version}", *ARGS, "--barrier"],
+def test_jacobi_dsm_meets_its_neighbours_or_with_barrier_everyone():
+    seq = result_line([BUILD_BIN / "jacobi_seq", *ARGS])
+    iterations = int(ARGS[ARGS.index("-i") + 1])
+    for ranks in (2, 3):
+        cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(ranks),
+               BUILD_BIN / "jacobi_dsm", *ARGS, "--check"]
+        for barrier in (False, True):
+            proc = run(cmd + (["--barrier"] if barrier else []), PMDSM_STATS="1")
+            line = json.loads(proc.stdout)
+            assert line["checksum"] == seq["checksum"], (ranks, barrier)
+            assert line.get("barrier", False) is barrier
+            counters = dsm_counters(proc.stderr)
+            assert sorted(counters) == list(range(ranks)), proc.stderr
+            for rank, c in counters.items():
+                if barrier:
+                    assert c["peer_barriers"] == 0
+                    assert c["barriers"] >= iterations
+                else:
+                    # One meeting per sweep, and a barrier of all only
+                    # around the sweeps (start, end, the frees).
+                    assert c["peer_barriers"] == iterations, (rank, c)
+                    assert c["barriers"] < iterations, (rank, c)
+
+
+def test_jacobi_dsm_with_more_ranks_than_rows():
+    args = ["-n", "4", "-i", "5", "-s", "7"]
+    seq = result_line([BUILD_BIN / "jacobi_seq", *args])
+    for barrier in ([], ["--barrier"]):
+        line = result_line(["mpirun", "--oversubscribe", "--bind-to", "none", "-n", "6",
+                            BUILD_BIN / "jacobi_dsm", *args, *barrier, "--check"])
+        assert line["checksum"] == seq["checksum"], barrier
+        assert line["ranks"] == 6
+
+
+def test_barrier_is_an_option_of_the_parallel_versions_only():
+    proc = subprocess.run([BUILD_BIN / "jacobi_seq", *ARGS, "--barrier"],
+                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "unknown option --barrier" in proc.stderr
+    assert proc.stdout == ""
+    for version, sync in (("dsm", "pmdsm_barrier"), ("mpi", "MPI_Barrier")):
+        proc = subprocess.run([BUILD_BIN / f"jacobi_{version}", "--help"],
                               capture_output=True, text=True, timeout=TIMEOUT, check=False)
-        assert proc.returncode == 2, proc.stderr
-        assert "unknown option --barrier" in proc.stderr
-        assert proc.stdout == ""
+        assert proc.returncode == 0
+        assert "--barrier" in proc.stdout and sync in proc.stdout
