@@ -238,6 +238,10 @@ struct pmdsm_stats {
 	                              still in flight and waited for it       */
 	uint64_t peer_barriers;    /* pmdsm_barrier_with calls                 */
 	uint64_t peer_barrier_ns;  /* time in them                             */
+	uint64_t pushed_pages;     /* pages homed here sent to a peer that asked
+	                              for them, at a pmdsm_barrier_with        */
+	uint64_t push_taken;       /* pages a home pushed that this rank took
+	                              instead of fetching them                */
 };
 
 /*

@@ -94,8 +94,10 @@ void dsm_pm_wait(struct dsm *d, int timeout_ms)
 #define DSM_MAX_NESTING 4
 static __thread int nesting;
 
-static void send_tagged(struct dsm *d, int peer, uint8_t type, uint32_t arg, uint32_t epoch,
-			const void *payload, size_t len)
+/* Room for a message of len payload bytes to peer, its header written:
+ * the payload goes where this returns, then msg_send. */
+static uint8_t *msg_start(struct dsm *d, int peer, uint8_t type, uint32_t arg, uint32_t epoch,
+			  size_t len)
 {
 	size_t total = sizeof(struct dsm_hdr) + len;
 	void *buf;
@@ -117,11 +119,25 @@ static void send_tagged(struct dsm *d, int peer, uint8_t type, uint32_t arg, uin
 	struct dsm_hdr h = { .type = type, .arg = arg, .epoch = epoch };
 
 	memcpy(buf, &h, sizeof(h));
-	if (len)
-		memcpy((uint8_t *)buf + sizeof(h), payload, len);
-	err = pm_send(d->pm, peer, total);
+	return (uint8_t *)buf + sizeof(h);
+}
+
+static void msg_send(struct dsm *d, int peer, size_t len)
+{
+	int err = pm_send(d->pm, peer, sizeof(struct dsm_hdr) + len);
+
 	if (err)
 		dsm_fatal("sending to rank %d: %s", peer, pm_strerror(err));
+}
+
+static void send_tagged(struct dsm *d, int peer, uint8_t type, uint32_t arg, uint32_t epoch,
+			const void *payload, size_t len)
+{
+	uint8_t *out = msg_start(d, peer, type, arg, epoch, len);
+
+	if (len)
+		memcpy(out, payload, len);
+	msg_send(d, peer, len);
 }
 
 void dsm_send(struct dsm *d, int peer, uint8_t type, uint32_t arg, const void *payload,
@@ -130,8 +146,8 @@ void dsm_send(struct dsm *d, int peer, uint8_t type, uint32_t arg, const void *p
 	send_tagged(d, peer, type, arg, d->epoch, payload, len);
 }
 
-void dsm_send_notices(struct dsm *d, int peer, uint32_t tag, uint32_t epoch,
-		      const struct pageset *set)
+void dsm_send_runs(struct dsm *d, int peer, uint8_t type, uint32_t tag, uint32_t epoch,
+		   const struct pageset *set)
 {
 	/* Whole runs per message, as many as fit. */
 	uint8_t buf[8192];
@@ -145,8 +161,26 @@ void dsm_send_notices(struct dsm *d, int peer, uint32_t tag, uint32_t epoch,
 		size_t n = pageset_encode(set, &from, buf, cap);
 
 		if (n)
-			send_tagged(d, peer, MSG_NOTICES, tag, epoch, buf, n);
+			send_tagged(d, peer, type, tag, epoch, buf, n);
 	}
+}
+
+void dsm_send_notices(struct dsm *d, int peer, uint32_t tag, uint32_t epoch,
+		      const struct pageset *set)
+{
+	dsm_send_runs(d, peer, MSG_NOTICES, tag, epoch, set);
+}
+
+void dsm_send_pages(struct dsm *d, int peer, const uint32_t *pages, uint32_t n)
+{
+	size_t len = (size_t)n * (sizeof(uint32_t) + DSM_PAGE);
+	uint8_t *out = msg_start(d, peer, MSG_PUSH, n, d->epoch, len);
+
+	memcpy(out, pages, (size_t)n * sizeof(uint32_t));
+	out += (size_t)n * sizeof(uint32_t);
+	for (uint32_t i = 0; i < n; i++, out += DSM_PAGE)
+		memcpy(out, dsm_page_alias(d, pages[i]), DSM_PAGE);
+	msg_send(d, peer, len);
 }
 
 int dsm_progress(struct dsm *d)

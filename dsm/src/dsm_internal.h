@@ -253,13 +253,28 @@ struct dsm {
 	 * rank's own writes this epoch; per peer ever met in one, the own
 	 * writes not told to it yet (owed[p].bits NULL: never met), the
 	 * calls that named it and the arrivals it sent; the notices those
-	 * arrivals brought, dropped at this rank's next such barrier. */
+	 * arrivals brought, dropped at this rank's next such barrier (then
+	 * as peer_departing, while the next ones come into peer_notices). */
 	struct pageset own_notices;
 	struct pageset *owed;           /* size entries */
 	int *met;                       /* the peers whose owed is made */
 	uint32_t nmet;
 	uint32_t *peer_calls, *peer_arrivals;   /* size entries each */
-	struct pageset peer_notices;
+	struct pageset peer_notices, peer_departing;
+
+	/* Pushes (push.c): a home sends the pages a peer asked for when it
+	 * meets it in a barrier of a few, so that the peer need not fetch
+	 * them.  As a reader: the pages asked for (subscribed); those never
+	 * to take from a push (no_push: written here, or named by a rank
+	 * other than their home); the pushes come and not yet taken (stash,
+	 * their bytes in stash_bytes, stash_cap at most).  As a home: per
+	 * peer, the pages it asked for (subs[p].bits NULL: none). */
+	bool push;                      /* PMDSM_PUSH */
+	struct pageset subscribed, no_push, scratch;
+	struct dsm_stashed *stash;
+	uint8_t *stash_bytes;
+	uint32_t nstash, stash_cap;
+	struct pageset *subs;           /* size entries */
 
 	/* The counters: in PM's statistics page (pm_stats_layer, layer "dsm"),
 	 * where pminfo and scored's agent read them, else in own_stats. */
@@ -306,6 +321,10 @@ enum dsm_msg_type {
 	MSG_PEER_ARRIVE,        /* arg: the sender's calls of
 	                           pmdsm_barrier_with that named the receiver
 	                           (its notices, DSM_NOTICE_PEER, came before) */
+	MSG_SUBSCRIBE,          /* arg: 0; payload: runs of pages homed at the
+	                           receiver, to push to the sender (push.c)   */
+	MSG_PUSH,               /* arg: n pages; payload: n u32 page numbers,
+	                           then the n pages' bytes (push.c)           */
 };
 
 #define DSM_NOTICE_BARRIER 0xffffffffu
@@ -346,9 +365,15 @@ int dsm_progress(struct dsm *d);
  * last message, then sleep in pm_wait() (comm.c says why). */
 void dsm_wait_until(struct dsm *d, bool (*done)(struct dsm *, const void *),
 		    const void *arg);
-/* Send a page set as NOTICES messages (runs, chunked) tagged tag. */
+/* Send a page set as messages of type (runs, chunked) with arg tag. */
+void dsm_send_runs(struct dsm *d, int peer, uint8_t type, uint32_t tag, uint32_t epoch,
+		   const struct pageset *set);
+/* dsm_send_runs of NOTICES. */
 void dsm_send_notices(struct dsm *d, int peer, uint32_t tag, uint32_t epoch,
 		      const struct pageset *set);
+/* One PUSH of n pages homed here, their bytes from the alias (n at most
+ * dsm_push_per_msg). */
+void dsm_send_pages(struct dsm *d, int peer, const uint32_t *pages, uint32_t n);
 
 /* The end of the rank: message on stderr, exit status 1. */
 _Noreturn void dsm_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -404,6 +429,46 @@ static inline void dsm_make_twin(struct dsm *d, uint32_t page)
 {
 	memcpy(dsm_page_twin(d, page), dsm_page_alias(d, page), DSM_PAGE);
 }
+
+/* ---- push.c ---- */
+
+/* The ranks of a barrier of a few: distinct, none of them this one. */
+struct dsm_peers {
+	const int *peers;
+	unsigned n;
+};
+
+
+/* A page pushed to this rank by its home, not taken yet. */
+struct dsm_stashed {
+	uint32_t page, epoch;
+	int from;
+};
+
+int dsm_push_open(struct dsm *d);
+void dsm_push_close(struct dsm *d);
+/* Pages per PUSH message (0: PM's messages cannot carry one). */
+uint32_t dsm_push_per_msg(const struct dsm *d);
+/* Before this rank's notices to peer: the pages owed to it that it
+ * asked for and that are homed here. */
+void dsm_push_to(struct dsm *d, int peer, const struct pageset *owed);
+/* At the departure of a barrier of a few, after the notices' pages are
+ * dropped: the pushed ones among them made PREFETCHED (no fetch); the
+ * pushes of pages the notices do not name stay for the next. */
+void dsm_push_take(struct dsm *d, const struct pageset *notices);
+/* After that departure: ask the homes among peers to push, from now on,
+ * the pages of list (fetched again, pages[0..n)) homed at them. */
+void dsm_push_subscribe(struct dsm *d, const struct dsm_peers *w, const uint32_t *pages,
+			uint32_t n);
+/* A page this rank cannot take from a push any more. */
+static inline void dsm_push_refuse(struct dsm *d, uint32_t page)
+{
+	pageset_add(&d->no_push, page);
+}
+/* Freed pages: their pushes, asked for or not, start over. */
+void dsm_push_forget(struct dsm *d, uint32_t first, uint32_t n);
+void dsm_on_push(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t *p, size_t len);
+void dsm_on_subscribe(struct dsm *d, int peer, const uint8_t *p, size_t len);
 
 /* ---- fault.c ---- */
 
@@ -502,11 +567,6 @@ void dsm_release(struct dsm *d);
  * application has not run since (a barrier), nothing new to look for. */
 void dsm_invalidate(struct dsm *d, const struct pageset *set, bool written_since_release);
 int dsm_barrier(struct dsm *d);
-/* The ranks of a barrier of a few: distinct, none of them this one. */
-struct dsm_peers {
-	const int *peers;
-	unsigned n;
-};
 int dsm_barrier_with(struct dsm *d, const struct dsm_peers *w);
 int dsm_lock(struct dsm *d, unsigned l);
 int dsm_unlock(struct dsm *d, unsigned l);

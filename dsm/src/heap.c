@@ -303,6 +303,7 @@ void dsm_heap_free(struct dsm *d, int index)
 		pageset_del(&d->told, p);
 		pageset_del(&d->cool, p);
 	}
+	dsm_push_forget(d, e->first, e->pages);
 	/* Whoever fetches these pages after the next allocation tells us
 	 * again (a late byte only makes a page shared sooner: no harm). */
 	memset((void *)(d->copied + e->first), 0, e->pages);

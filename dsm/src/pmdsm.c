@@ -187,7 +187,7 @@ static const char *const stat_names[] = {
 	STAT(lock_ns), STAT(read_ahead_pages), STAT(home_shared), STAT(prefetched_pages),
 	STAT(prefetch_used), STAT(home_asks), STAT(cold_pages), STAT(cold_writes),
 	STAT(prefetch_overlapped), STAT(prefetch_waits), STAT(peer_barriers),
-	STAT(peer_barrier_ns),
+	STAT(peer_barrier_ns), STAT(pushed_pages), STAT(push_taken),
 };
 #undef STAT
 #define NSTATS (sizeof(struct pmdsm_stats) / sizeof(uint64_t))
@@ -314,11 +314,13 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 	uint32_t spin_us;
 	unsigned sched, prefetch_mode;
 	uint32_t log_counters;
-	uint32_t prefetch;
+	uint32_t prefetch, push;
 
 	err = err ?: read_ahead_env(&read_ahead);
 	err = err ?: uint_env("PMDSM_PREFETCH", DSM_PREFETCH_DEFAULT, DSM_PREFETCH_MAX,
 			      "a number of pages (0: no prefetch at barriers)", &prefetch);
+	err = err ?: uint_env("PMDSM_PUSH", 1, 1, "0 or 1 (0: no pushes at barriers of a few)",
+			      &push);
 	err = err ?: uint_env("PMDSM_SPIN_US", DSM_SPIN_US_DEFAULT, DSM_SPIN_US_MAX,
 			      "a number of microseconds", &spin_us);
 	err = err ?: choice_env("PMDSM_SERVICE_SCHED", service_sched_names, 3, &sched);
@@ -340,6 +342,7 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 	d->write_detect = wd;
 	d->ra_max = read_ahead;
 	d->prefetch_max = prefetch;
+	d->push = push;
 	d->spin_ns = (uint64_t)spin_us * 1000u;
 	d->service_sched = (enum dsm_service_sched)sched;
 	d->prefetch_overlap = prefetch_mode == PMDSM_PREFETCH_OVERLAP;

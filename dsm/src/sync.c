@@ -76,6 +76,7 @@ int dsm_sync_open(struct dsm *d)
 	err = err ?: pageset_init(&d->grant_notices, d->npages);
 	err = err ?: pageset_init(&d->own_notices, d->npages);
 	err = err ?: pageset_init(&d->peer_notices, d->npages);
+	err = err ?: pageset_init(&d->peer_departing, d->npages);
 	if (err)
 		return err;
 	d->owed = calloc((size_t)d->size, sizeof(*d->owed));
@@ -84,7 +85,7 @@ int dsm_sync_open(struct dsm *d)
 	d->peer_arrivals = calloc((size_t)d->size, sizeof(*d->peer_arrivals));
 	if (!d->owed || !d->met || !d->peer_calls || !d->peer_arrivals)
 		return -ENOMEM;
-	return 0;
+	return dsm_push_open(d);
 }
 
 void dsm_sync_close(struct dsm *d)
@@ -116,6 +117,7 @@ void dsm_sync_close(struct dsm *d)
 	pageset_fini(&d->grant_notices);
 	pageset_fini(&d->own_notices);
 	pageset_fini(&d->peer_notices);
+	pageset_fini(&d->peer_departing);
 	for (uint32_t i = 0; d->owed && i < d->nmet; i++)
 		pageset_fini(&d->owed[d->met[i]]);
 	free(d->owed);
@@ -127,6 +129,7 @@ void dsm_sync_close(struct dsm *d)
 	d->peer_calls = NULL;
 	d->peer_arrivals = NULL;
 	d->nmet = 0;
+	dsm_push_close(d);
 }
 
 /* ---- release and acquire ---- */
@@ -138,6 +141,8 @@ static void note_own_write(struct dsm *d, uint32_t page)
 {
 	pageset_add(&d->epoch_notices, page);
 	pageset_add(&d->own_notices, page);
+	if (d->home[page] != d->rank)
+		dsm_push_refuse(d, page);
 	for (uint32_t i = 0; i < d->nmet; i++)
 		pageset_add(&d->owed[d->met[i]], page);
 }
@@ -355,16 +360,34 @@ static uint32_t prefetch_list(struct dsm *d, const struct pageset *drop)
 	return n;
 }
 
-/* An acquire that ends a barrier (of all, or of a few): the pages the
- * notices name are dropped, and those of them this rank had valid are
- * fetched again.  The application has waited in the barrier since its
- * release: nothing it wrote since needs the kernel's word. */
-static void depart(struct dsm *d, struct pageset *notices)
+/* Of pages, those still INVALID (not taken from a push), in order. */
+static uint32_t still_invalid(const struct dsm *d, uint32_t *pages, uint32_t n)
+{
+	uint32_t k = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (d->state[pages[i]] == PAGE_INVALID)
+			pages[k++] = pages[i];
+	return k;
+}
+
+/* An acquire that ends a barrier (of all, or of a few: then w names the
+ * peers): the pages the notices name are dropped, and those of them this
+ * rank had valid are fetched again, or taken from the peers' pushes.  The
+ * application has waited in the barrier since its release: nothing it
+ * wrote since needs the kernel's word. */
+static void depart(struct dsm *d, struct pageset *notices, const struct dsm_peers *w)
 {
 	uint32_t again = prefetch_list(d, notices);
 
 	dsm_invalidate(d, notices, false);
+	if (w) {
+		dsm_push_take(d, notices);
+		again = still_invalid(d, d->prefetch, again);
+	}
 	dsm_prefetch(d, d->prefetch, again);
+	if (w)
+		dsm_push_subscribe(d, w, d->prefetch, again);
 	pageset_clear(notices);
 }
 
@@ -415,7 +438,7 @@ int dsm_barrier(struct dsm *d)
 		dsm_send(d, 0, MSG_BARRIER_ARRIVE, d->epoch, NULL, 0);
 	}
 	dsm_wait_until(d, departed, NULL);
-	depart(d, &d->depart_notices);
+	depart(d, &d->depart_notices, NULL);
 	/* Every page is current everywhere: nothing is owed to anyone.  (The
 	 * notices of barriers of a few already here are a peer's next one's:
 	 * they stay.) */
@@ -466,16 +489,24 @@ int dsm_barrier_with(struct dsm *d, const struct dsm_peers *w)
 		int peer = w->peers[i];
 		struct pageset *o = owed_to(d, peer);
 
+		dsm_push_to(d, peer, o);
 		if (o->count)
 			dsm_send_notices(d, peer, DSM_NOTICE_PEER, d->epoch, o);
 		pageset_clear(o);
 		dsm_send(d, peer, MSG_PEER_ARRIVE, ++d->peer_calls[peer], NULL, 0);
 	}
 	dsm_wait_until(d, peers_arrived, w);
+
+	/* The notices come are this departure's; those that come while it
+	 * fetches (a peer already at its next meeting) are the next one's. */
+	struct pageset departing = d->peer_notices;
+
+	d->peer_notices = d->peer_departing;
+	d->peer_departing = departing;
 	/* What the peers wrote is passed on by our next release to a lock,
 	 * as a grant's notices are. */
-	pageset_union(&d->epoch_notices, &d->peer_notices);
-	depart(d, &d->peer_notices);
+	pageset_union(&d->epoch_notices, &d->peer_departing);
+	depart(d, &d->peer_departing, w);
 	d->st->peer_barriers++;
 	d->st->peer_barrier_ns += dsm_now_ns() - t0;
 	return 0;
@@ -582,6 +613,8 @@ int dsm_lock(struct dsm *d, unsigned l)
 	dsm_wait_until(d, granted, &l);
 	d->granted_lock = -1;
 	dsm_invalidate(d, &d->grant_notices, true);
+	/* Written by whom the grant does not say: never taken from a push. */
+	pageset_union(&d->no_push, &d->grant_notices);
 	/* What came before the grant is passed on by our next release. */
 	pageset_union(&d->epoch_notices, &d->grant_notices);
 	pageset_clear(&d->grant_notices);
@@ -647,6 +680,23 @@ static void handle_diffs(struct dsm *d, int peer, uint32_t n, const uint8_t *p, 
 	dsm_send(d, peer, MSG_DIFF_ACK, n, NULL, 0);
 }
 
+/* A peer's notices (unless a barrier of all came since: moot).  A page it
+ * names that is not homed there has a writer other than its home: never
+ * taken from a push (push.c). */
+static int peer_notices(struct dsm *d, int peer, const uint8_t *p, size_t len)
+{
+	int err = pageset_decode(&d->scratch, p, len);
+
+	for (uint32_t q = pageset_next(&d->scratch, 0); !err && q != PAGESET_NONE;
+	     q = pageset_next(&d->scratch, q + 1))
+		if (d->home[q] != peer)
+			dsm_push_refuse(d, q);
+	if (!err)
+		pageset_union(&d->peer_notices, &d->scratch);
+	pageset_clear(&d->scratch);
+	return err;
+}
+
 static void handle_notices(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t *p,
 			   size_t len)
 {
@@ -655,8 +705,7 @@ static void handle_notices(struct dsm *d, int peer, const struct dsm_hdr *h, con
 	if (h->arg == DSM_NOTICE_BARRIER)
 		err = pageset_decode(d->rank == 0 ? &d->mgr_union : &d->depart_notices, p, len);
 	else if (h->arg == DSM_NOTICE_PEER)
-		/* Moot if a barrier of all came since. */
-		err = h->epoch < d->epoch ? 0 : pageset_decode(&d->peer_notices, p, len);
+		err = h->epoch < d->epoch ? 0 : peer_notices(d, peer, p, len);
 	else if (h->arg >= PMDSM_LOCKS)
 		err = -EINVAL;
 	else if (lock_manager(d, h->arg) == d->rank)
@@ -723,6 +772,12 @@ void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t 
 		return;
 	case MSG_BYE:
 		d->bye_seen++;
+		return;
+	case MSG_SUBSCRIBE:
+		dsm_on_subscribe(d, peer, p, len);
+		return;
+	case MSG_PUSH:
+		dsm_on_push(d, peer, h, p, len);
 		return;
 	case MSG_PEER_ARRIVE:
 		if (h->arg == d->peer_arrivals[peer] + 1) {

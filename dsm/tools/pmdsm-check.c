@@ -153,18 +153,41 @@ static void lock_rounds(const struct options *o, uint64_t *ctr, uint64_t *expect
 /*
  * Barriers of a few: the ranks stand in a ring and each meets only its two
  * neighbours (pmdsm_barrier_with), round after round with no barrier of
- * all between.  Every byte of two shared arrays has an owner drawn at
- * random, the only rank that writes it (so the pages are falsely shared,
- * among neighbours and not); round r writes a new value into every owned
- * byte of array r % 2, as a stencil's sweep writes one grid of two, then
- * each rank meets its neighbours and reads the bytes it or they own: what
- * a neighbour wrote before they met must be there, not the value of round
+ * all between.  Every byte of two shared arrays has an owner, the only
+ * rank that writes it; round r writes a new value into every owned byte of
+ * array r % 2, as a stencil's sweep writes one grid of two, then each rank
+ * meets its neighbours and reads the bytes it or they own: what a
+ * neighbour wrote before they met must be there, not the value of round
  * r - 2 still cached.  A barrier of all ends the phase, and then every
- * rank reads every byte of both arrays.
+ * rank reads every byte of both arrays.  Three ways to own the bytes:
+ *
+ *   OWN_RANDOM  an owner drawn at random per byte: the pages are falsely
+ *               shared, among neighbours and not;
+ *   OWN_HOME    the home of the byte's page: pages a neighbour reads again
+ *               every round, written by their home alone, which the home
+ *               pushes (push.c; counted by push_taken);
+ *   OWN_PAIR    the home or the rank after it, drawn per byte: a page is
+ *               pushed by its home while another rank writes it too, which
+ *               the reader may meet; it must see that rank's bytes too.
+ *               Rank 1 writes late in each round, so that the home of the
+ *               pages it shares (rank 0) has pushed them before rank 1's
+ *               diffs reach it: a reader that took such a push would miss
+ *               rank 1's bytes (with 3 ranks, rank 2 reads them).
  */
-static int owner(const struct options *o, size_t i)
+enum ownership { OWN_RANDOM, OWN_HOME, OWN_PAIR };
+
+static int owner(const struct options *o, enum ownership how, const uint8_t *a, size_t i)
 {
-	return (int)(draw(o->seed, 0, i, 5) % (uint64_t)size);
+	if (how == OWN_RANDOM)
+		return (int)(draw(o->seed, 0, i, 5) % (uint64_t)size);
+
+	int home = pmdsm_home(a + i);
+
+	if (home < 0)
+		fail("pmdsm_home: %s", pmdsm_strerror(home));
+	if (how == OWN_PAIR && draw(o->seed, 0, i, 7) % 2)
+		return (home + 1) % size;
+	return home;
 }
 
 static uint8_t peer_value(const struct options *o, unsigned r, size_t i)
@@ -172,48 +195,70 @@ static uint8_t peer_value(const struct options *o, unsigned r, size_t i)
 	return (uint8_t)draw(o->seed, r, i, 6);
 }
 
-static void peer_check(const struct options *o)
+static void peer_rounds(const struct options *o, enum ownership how)
 {
 	int left = (rank + size - 1) % size, right = (rank + 1) % size;
 	int peers[2] = { left, right };
 	unsigned npeers = size == 1 ? 0 : size == 2 ? 1 : 2;
 	uint8_t *arr[2] = { pmdsm_alloc(o->bytes, o->placement), pmdsm_alloc(o->bytes, o->placement) };
 	unsigned last[2] = { 0, 0 };        /* the round that wrote each array last, + 1 */
+	int *own[2] = { malloc(o->bytes * sizeof(int)), malloc(o->bytes * sizeof(int)) };
 
 	if (!arr[0] || !arr[1])
 		fail("pmdsm_alloc: %s", strerror(errno));
-	if (size > 1) {
-		int twice[2] = { left, left };
-
-		if (pmdsm_barrier_with(twice, 2) != -EINVAL)
-			fail("pmdsm_barrier_with accepted rank %d named twice", left);
-	}
+	if (!own[0] || !own[1])
+		fail("out of memory");
+	for (unsigned k = 0; k < 2; k++)
+		for (size_t i = 0; i < o->bytes; i++)
+			own[k][i] = owner(o, how, arr[k], i);
 	for (unsigned r = 0; r < o->rounds; r++) {
 		uint8_t *a = arr[r % 2];
+		const int *ow = own[r % 2];
 
+		if (how == OWN_PAIR && rank == 1)
+			nanosleep(&(struct timespec){ .tv_nsec = 5000000 }, NULL);
 		for (size_t i = 0; i < o->bytes; i++)
-			if (owner(o, i) == rank)
+			if (ow[i] == rank)
 				a[i] = peer_value(o, r, i);
 		call(pmdsm_barrier_with(peers, npeers), "pmdsm_barrier_with");
 		last[r % 2] = r + 1;
 		for (size_t i = 0; i < o->bytes; i++) {
-			int w = owner(o, i);
+			int w = ow[i];
 
 			if ((w == rank || w == left || w == right) && a[i] != peer_value(o, r, i))
-				fail("seed %" PRIu64 " peer round %u: byte %zu of array %u is %u, expected "
-				     "%u (written by rank %d, a neighbour, before they met)", o->seed, r,
-				     i, r % 2, a[i], peer_value(o, r, i), w);
+				fail("seed %" PRIu64 " peer round %u (ownership %d): byte %zu of array "
+				     "%u is %u, expected %u (written by rank %d, a neighbour, before "
+				     "they met)", o->seed, r, how, i, r % 2, a[i], peer_value(o, r, i), w);
 		}
 	}
 	call(pmdsm_barrier(), "pmdsm_barrier");
 	for (unsigned k = 0; k < 2; k++)
 		for (size_t i = 0; last[k] && i < o->bytes; i++)
 			if (arr[k][i] != peer_value(o, last[k] - 1, i))
-				fail("seed %" PRIu64 " after the peer rounds: byte %zu of array %u is %u, "
-				     "expected %u (written by rank %d in peer round %u)", o->seed, i, k,
-				     arr[k][i], peer_value(o, last[k] - 1, i), owner(o, i), last[k] - 1);
+				fail("seed %" PRIu64 " after the peer rounds (ownership %d): byte %zu of "
+				     "array %u is %u, expected %u (written by rank %d in peer round %u)",
+				     o->seed, how, i, k, arr[k][i], peer_value(o, last[k] - 1, i),
+				     own[k][i], last[k] - 1);
+	free(own[1]);
+	free(own[0]);
 	call(pmdsm_free(arr[1]), "pmdsm_free");
 	call(pmdsm_free(arr[0]), "pmdsm_free");
+}
+
+static void peer_check(const struct options *o)
+{
+	if (size > 1) {
+		int left = (rank + size - 1) % size, twice[2] = { left, left };
+
+		if (pmdsm_barrier_with(twice, 2) != -EINVAL)
+			fail("pmdsm_barrier_with accepted rank %d named twice", left);
+	}
+	peer_rounds(o, OWN_RANDOM);
+	/* Owned by homes: homes known before the first write. */
+	if (o->placement != PMDSM_FIRST_TOUCH) {
+		peer_rounds(o, OWN_HOME);
+		peer_rounds(o, OWN_PAIR);
+	}
 }
 
 static void heap_check(const struct options *o)

@@ -126,6 +126,9 @@ int main(int argc, char **argv)
 	setenv("PMDSM_SPIN_US", "2000000", 1);     /* beyond a second */
 	CHECK_ERR(pmdsm_init(NULL), -EINVAL);
 	unsetenv("PMDSM_SPIN_US");
+	setenv("PMDSM_PUSH", "2", 1);
+	CHECK_ERR(pmdsm_init(NULL), -EINVAL);
+	unsetenv("PMDSM_PUSH");
 	setenv("PMDSM_SERVICE_SCHED", "eager", 1);
 	CHECK_ERR(pmdsm_init(NULL), -EINVAL);
 	unsetenv("PMDSM_SERVICE_SCHED");
@@ -309,7 +312,8 @@ int main(int argc, char **argv)
 	CHECK_MSG(strstr(logged, " barriers=1 ") && strstr(logged, " read_ahead_pages=0 ") &&
 		  strstr(logged, " home_shared=0 ") && strstr(logged, " prefetch_used=0 ") && strstr(logged, " home_asks=0 ") && strstr(logged, " cold_writes=0 ") &&
 		  strstr(logged, " prefetch_waits=0 ") && strstr(logged, " peer_barriers=0 ") &&
-		  strstr(logged, " peer_barrier_ns=0\n"),
+		  strstr(logged, " peer_barrier_ns=0 ") && strstr(logged, " pushed_pages=0 ") &&
+		  strstr(logged, " push_taken=0\n"),
 		  "%s", logged);
 	unsetenv("PMDSM_STATS");
 	return 0;
