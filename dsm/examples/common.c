@@ -27,6 +27,7 @@ enum {
 	OPT_BINS = 1 << 4,
 	OPT_CHUNK = 1 << 5,
 	OPT_BARRIER = 1 << 6,   /* the MPI version only */
+	OPT_NEIGHBOURS = 1 << 7,        /* the DSM version only */
 };
 
 struct program_desc {
@@ -36,7 +37,7 @@ struct program_desc {
 };
 
 static const struct program_desc programs[] = {
-	[PROG_JACOBI] = { "jacobi", OPT_N | OPT_ITERATIONS | OPT_BARRIER,
+	[PROG_JACOBI] = { "jacobi", OPT_N | OPT_ITERATIONS | OPT_BARRIER | OPT_NEIGHBOURS,
 		"2-D 5-point Jacobi stencil on an N x N grid of doubles with fixed\n"
 		"boundary values: every sweep computes a new grid from the old one." },
 	[PROG_SOR] = { "sor", OPT_N | OPT_ITERATIONS | OPT_OMEGA,
@@ -49,11 +50,17 @@ static const struct program_desc programs[] = {
 		"items are cut into tasks of irregular size (CHUNK on average)." },
 };
 
-/* The options of program d in this version: --barrier is the parallel
- * versions' (the sequential one has nobody to wait for). */
+/* The options of program d in this version: --barrier is the MPI
+ * version's, --neighbours the DSM version's. */
 static unsigned options_of(const struct program_desc *d, const char *version)
 {
-	return strcmp(version, "seq") != 0 ? d->opts : d->opts & ~(unsigned)OPT_BARRIER;
+	unsigned drop = OPT_BARRIER | OPT_NEIGHBOURS;
+
+	if (strcmp(version, "mpi") == 0)
+		drop = OPT_NEIGHBOURS;
+	else if (strcmp(version, "dsm") == 0)
+		drop = OPT_BARRIER;
+	return d->opts & ~drop;
 }
 
 static const char *version_what(const char *version)
@@ -198,11 +205,14 @@ static void usage(const struct program_desc *d, const char *version, FILE *f)
 		fprintf(f, "  -c, --chunk C        mean items per task (default 10000; 1..M)\n");
 	if (options_of(d, version) & OPT_BARRIER)
 		fprintf(f, "      --barrier        every rank waits for all the others after each\n"
-		        "                       sweep (%s); by default a rank waits only\n"
-		        "                       for its neighbours (%s)\n",
-		        strcmp(version, "mpi") == 0 ? "MPI_Barrier" : "pmdsm_barrier",
-		        strcmp(version, "mpi") == 0 ? "their rows, MPI_Sendrecv"
-		                                    : "pmdsm_barrier_with");
+		        "                       sweep (MPI_Barrier), as the DSM version does in\n"
+		        "                       pmdsm_barrier; by default a rank waits only for\n"
+		        "                       its neighbours' rows\n");
+	if (options_of(d, version) & OPT_NEIGHBOURS)
+		fprintf(f, "      --neighbours     every rank meets only its two neighbours after\n"
+		        "                       each sweep (pmdsm_barrier_with), as the MPI\n"
+		        "                       version waits for their rows; by default all\n"
+		        "                       ranks meet (pmdsm_barrier)\n");
 	fprintf(f,
 	        "  -s, --seed S         seed of the input generator (default 1)\n"
 	        "      --check          %s\n"
@@ -234,7 +244,7 @@ int options_parse(struct options *o, enum program p, const char *version,
                   int argc, char **argv, bool loud)
 {
 	const struct program_desc *d = &programs[p];
-	enum { LONG_CHECK = 256, LONG_BARRIER };
+	enum { LONG_CHECK = 256, LONG_BARRIER, LONG_NEIGHBOURS };
 	const struct option all[] = {
 		{ "size", required_argument, NULL, 'n' },
 		{ "iterations", required_argument, NULL, 'i' },
@@ -246,9 +256,10 @@ int options_parse(struct options *o, enum program p, const char *version,
 		{ "check", no_argument, NULL, LONG_CHECK },
 		{ "help", no_argument, NULL, 'h' },
 		{ "barrier", no_argument, NULL, LONG_BARRIER },
+		{ "neighbours", no_argument, NULL, LONG_NEIGHBOURS },
 	};
 	const unsigned need[] = { OPT_N, OPT_ITERATIONS, OPT_OMEGA, OPT_ITEMS,
-	                          OPT_BINS, OPT_CHUNK, 0, 0, 0, OPT_BARRIER };
+	                          OPT_BINS, OPT_CHUNK, 0, 0, 0, OPT_BARRIER, OPT_NEIGHBOURS };
 	struct option longopts[sizeof all / sizeof all[0] + 1];
 	char shortopts[32] = ":";
 	size_t nl = 0;
@@ -331,6 +342,9 @@ int options_parse(struct options *o, enum program p, const char *version,
 			break;
 		case LONG_BARRIER:
 			o->barrier = true;
+			break;
+		case LONG_NEIGHBOURS:
+			o->neighbours = true;
 			break;
 		case 'h':
 			if (loud)
@@ -440,6 +454,8 @@ void print_result(const struct options *o, int ranks, double seconds,
 		printf(", \"n\": %" PRIu64 ", \"iterations\": %" PRIu64, o->n, o->iterations);
 		if (o->barrier)
 			printf(", \"barrier\": true");
+		if (o->neighbours)
+			printf(", \"neighbours\": true");
 		break;
 	case PROG_SOR:
 		printf(", \"n\": %" PRIu64 ", \"iterations\": %" PRIu64 ", \"omega\": %.17g",

@@ -40,8 +40,10 @@ struct options {
 	uint64_t chunk;            /* histogram: mean items per task */
 	uint64_t seed;             /* input generator's seed */
 	bool check;                /* compare with the sequential result */
-	bool barrier;              /* jacobi: every rank waits for all after
-	                              every sweep, not for its neighbours alone */
+	bool barrier;              /* jacobi_mpi: MPI_Barrier after every sweep */
+	bool neighbours;           /* jacobi_dsm: pmdsm_barrier_with the two
+	                              neighbours after every sweep, not
+	                              pmdsm_barrier */
 };
 
 /*

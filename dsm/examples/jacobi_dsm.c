@@ -6,20 +6,21 @@
  * have their home at rank r).  Every rank initialises and updates its own
  * block of rows; the rows just above and below it are read from the
  * neighbours' pages, fetched again at each barrier (the DSM's prefetch).
- * A barrier with the two neighbours at the end of each sweep is the only
- * synchronisation (pmdsm_barrier_with; with --barrier, a barrier of all):
- * it makes the sweep's writes visible to the ranks that read them, and
- * keeps the next sweep from overwriting what a slower neighbour still
- * reads (the next sweep writes the other grid; the one after, this one,
- * only once the neighbour has met us again, done reading).  A barrier of
- * all after the last sweep shows rank 0 the whole grid.
+ * A barrier at the end of each sweep is the only synchronisation: it makes
+ * the sweep's writes visible before anyone reads them, and keeps the next
+ * sweep from overwriting what a slower rank still reads.  With
+ * --neighbours it is a barrier with the two neighbours alone
+ * (pmdsm_barrier_with), whose pushes bring their edge rows: the next sweep
+ * writes the other grid, and the one after writes this one only once the
+ * neighbours have met us again, done reading; a barrier of all after the
+ * last sweep then shows rank 0 the whole grid.
  *
  * A sweep computes the rows that read only this rank's pages first and the
  * two that read a neighbour's row last, and asks the DSM not to wait for
  * those rows at the barrier (PMDSM_PREFETCH_OVERLAP): they cross the
  * network while the rest is computed.
  *
- *   scrun -nodes=2x2 jacobi_dsm [-n 512] [-i 100] [-s 1] [--barrier] [--check]
+ *   scrun -nodes=2x2 jacobi_dsm [-n 512] [-i 100] [-s 1] [--neighbours] [--check]
  */
 #include "common.h"
 #include "dsm_common.h"
@@ -88,15 +89,15 @@ int main(int argc, char **argv)
 		if (first + 1 < last)
 			jacobi_row(&next[(last - 1) * n], &cur[(last - 2) * n], &cur[(last - 1) * n],
 			           &cur[last * n], n);
-		if (o.barrier)
-			dsm_barrier();
-		else
+		if (o.neighbours)
 			dsm_barrier_with(peers, npeers);
+		else
+			dsm_barrier();
 		double *t = cur;
 		cur = next;
 		next = t;
 	}
-	if (!o.barrier || o.iterations == 0)
+	if (o.neighbours || o.iterations == 0)
 		dsm_barrier();
 	double t1 = now_seconds();
 

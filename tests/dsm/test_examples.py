@@ -3,11 +3,12 @@
 - jacobi_mpi --barrier (every rank waits for all after each sweep): the
   same result as without it and as the sequential program, and its result
   line says so.
-- jacobi_dsm meets only its neighbours after each sweep (pmdsm_barrier_with,
-  counted in peer_barriers), or all ranks with --barrier (pmdsm_barrier):
-  the sequential result either way, also with more ranks than rows.
-- --barrier belongs to the parallel versions: the sequential one refuses it
-  with a usage error (exit 2) and a message naming it.
+- jacobi_dsm meets all ranks after each sweep (pmdsm_barrier), or with
+  --neighbours only its two neighbours (pmdsm_barrier_with, counted in
+  peer_barriers; their edge rows pushed, counted in push_taken): the
+  sequential result either way, also with more ranks than rows.
+- --barrier belongs to the MPI version, --neighbours to the DSM version:
+  the others refuse them with a usage error (exit 2) naming the option.
 
 mpirun runs two ranks on this machine (Open MPI's own transports); every
 command is bounded in time."""
@@ -59,48 +60,54 @@ def test_jacobi_mpi_with_a_barrier_every_sweep_gives_the_sequential_result():
     assert barrier["ranks"] == 2
 
 
-def test_jacobi_dsm_meets_its_neighbours_or_with_barrier_everyone():
+def test_jacobi_dsm_meets_everyone_or_with_neighbours_only_its_neighbours():
     seq = result_line([BUILD_BIN / "jacobi_seq", *ARGS])
     iterations = int(ARGS[ARGS.index("-i") + 1])
     for ranks in (2, 3):
         cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(ranks),
                BUILD_BIN / "jacobi_dsm", *ARGS, "--check"]
-        for barrier in (False, True):
-            proc = run(cmd + (["--barrier"] if barrier else []), PMDSM_STATS="1")
+        for neighbours in (False, True):
+            proc = run(cmd + (["--neighbours"] if neighbours else []), PMDSM_STATS="1")
             line = json.loads(proc.stdout)
-            assert line["checksum"] == seq["checksum"], (ranks, barrier)
-            assert line.get("barrier", False) is barrier
+            assert line["checksum"] == seq["checksum"], (ranks, neighbours)
+            assert line.get("neighbours", False) is neighbours
             counters = dsm_counters(proc.stderr)
             assert sorted(counters) == list(range(ranks)), proc.stderr
             for rank, c in counters.items():
-                if barrier:
-                    assert c["peer_barriers"] == 0
+                if not neighbours:
+                    assert c["peer_barriers"] == 0 and c["pushed_pages"] == 0
                     assert c["barriers"] >= iterations
                 else:
                     # One meeting per sweep, and a barrier of all only
                     # around the sweeps (start, end, the frees).
                     assert c["peer_barriers"] == iterations, (rank, c)
                     assert c["barriers"] < iterations, (rank, c)
+            if neighbours:
+                # Edge rows come as pushes after the first sweeps (not
+                # those on a page that two ranks' rows share: both write it).
+                taken = sum(c["push_taken"] for c in counters.values())
+                assert taken > 0, counters
 
 
 def test_jacobi_dsm_with_more_ranks_than_rows():
     args = ["-n", "4", "-i", "5", "-s", "7"]
     seq = result_line([BUILD_BIN / "jacobi_seq", *args])
-    for barrier in ([], ["--barrier"]):
+    for neighbours in ([], ["--neighbours"]):
         line = result_line(["mpirun", "--oversubscribe", "--bind-to", "none", "-n", "6",
-                            BUILD_BIN / "jacobi_dsm", *args, *barrier, "--check"])
-        assert line["checksum"] == seq["checksum"], barrier
+                            BUILD_BIN / "jacobi_dsm", *args, *neighbours, "--check"])
+        assert line["checksum"] == seq["checksum"], neighbours
         assert line["ranks"] == 6
 
 
-def test_barrier_is_an_option_of_the_parallel_versions_only():
-    proc = subprocess.run([BUILD_BIN / "jacobi_seq", *ARGS, "--barrier"],
-                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
-    assert proc.returncode == 2, proc.stderr
-    assert "unknown option --barrier" in proc.stderr
-    assert proc.stdout == ""
-    for version, sync in (("dsm", "pmdsm_barrier"), ("mpi", "MPI_Barrier")):
+def test_each_sync_option_belongs_to_one_version():
+    for version, option in (("seq", "--barrier"), ("dsm", "--barrier"),
+                            ("seq", "--neighbours"), ("mpi", "--neighbours")):
+        proc = subprocess.run([BUILD_BIN / f"jacobi_{version}", *ARGS, option],
+                              capture_output=True, text=True, timeout=TIMEOUT, check=False)
+        assert proc.returncode == 2, (version, option, proc.stderr)
+        assert f"unknown option {option}" in proc.stderr
+        assert proc.stdout == ""
+    for version, option in (("dsm", "--neighbours"), ("mpi", "--barrier")):
         proc = subprocess.run([BUILD_BIN / f"jacobi_{version}", "--help"],
                               capture_output=True, text=True, timeout=TIMEOUT, check=False)
-        assert proc.returncode == 0
-        assert "--barrier" in proc.stdout and sync in proc.stdout
+        assert proc.returncode == 0 and option in proc.stdout
