@@ -92,7 +92,10 @@ VERSIONS = ["seq"] + [f"dsm-{m}" for m in METHODS] + ["mpi"]
 # synchronises: every rank waiting for all after each sweep (jacobi_mpi
 # --barrier).  A row to read beside the others, not a baseline of a target.
 MPI_BARRIER = "mpi-barrier"
-CLUSTER_EXTRA = {"jacobi": [MPI_BARRIER]}
+# And the DSM version meeting only its neighbours after each sweep
+# (jacobi_dsm --neighbours, the chosen method): its edge rows pushed.
+DSM_NEIGHBOURS = "dsm-neighbours"
+CLUSTER_EXTRA = {"jacobi": [MPI_BARRIER, DSM_NEIGHBOURS]}
 TARGET_PROGRAM = "jacobi"
 VADER = ["--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
 MPIRUN_NODE = ["mpirun", "--bind-to", "core", "--map-by", "core", "--report-bindings"]
@@ -332,6 +335,9 @@ def app_argv(ctx, where, cl, program, args, version, ranks):
             mca += ["--mca", "mpi_yield_when_idle", "1"]
         return cluster_mpirun(ctx, cl, ranks, mca, {}, binary)
     method = version.split("-", 1)[1]
+    if version == DSM_NEIGHBOURS:
+        binary.append("--neighbours")
+        method = CHOSEN
     if where == "node":
         return node_mpirun(ctx, ranks, [], {"PM_DEVICE": "shm", "PMDSM_WRITE_DETECT": method},
                            binary)
@@ -426,8 +432,8 @@ def summarise_app(prog, where):
     prog["dsm_over_mpi"] = {}
     for p in counts[1:]:
         by_method = prog["dsm_over_mpi"][str(p)] = {}
-        for method in METHODS:
-            v = f"dsm-{method}"
+        for v in (v for v in versions if v.startswith("dsm-")):
+            method = v[len("dsm-"):]
             eff_ratio = ratios(sums[v]["efficiency"][str(p)]["samples"],
                                sums["mpi"]["efficiency"][str(p)]["samples"])
             time_ratio = ratios([t(r, v, p) for r in rounds], [t(r, "mpi", p) for r in rounds])
@@ -593,7 +599,7 @@ def run_suite(ctx):
            "fault_settings": {"pages": FAULT_PAGES, "reps": reps, "min_time_s": FAULT_MIN_TIME,
                               "tests": FAULT_TESTS, "baseline": BASELINE_TEST},
            "programs": [{"program": p, "args": a} for p, a in PROGRAMS if p in programs],
-           "methods": METHODS, "ranks": RANKS,
+           "methods": METHODS, "chosen": CHOSEN, "ranks": RANKS,
            "placement": {
                "node": ("mpirun --bind-to core --map-by core: each rank on its own core (its "
                         "service thread with it); the sequential program on CPU 0 (taskset)"

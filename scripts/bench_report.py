@@ -1003,16 +1003,21 @@ def render_dsm(doc, path):
                              "", "", "", "", ""])
             for p, by_method in prog["dsm_over_mpi"].items():
                 # mpi-barrier: the MPI version with the DSM version's
-                # synchronisation (jacobi_mpi --barrier), where it ran.
-                for v in [f"dsm-{m}" for m in methods] + ["mpi", "mpi-barrier"]:
+                # synchronisation (jacobi_mpi --barrier); dsm-neighbours:
+                # the DSM version with the MPI version's (jacobi_dsm
+                # --neighbours), where they ran.
+                for v in ([f"dsm-{m}" for m in methods]
+                          + ["dsm-neighbours", "mpi", "mpi-barrier"]):
                     if v not in summ:
                         continue
                     r = summ[v]
                     m = v[4:] if v.startswith("dsm-") else None
-                    ratio = by_method[m] if m else None
+                    ratio = by_method.get(m) if m else None
                     tgt = marks.get(f"{where}_{prog['program']}_{m}_{p}") if m else None
                     vs_seq = (r.get("efficiency_vs_seq") or {}).get(p)
-                    label = (f"DSM, {m}" if m else
+                    label = (f"DSM, {doc.get('chosen', 'uffd-async')}, `--neighbours` (each "
+                             "rank meets its two neighbours after each sweep)"
+                             if v == "dsm-neighbours" else f"DSM, {m}" if m else
                              "MPI, `--barrier` (all ranks wait after each sweep)"
                              if v == "mpi-barrier" else "MPI")
                     rows.append([label, p,
