@@ -273,6 +273,10 @@ def dsm():
                                         "prefetched, left in flight {{node}}"),
                                        (per_node("prefetch_waits"),
                                         "waited for in flight {{node}}"),
+                                       (per_node("pushed_pages"),
+                                        "pushed to neighbours {{node}}"),
+                                       (per_node("push_taken"),
+                                        "taken from pushes {{node}}"),
                                        (per_node("diffs_sent"), "diffs sent {{node}}"),
                                        (per_node("diffs_applied"), "diffs applied {{node}}")],
                    unit="ops", description="Read ahead: pages fetched beside a faulted one "
@@ -282,6 +286,9 @@ def dsm():
                                            "left in flight: those whose read the barrier did not "
                                            "wait for (PMDSM_PREFETCH_MODE=overlap), and the "
                                            "accesses that waited for one. "
+                                           "Pushed: pages homed on the node sent to the peers "
+                                           "of a barrier of a few that read them; taken: pushed "
+                                           "pages used instead of a fetch. "
                                            "Diffs applied: diffs other ranks sent to pages homed "
                                            "on this node."),
         timeseries("Coherence work", [(per_node("twins"), "twins {{node}}"),
