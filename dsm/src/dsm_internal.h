@@ -299,6 +299,9 @@ static inline uint8_t *dsm_batch_buf(struct dsm *d, int home)
 	return d->batch_bufs + (size_t)home * DSM_DIFF_BATCH;
 }
 
+/* free() what p points to and forget it (a close may run twice). */
+#define DSM_FREE(p) do { free(p); (p) = NULL; } while (0)
+
 /* The context, NULL outside pmdsm_init()..pmdsm_finalize(). */
 extern struct dsm *dsm_ctx;
 

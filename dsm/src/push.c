@@ -52,12 +52,9 @@ void dsm_push_close(struct dsm *d)
 	pageset_fini(&d->scratch);
 	for (int r = 0; d->subs && r < d->size; r++)
 		pageset_fini(&d->subs[r]);
-	free(d->subs);
-	free(d->stash);
-	free(d->stash_bytes);
-	d->subs = NULL;
-	d->stash = NULL;
-	d->stash_bytes = NULL;
+	DSM_FREE(d->subs);
+	DSM_FREE(d->stash);
+	DSM_FREE(d->stash_bytes);
 	d->nstash = d->stash_cap = 0;
 }
 

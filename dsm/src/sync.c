@@ -96,18 +96,12 @@ void dsm_sync_close(struct dsm *d)
 			pageset_fini(&d->locks[l].notices);
 		}
 	}
-	free(d->locks);
-	free(d->held);
-	free(d->batches);
-	free(d->batched);
-	free(d->batch_bufs);
-	free(d->prefetch);
-	d->prefetch = NULL;
-	d->batches = NULL;
-	d->batched = NULL;
-	d->batch_bufs = NULL;
-	d->locks = NULL;
-	d->held = NULL;
+	DSM_FREE(d->locks);
+	DSM_FREE(d->held);
+	DSM_FREE(d->batches);
+	DSM_FREE(d->batched);
+	DSM_FREE(d->batch_bufs);
+	DSM_FREE(d->prefetch);
 	pageset_fini(&d->dirty);
 	pageset_fini(&d->told);
 	pageset_fini(&d->cool);
@@ -120,14 +114,10 @@ void dsm_sync_close(struct dsm *d)
 	pageset_fini(&d->peer_departing);
 	for (uint32_t i = 0; d->owed && i < d->nmet; i++)
 		pageset_fini(&d->owed[d->met[i]]);
-	free(d->owed);
-	free(d->met);
-	free(d->peer_calls);
-	free(d->peer_arrivals);
-	d->owed = NULL;
-	d->met = NULL;
-	d->peer_calls = NULL;
-	d->peer_arrivals = NULL;
+	DSM_FREE(d->owed);
+	DSM_FREE(d->met);
+	DSM_FREE(d->peer_calls);
+	DSM_FREE(d->peer_arrivals);
 	d->nmet = 0;
 	dsm_push_close(d);
 }
