@@ -441,7 +441,6 @@ struct dsm_peers {
 	unsigned n;
 };
 
-
 /* A page pushed to this rank by its home, not taken yet. */
 struct dsm_stashed {
 	uint32_t page, epoch;

@@ -487,8 +487,8 @@ int dsm_barrier_with(struct dsm *d, const struct dsm_peers *w)
 	}
 	dsm_wait_until(d, peers_arrived, w);
 
-	/* The notices come are this departure's; those that come while it
-	 * fetches (a peer already at its next meeting) are the next one's. */
+	/* The notices here now are this departure's; those that come while
+	 * it fetches (a peer already at its next meeting) are the next one's. */
 	struct pageset departing = d->peer_notices;
 
 	d->peer_notices = d->peer_departing;
