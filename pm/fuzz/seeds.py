@@ -4,6 +4,10 @@ then mutates.  Usage: seeds.py DIR"""
 import os
 import struct
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "pm"))
+import pmwire  # noqa: E402  (the packet header's one Python view)
 
 JOBKEY = 0x0123456789ABCDEF
 DATA, ACK, STOP, GO, LOSE, PROBE, PROBE_ACK, POLL = range(1, 9)
@@ -13,12 +17,10 @@ REGION_KEY = (2 << 16) | 5
 
 
 def header(ptype, flags, payload, src=1, dst=0, seq=0, ack=0):
-    return struct.pack("<HBBHHQIIII", 0x4D50, 1, ptype, flags, len(payload), JOBKEY,
-                       src, dst, seq, ack) + payload
+    return pmwire.header(ptype, flags, len(payload), JOBKEY, src, dst, seq, ack) + payload
 
 
-def msg_header(total, kind, key=0, offset=0, cookie=0):
-    return struct.pack("<IB3xQQQ", total, kind, key, offset, cookie)
+msg_header = pmwire.msg_header
 
 
 def record(pkt, src=1, take=True):
@@ -30,7 +32,7 @@ def message(body, seq, kind=MSG, key=0, offset=0, src=1, frag=200):
     out, first = [], True
     pos = 0
     chunks = []
-    room = frag - 32
+    room = frag - pmwire.MSG_HDR_BYTES
     while True:
         n = min(room, len(body) - pos)
         chunks.append(body[pos:pos + n])

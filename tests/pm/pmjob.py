@@ -14,13 +14,14 @@ import os
 import random
 import re
 import signal
-import struct
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from conftest import REPO_ROOT, VCLUSTER
+from .pmwire import DATA as WIRE_DATA, F_ACK, F_FIRST, F_LAST, HDR_BYTES, msg_header
+from .pmwire import header as wire_header
 
 BUILD = Path(os.environ.get("SCORE_BUILD", REPO_ROOT / "build"))
 PMCHECK = BUILD / "bin" / "pmcheck"
@@ -242,15 +243,6 @@ def wait_for(what, predicate, timeout, interval=0.1):
 
 # ---- foreign and malformed datagrams ----
 
-WIRE_MAGIC, WIRE_VERSION, WIRE_DATA = 0x4D50, 1, 1
-F_FIRST, F_LAST, F_ACK = 1, 2, 4
-
-
-def wire_header(type_, flags, length, jobkey, src, dst, seq, ack,
-                magic=WIRE_MAGIC, version=WIRE_VERSION):
-    """The 32-byte PM/Ethernet packet header (little-endian, docs/pm/wire.md)."""
-    return struct.pack("<HBBHHQIIII", magic, version, type_, flags, length, jobkey,
-                       src, dst, seq, ack)
 
 
 def fnv1a64(text):
@@ -293,9 +285,9 @@ def garbage_datagrams(seed, count, dst_rank=0, src_rank=1, name_key=None):
         elif kind == 1:
             hdr = wire_header(WIRE_DATA, F_FIRST | F_LAST | F_ACK, 64, rnd.getrandbits(64),
                               src_rank, dst_rank, rnd.getrandbits(32), 0)
-            out.append(hdr[:rnd.randrange(0, 32)])
+            out.append(hdr[:rnd.randrange(0, HDR_BYTES)])
         else:
-            body = struct.pack("<IB3xQQQ", 32, 0, 0, 0, 0) + rnd.randbytes(32)
+            body = msg_header(32, 0) + rnd.randbytes(32)
             key = name_key if kind == 3 else rnd.getrandbits(64) | 1
             hdr = wire_header(WIRE_DATA, F_FIRST | F_LAST | F_ACK, len(body),
                               key, src_rank, dst_rank, rnd.randrange(1, 1000), 0)

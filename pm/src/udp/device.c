@@ -459,8 +459,9 @@ static long receive_one(struct udp_dev *u, int nic)
 	bool truncated = (size_t)len > u->rx_slot;
 	size_t n = truncated ? u->rx_slot : (size_t)len;
 
-	deliver(u, nic, buf, n, truncated ? 0 : wire_gro_segment(buf, n, u->pr.jobkey), truncated,
-		&rb->from[0]);
+	size_t seg = truncated ? 0 : wire_gro_segment(buf, n, u->pr.jobkey, u->pr.me);
+
+	deliver(u, nic, buf, n, seg, truncated, &rb->from[0]);
 	return len;
 }
 

@@ -149,7 +149,7 @@ void udp_send_control_on(struct udp_proto *u, struct udp_peer *p, int path, uint
 			 uint32_t seq)
 {
 	struct wire_hdr h = {
-		.magic = WIRE_MAGIC, .version = WIRE_VERSION, .type = type,
+		.version = WIRE_VERSION, .type = type,
 		.flags = WIRE_F_ACK, .jobkey = p->key, .src = u->me,
 		.dst = p->id, .seq = seq, .ack = udp_piggy_ack(p),
 	};
@@ -176,7 +176,7 @@ static void send_probe(struct udp_proto *u, struct udp_peer *p, int path, uint8_
 		       uint32_t id)
 {
 	struct wire_hdr h = {
-		.magic = WIRE_MAGIC, .version = WIRE_VERSION, .type = type,
+		.version = WIRE_VERSION, .type = type,
 		.jobkey = p->key, .src = u->me, .dst = p->id, .seq = id,
 	};
 

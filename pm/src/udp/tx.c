@@ -147,7 +147,7 @@ static void emit(struct udp_proto *u, struct udp_peer *p, uint32_t seq, struct u
 {
 	struct udp_txmsg *m = msg_of(p, t->msg);
 	struct wire_hdr h = {
-		.magic = WIRE_MAGIC, .version = WIRE_VERSION, .type = WIRE_DATA,
+		.version = WIRE_VERSION, .type = WIRE_DATA,
 		.flags = (uint16_t)(t->flags | WIRE_F_ACK),
 		.jobkey = p->key, .src = u->me, .dst = p->id,
 		.seq = seq, .ack = udp_piggy_ack(p),

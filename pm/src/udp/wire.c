@@ -40,16 +40,13 @@ static uint64_t get64(const uint8_t *p)
 
 void wire_encode(const struct wire_hdr *h, uint8_t *buf)
 {
-	put16(buf + 0, h->magic);
-	buf[2] = h->version;
-	buf[3] = h->type;
-	put16(buf + 4, h->flags);
-	put16(buf + 6, h->len);
-	put64(buf + 8, h->jobkey);
-	put32(buf + 16, h->src);
-	put32(buf + 20, h->dst);
-	put32(buf + 24, h->seq);
-	put32(buf + 28, h->ack);
+	buf[0] = h->version;
+	buf[1] = (uint8_t)(h->type | h->flags << WIRE_F_BITS);
+	put16(buf + 2, h->len);
+	put32(buf + 4, h->src);
+	put32(buf + 8, h->seq);
+	put32(buf + 12, h->ack);
+	put64(buf + 16, wire_key(h->jobkey, h->dst));
 }
 
 enum wire_verdict wire_decode(const uint8_t *buf, size_t n, uint64_t jobkey,
@@ -57,19 +54,16 @@ enum wire_verdict wire_decode(const uint8_t *buf, size_t n, uint64_t jobkey,
 {
 	if (n < WIRE_HDR_BYTES)
 		return WIRE_SHORT;
-	h->magic = get16(buf + 0);
-	h->version = buf[2];
-	h->type = buf[3];
-	h->flags = get16(buf + 4);
-	h->len = get16(buf + 6);
-	h->jobkey = get64(buf + 8);
-	h->src = get32(buf + 16);
-	h->dst = get32(buf + 20);
-	h->seq = get32(buf + 24);
-	h->ack = get32(buf + 28);
+	h->version = buf[0];
+	h->type = buf[1] & ((1u << WIRE_F_BITS) - 1);
+	h->flags = buf[1] >> WIRE_F_BITS;
+	h->len = get16(buf + 2);
+	h->src = get32(buf + 4);
+	h->seq = get32(buf + 8);
+	h->ack = get32(buf + 12);
+	h->jobkey = jobkey;
+	h->dst = me;
 
-	if (h->magic != WIRE_MAGIC)
-		return WIRE_BAD_MAGIC;
 	if (h->version != WIRE_VERSION)
 		return WIRE_BAD_VERSION;
 	if (h->type == 0 || h->type > WIRE_TYPE_MAX)
@@ -84,12 +78,10 @@ enum wire_verdict wire_decode(const uint8_t *buf, size_t n, uint64_t jobkey,
 		return WIRE_BAD_LEN;
 	if ((h->flags & WIRE_F_FIRST) && h->len < WIRE_MSG_HDR_BYTES)
 		return WIRE_BAD_LEN;
-	if (h->jobkey != jobkey)
+	if (get64(buf + 16) != wire_key(jobkey, me))
 		return WIRE_FOREIGN_JOB;
 	if (h->src >= size)
 		return WIRE_UNKNOWN_PEER;
-	if (h->dst != me)
-		return WIRE_NOT_FOR_ME;
 	return WIRE_OK;
 }
 
@@ -132,13 +124,12 @@ int wire_decode_atomic(const uint8_t *buf, struct wire_atomic *a)
 	return get32(buf + 4) ? -1 : 0;
 }
 
-size_t wire_gro_segment(const uint8_t *buf, size_t n, uint64_t jobkey)
+size_t wire_gro_segment(const uint8_t *buf, size_t n, uint64_t jobkey, uint32_t me)
 {
-	if (n < WIRE_HDR_BYTES || get16(buf + 0) != WIRE_MAGIC || buf[2] != WIRE_VERSION ||
-	    get64(buf + 8) != jobkey)
+	if (n < WIRE_HDR_BYTES || buf[0] != WIRE_VERSION || get64(buf + 16) != wire_key(jobkey, me))
 		return 0;
 
-	size_t seg = WIRE_HDR_BYTES + get16(buf + 6);
+	size_t seg = WIRE_HDR_BYTES + get16(buf + 2);
 
 	return seg < n ? seg : 0;
 }
@@ -148,14 +139,12 @@ const char *wire_verdict_name(enum wire_verdict v)
 	static const char *const names[WIRE_VERDICTS] = {
 		[WIRE_OK] = "ok",
 		[WIRE_SHORT] = "short",
-		[WIRE_BAD_MAGIC] = "bad_magic",
 		[WIRE_BAD_VERSION] = "bad_version",
 		[WIRE_BAD_TYPE] = "bad_type",
 		[WIRE_BAD_FLAGS] = "bad_flags",
 		[WIRE_BAD_LEN] = "bad_len",
 		[WIRE_FOREIGN_JOB] = "foreign_job",
 		[WIRE_UNKNOWN_PEER] = "unknown_peer",
-		[WIRE_NOT_FOR_ME] = "not_for_me",
 	};
 	return (unsigned)v < WIRE_VERDICTS ? names[v] : "unknown";
 }

@@ -2,7 +2,7 @@
 /*
  * wire.h - the PM/Ethernet (udp device) packet format.
  *
- * Every UDP datagram is one packet: a 32-byte header, then payload.  All
+ * Every UDP datagram is one packet: a 24-byte header, then payload.  All
  * fields are little-endian.  Byte layout, semantics and test vectors:
  * docs/pm/wire.md.  Decoding validates everything a packet claims; the
  * receive path trusts nothing else.
@@ -13,9 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_MAGIC      0x4d50u         /* bytes 'P' 'M' */
-#define WIRE_VERSION    1u
-#define WIRE_HDR_BYTES  32u
+#define WIRE_VERSION    2u
+#define WIRE_HDR_BYTES  24u
 #define WIRE_MSG_HDR_BYTES 32u          /* in the first fragment of a message */
 
 enum wire_type {
@@ -36,6 +35,7 @@ enum wire_flags {
 	WIRE_F_LAST = 1u << 1,  /* DATA: last fragment of its message */
 	WIRE_F_ACK = 1u << 2,   /* the ack field is valid (piggy-backed ack) */
 	WIRE_F_KNOWN = WIRE_F_FIRST | WIRE_F_LAST | WIRE_F_ACK,
+	WIRE_F_BITS = 4,        /* flags share a byte with the type, above it */
 };
 
 /* What a message carries (first fragment's message header). */
@@ -50,18 +50,33 @@ enum wire_kind {
 	WIRE_KIND_MAX = 5,
 };
 
+/*
+ * A packet header as the code sees it.  On the wire, jobkey and dst travel
+ * as one 64-bit field, wire_key(jobkey, dst): the receiver checks both with
+ * one comparison, and the 8 bytes a separate dst took are payload again
+ * (a 1500-byte MTU carries 1448 bytes a packet, as a TCP segment does).
+ */
 struct wire_hdr {
-	uint16_t magic;
 	uint8_t version;
 	uint8_t type;
 	uint16_t flags;
 	uint16_t len;           /* payload bytes after the header */
-	uint64_t jobkey;
+	uint64_t jobkey;        /* the receiver's job key (a detached context's own key) */
 	uint32_t src;           /* sender's rank */
 	uint32_t dst;           /* receiver's rank */
 	uint32_t seq;
 	uint32_t ack;           /* highest in-order seq received from dst */
 };
+
+/*
+ * The key field of a packet to dst: the job key with dst folded in by a
+ * bijection (an odd multiplier), so that for one job key every receiver's
+ * field differs, and one that does not know the job key cannot make any.
+ */
+static inline uint64_t wire_key(uint64_t jobkey, uint32_t dst)
+{
+	return jobkey ^ ((uint64_t)dst * 0x9e3779b97f4a7c15ull);
+}
 
 /* First fragment of a message: what follows the packet header. */
 struct wire_msg_hdr {
@@ -85,14 +100,12 @@ struct wire_atomic {
 enum wire_verdict {
 	WIRE_OK = 0,
 	WIRE_SHORT,             /* shorter than its header or its len */
-	WIRE_BAD_MAGIC,
 	WIRE_BAD_VERSION,
 	WIRE_BAD_TYPE,
 	WIRE_BAD_FLAGS,
 	WIRE_BAD_LEN,           /* len disagrees with the datagram or the type */
-	WIRE_FOREIGN_JOB,
+	WIRE_FOREIGN_JOB,       /* the key is not wire_key(this job's, me) */
 	WIRE_UNKNOWN_PEER,
-	WIRE_NOT_FOR_ME,
 	WIRE_VERDICTS,
 };
 
@@ -100,9 +113,10 @@ enum wire_verdict {
 void wire_encode(const struct wire_hdr *h, uint8_t *buf);
 
 /*
- * Parse and validate a datagram of n bytes: magic, version, type, flags,
- * length (against n, and DATA carries payload, control none), job key,
- * source rank < size, destination == me.
+ * Parse and validate a datagram of n bytes: version, type, flags, length
+ * (against n, and DATA carries payload, control none), the key (this job's
+ * and to me: h->jobkey and h->dst are then jobkey and me), source rank <
+ * size.
  */
 enum wire_verdict wire_decode(const uint8_t *buf, size_t n, uint64_t jobkey,
 			      uint32_t size, uint32_t me, struct wire_hdr *h);
@@ -121,12 +135,12 @@ const char *wire_verdict_name(enum wire_verdict v);
 /*
  * The segment size of a GRO buffer of n bytes read without its control
  * message: the length of its first packet when that packet is one of this
- * job's (magic, version and job key) and shorter than the buffer, else 0
+ * job's to me (version and key) and shorter than the buffer, else 0
  * (one datagram).  GRO joins datagrams of one size only (the last may be
  * shorter), so the first packet's length is every segment's.  A foreign or
  * malformed datagram is never cut, and so is dropped and counted once.
  */
-size_t wire_gro_segment(const uint8_t *buf, size_t n, uint64_t jobkey);
+size_t wire_gro_segment(const uint8_t *buf, size_t n, uint64_t jobkey, uint32_t me);
 
 /* Serial-number arithmetic on 32-bit sequence numbers (RFC 1982). */
 static inline int32_t seq_diff(uint32_t a, uint32_t b)

@@ -418,7 +418,7 @@ static void test_foreign_packets(void)
 
 	for (int k = 0; k < 2; k++) {
 		struct wire_hdr h = {
-			.magic = WIRE_MAGIC, .version = WIRE_VERSION, .type = WIRE_DATA,
+			.version = WIRE_VERSION, .type = WIRE_DATA,
 			.flags = WIRE_F_FIRST | WIRE_F_LAST,
 			.len = WIRE_MSG_HDR_BYTES + 8,
 			.jobkey = k == 0 ? key ^ 0x1 : key, /* wrong key, then the right one */
