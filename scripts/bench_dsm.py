@@ -60,7 +60,7 @@ RATE = "1gbit"
 METHODS = ["segv", "uffd-async", "uffd-wp"]
 CHOSEN = "uffd-async"
 FAULT_TESTS = ["write-remote", "write-home", "read", "read-random", "lock", "lock-local",
-               "barrier", "first-touch"]
+               "barrier", "barrier-peer", "first-touch"]
 # The read fault judged against pm_read: pages in a random order, one fault
 # each; "read" (in order, read-ahead) is the sweep, reported beside it.
 READ_FAULT_TEST = "read-random"

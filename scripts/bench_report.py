@@ -840,6 +840,7 @@ DSM_TEST_TITLES = {
     "lock": ("lock + unlock, managed by the other rank", "pair"),
     "lock-local": ("lock + unlock, managed by the rank itself", "pair"),
     "barrier": ("barrier", "barrier"),
+    "barrier-peer": ("barrier of a few (`pmdsm_barrier_with`), here the two ranks", "barrier"),
     "first-touch": ("first touch of a first-touch page whose home the other rank decides: "
                     "a question and its answer, no fetch", "page"),
 }

@@ -73,13 +73,13 @@ static const char short_usage[] =
 #define LOCAL_LOCK      1u              /* managed by rank 1 */
 
 enum test { T_WRITE_REMOTE, T_WRITE_HOME, T_READ, T_READ_RANDOM, T_LOCK, T_LOCK_LOCAL,
-	    T_BARRIER, T_FIRST_TOUCH, T_COUNT, T_PM_READ = T_COUNT };
+	    T_BARRIER, T_BARRIER_PEER, T_FIRST_TOUCH, T_COUNT, T_PM_READ = T_COUNT };
 static const char *const test_names[] = { "write-remote", "write-home", "read", "read-random",
-					  "lock", "lock-local", "barrier", "first-touch",
-					  "pm-read" };
+					  "lock", "lock-local", "barrier", "barrier-peer",
+					  "first-touch", "pm-read" };
 /* What one operation is, per test. */
 static const char *const op_names[] = { "page", "page", "page", "page", "lock+unlock",
-					"lock+unlock", "barrier", "page", "page" };
+					"lock+unlock", "barrier", "barrier", "page", "page" };
 
 enum cmd { CMD_QUIT = 1, CMD_RUN, CMD_CHECK };
 
@@ -211,6 +211,9 @@ static void usage_full(void)
 "                  library's own cost (entering it, handing work to its\n"
 "                  service thread and back, leaving it).\n"
 "    barrier       pmdsm_barrier() on both ranks, nothing written.\n"
+"    barrier-peer  pmdsm_barrier_with() on both ranks, each naming the\n"
+"                  other (a barrier of a few, here of two: no manager, one\n"
+"                  message each way), nothing written.\n"
 "    first-touch   both ranks allocate 2N+1 pages with PMDSM_FIRST_TOUCH (no\n"
 "                  message), then rank 1 reads one word of each of the N\n"
 "                  pages whose home rank 0 decides (their manager, by the\n"
@@ -220,7 +223,7 @@ static void usage_full(void)
 "                  untimed, by touching the last page first and looking at\n"
 "                  the home_asks counter.  Both ranks then free the\n"
 "                  allocation.  Time / N.\n"
-"    all           the eight (the default).\n"
+"    all           the nine (the default).\n"
 "\n"
 "    --pm-read-baseline runs no DSM: each rank opens PM (pm.h) on the same\n"
 "    device, rank 0 registers N pages, sends rank 1 their key and polls\n"
@@ -266,7 +269,8 @@ static void usage_full(void)
 "    the figures; a test whose counters say it did not do its\n"
 "    work (no diff per page of write-remote, no page fetched per page of read\n"
 "    and read-random, not one read fault per page of read-random, not one\n"
-"    question and no fetch per page of first-touch) fails the run.\n"
+"    barrier of a few per barrier-peer, not one question and no fetch per\n"
+"    page of first-touch) fails the run.\n"
 "\n"
 "ENVIRONMENT\n"
 "    PMDSM_WRITE_DETECT, PMDSM_READ_AHEAD, PMDSM_HEAP_SIZE (docs/dsm/guide.md);\n"
@@ -374,7 +378,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 	X(diffs_sent) X(diff_bytes) X(diffs_applied) X(invalidations) X(barriers) \
 	X(locks) X(lock_remote) X(wp_scans) X(dropped) \
 	X(fault_ns) X(fetch_ns) X(release_ns) X(barrier_ns) X(lock_ns) X(read_ahead_pages) X(home_asks) \
-	X(cold_pages) X(cold_writes) X(prefetch_overlapped) X(prefetch_waits)
+	X(cold_pages) X(cold_writes) X(prefetch_overlapped) X(prefetch_waits) \
+	X(peer_barriers) X(peer_barrier_ns)
 
 static void stats_add_delta(struct pmdsm_stats *sum, const struct pmdsm_stats *a,
 			    const struct pmdsm_stats *z)
@@ -671,6 +676,16 @@ static void step(struct bench *b, enum test test, uint64_t units, struct tally *
 			call(pmdsm_barrier(), "pmdsm_barrier");
 		timer_stop(b, &tm, t);
 		break;
+	case T_BARRIER_PEER: {
+		const int peer = 0;
+
+		send_cmd(b, CMD_RUN, test, units, 0);
+		timer_start(b, &tm);
+		for (uint64_t u = 0; u < units; u++)
+			call(pmdsm_barrier_with(&peer, 1), "pmdsm_barrier_with");
+		timer_stop(b, &tm, t);
+		break;
+	}
 	case T_FIRST_TOUCH:
 		send_cmd(b, CMD_RUN, test, units, 0);
 		first_touch_batches(b, units, t);
@@ -735,6 +750,11 @@ static void serve(struct bench *b)
 		} else if (c.test == T_BARRIER) {
 			for (uint64_t u = 0; u < c.units; u++)
 				call(pmdsm_barrier(), "pmdsm_barrier");
+		} else if (c.test == T_BARRIER_PEER) {
+			const int peer = 1;
+
+			for (uint64_t u = 0; u < c.units; u++)
+				call(pmdsm_barrier_with(&peer, 1), "pmdsm_barrier_with");
 		} else if (c.test == T_FIRST_TOUCH) {
 			first_touch_serve(b, c.units);
 		}
@@ -880,6 +900,12 @@ static void check_work(const struct bench *b, const struct result *r)
 			die("read-random: %" PRIu64 " read faults for %" PRIu64 " pages read (one "
 			    "each expected: the DSM read ahead %" PRIu64 " pages)", s->read_faults, n,
 			    s->read_ahead_pages);
+		break;
+	case T_BARRIER_PEER:
+		if (s->peer_barriers != n || s->barriers)
+			die("barrier-peer: %" PRIu64 " barriers of a few and %" PRIu64 " of all for "
+			    "%" PRIu64 " (one of a few each expected)", s->peer_barriers, s->barriers,
+			    n);
 		break;
 	case T_FIRST_TOUCH:
 		if (s->home_asks != n || s->pages_fetched || s->read_faults)
