@@ -12,7 +12,7 @@ HDR_BYTES = 24
 MSG_HDR_BYTES = 32
 DATA, ACK, STOP, GO, LOSE, PROBE, PROBE_ACK, POLL = range(1, 9)
 F_FIRST, F_LAST, F_ACK = 1, 2, 4
-FLAG_SHIFT = 4          # flags share byte 1 with the type, above it
+TYPE_BITS = 4           # byte 1: the type below, the flags above
 MASK64 = (1 << 64) - 1
 
 
@@ -24,7 +24,7 @@ def wire_key(jobkey, dst):
 
 def header(type_, flags, length, jobkey, src, dst, seq, ack, version=VERSION):
     """The 24-byte packet header, little-endian."""
-    return struct.pack("<BBHIIIQ", version, type_ | flags << FLAG_SHIFT, length,
+    return struct.pack("<BBHIIIQ", version, type_ | flags << TYPE_BITS, length,
                        src, seq, ack, wire_key(jobkey, dst))
 
 

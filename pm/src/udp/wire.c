@@ -41,7 +41,7 @@ static uint64_t get64(const uint8_t *p)
 void wire_encode(const struct wire_hdr *h, uint8_t *buf)
 {
 	buf[0] = h->version;
-	buf[1] = (uint8_t)(h->type | h->flags << WIRE_F_BITS);
+	buf[1] = (uint8_t)(h->type | h->flags << WIRE_TYPE_BITS);
 	put16(buf + 2, h->len);
 	put32(buf + 4, h->src);
 	put32(buf + 8, h->seq);
@@ -55,8 +55,8 @@ enum wire_verdict wire_decode(const uint8_t *buf, size_t n, uint64_t jobkey,
 	if (n < WIRE_HDR_BYTES)
 		return WIRE_SHORT;
 	h->version = buf[0];
-	h->type = buf[1] & ((1u << WIRE_F_BITS) - 1);
-	h->flags = buf[1] >> WIRE_F_BITS;
+	h->type = buf[1] & ((1u << WIRE_TYPE_BITS) - 1);
+	h->flags = buf[1] >> WIRE_TYPE_BITS;
 	h->len = get16(buf + 2);
 	h->src = get32(buf + 4);
 	h->seq = get32(buf + 8);

@@ -16,6 +16,7 @@
 #define WIRE_VERSION    2u
 #define WIRE_HDR_BYTES  24u
 #define WIRE_MSG_HDR_BYTES 32u          /* in the first fragment of a message */
+#define WIRE_TYPE_BITS  4u              /* byte 1: the type below, the flags above */
 
 enum wire_type {
 	WIRE_DATA = 1,          /* a fragment of a message; seq numbered */
@@ -35,7 +36,6 @@ enum wire_flags {
 	WIRE_F_LAST = 1u << 1,  /* DATA: last fragment of its message */
 	WIRE_F_ACK = 1u << 2,   /* the ack field is valid (piggy-backed ack) */
 	WIRE_F_KNOWN = WIRE_F_FIRST | WIRE_F_LAST | WIRE_F_ACK,
-	WIRE_F_BITS = 4,        /* flags share a byte with the type, above it */
 };
 
 /* What a message carries (first fragment's message header). */
