@@ -638,6 +638,19 @@ static void first_touch_serve(const struct bench *b, uint64_t units)
 		call(pmdsm_free(first_touch_alloc(b)), "pmdsm_free");
 }
 
+/* Both ranks, barrier and barrier-peer: units barriers of the test's kind,
+ * of all or of the two ranks (each naming the other). */
+static void barriers(const struct bench *b, enum test test, uint64_t units)
+{
+	const int peer = 1 - b->rank;
+
+	for (uint64_t u = 0; u < units; u++)
+		if (test == T_BARRIER_PEER)
+			call(pmdsm_barrier_with(&peer, 1), "pmdsm_barrier_with");
+		else
+			call(pmdsm_barrier(), "pmdsm_barrier");
+}
+
 /* Rank 1: one command of units units of test t; the timed parts go to t. */
 static void step(struct bench *b, enum test test, uint64_t units, struct tally *t)
 {
@@ -670,22 +683,12 @@ static void step(struct bench *b, enum test test, uint64_t units, struct tally *
 		break;
 	}
 	case T_BARRIER:
+	case T_BARRIER_PEER:
 		send_cmd(b, CMD_RUN, test, units, 0);
 		timer_start(b, &tm);
-		for (uint64_t u = 0; u < units; u++)
-			call(pmdsm_barrier(), "pmdsm_barrier");
+		barriers(b, test, units);
 		timer_stop(b, &tm, t);
 		break;
-	case T_BARRIER_PEER: {
-		const int peer = 0;
-
-		send_cmd(b, CMD_RUN, test, units, 0);
-		timer_start(b, &tm);
-		for (uint64_t u = 0; u < units; u++)
-			call(pmdsm_barrier_with(&peer, 1), "pmdsm_barrier_with");
-		timer_stop(b, &tm, t);
-		break;
-	}
 	case T_FIRST_TOUCH:
 		send_cmd(b, CMD_RUN, test, units, 0);
 		first_touch_batches(b, units, t);
@@ -747,14 +750,8 @@ static void serve(struct bench *b)
 			for (unsigned i = 0; i < b->pages; i++)
 				*word_of(b, i) = c.seq;
 			call(pmdsm_barrier(), "pmdsm_barrier");
-		} else if (c.test == T_BARRIER) {
-			for (uint64_t u = 0; u < c.units; u++)
-				call(pmdsm_barrier(), "pmdsm_barrier");
-		} else if (c.test == T_BARRIER_PEER) {
-			const int peer = 1;
-
-			for (uint64_t u = 0; u < c.units; u++)
-				call(pmdsm_barrier_with(&peer, 1), "pmdsm_barrier_with");
+		} else if (c.test == T_BARRIER || c.test == T_BARRIER_PEER) {
+			barriers(b, c.test, c.units);
 		} else if (c.test == T_FIRST_TOUCH) {
 			first_touch_serve(b, c.units);
 		}

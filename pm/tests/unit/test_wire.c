@@ -146,8 +146,9 @@ static void atomic_vectors(void)
 			       0, 1, 5, 12 };
 	struct wire_msg_hdr rm = { .kind = WIRE_KIND_RMA_DONE, .key = 1, .cookie = 0x30002 };
 
-	vector("atomic-done", &rh, &rm, "atomic-done: 02712000 00000000 05000000 0c000000 fab1e1f6 de3c149f "
-	       "00000000 04000000 01000000 00000000 00000000 00000000 02000300 00000000");
+	vector("atomic-done", &rh, &rm, "atomic-done: 02712000 00000000 05000000 0c000000 "
+	       "fab1e1f6 de3c149f 00000000 04000000 01000000 00000000 00000000 00000000 "
+	       "02000300 00000000");
 }
 
 static void verdicts(void)
