@@ -13,10 +13,10 @@ full pipe never stops it.
 
 Idle is not free for every test: a task that sleeps for microseconds
 between messages (MPI, PM, the DSM) finds its core's caches cold after the
-build ran there, and runs slower (up to twice as slow, in the mpi4py
-suites).  The builds the runner starts are done in the first minutes of
-the integration suite; a test's result does not depend on them, only its
-duration.
+build ran there, and runs up to twice as slow.  So the integration suite
+runs the tests that do not wait on message latency first, and stops the
+runner's idle jobs (SIGSTOP to their process groups, named in
+SCORE_IDLE_JOBS) at the first test that does; result() continues them.
 
 A job needed sooner than the others (the packages, which a test of the
 first minutes waits for) is started `ahead`: SCHED_BATCH at nice 19

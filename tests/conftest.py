@@ -44,26 +44,18 @@ _names = itertools.count()
 
 
 # The directories whose tests do not wait on message latency (Ansible, apt,
-# the virtual cluster's own lifecycle, the packages).  scripts/run-tests runs
-# them as one lane (`--lane unhurried`) beside the other lane (`--lane
-# latency`: PM, MPI, the DSM, scored, Slurm), two pytest processes at once:
-# both mostly wait on daemons, timers and virtual nodes, so together they
-# take little more than the longer of the two alone.  Run alone (`--lane
-# all`, the default), pytest runs these first, in this order.
+# the virtual cluster's own lifecycle), run first and in this order; the
+# others follow as collected.  While they run, the runner's builds at the
+# idle priority (scripts/idle_job.py, SCORE_IDLE_JOBS) and the packages'
+# build (tests/packaging/conftest.py) take the CPU they leave unused; the
+# first test of another directory stops the runner's builds, whose cache
+# footprint would slow every message of MPI, PM and the DSM.
 UNHURRIED = ("provisioning", "vcluster", "packaging")
-LANES = ("all", "unhurried", "latency")
 
 
 def _test_dir(item):
     parts = item.path.relative_to(REPO_ROOT / "tests").parts
     return parts[0] if len(parts) > 1 else ""
-
-
-def pytest_addoption(parser):
-    parser.addoption("--lane", choices=LANES, default="all",
-                     help="run only the unhurried directories (" + ", ".join(UNHURRIED) +
-                          "), only the others (latency), or all (default); "
-                          "scripts/run-tests runs the two lanes at once")
 
 
 def pytest_configure(config):
@@ -74,16 +66,23 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    lane = config.getoption("lane")
-    if lane != "all":
-        keep, left = [], []
-        for item in items:
-            (keep if (_test_dir(item) in UNHURRIED) == (lane == "unhurried") else left).append(item)
-        if left:
-            config.hook.pytest_deselected(items=left)
-            items[:] = keep
     rank = {d: i for i, d in enumerate(UNHURRIED)}
     items.sort(key=lambda item: rank.get(_test_dir(item), len(UNHURRIED)))
+
+
+_idle_jobs_stopped = False
+
+
+def pytest_runtest_setup(item):
+    global _idle_jobs_stopped
+    if _idle_jobs_stopped or _test_dir(item) in UNHURRIED:
+        return
+    _idle_jobs_stopped = True
+    for pgid in filter(None, os.environ.get("SCORE_IDLE_JOBS", "").split(",")):
+        try:
+            os.killpg(int(pgid), signal.SIGSTOP)
+        except ProcessLookupError:
+            pass  # finished already
 
 
 def pytest_sessionstart(session):

@@ -5,8 +5,8 @@ one, for the upgrade), and a chroot of the node image to install them in.
 The build starts as soon as the session knows it will need it (at the end
 of collection), at the lowest priority but ahead of the runner's idle
 builds (IdleJob's `ahead`): it takes the CPU the tests run before the
-packaging tests leave unused (the directories of the unhurried lane,
-tests/conftest.py, run in order, packaging last).  The first
+packaging tests leave unused (tests/conftest.py runs first the directories
+that do not wait on message latency, packaging among them).  The first
 test that waits for it raises it to the normal priority.  Under
 scripts/run-tests the build started earlier still, before the first suite,
 and the session adopts it (RunnerBuild)."""
