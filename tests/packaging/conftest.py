@@ -208,11 +208,11 @@ VCLUSTER = REPO / "provisioning" / "vcluster" / "vcluster"
 class Chroot:
     """A node's file system for package tests: the node image (vcluster
     image) as the read-only lower layer of an overlay whose upper layer is
-    the test's own.  Every command runs in a mount namespace of its own in
-    which the overlay, /proc, /dev, /run and /tmp are mounted and the
-    local repository `repo` is bound at /srv/score-repo; when the command
-    ends, its namespace and every mount in it go with it, so nothing is
-    left mounted, whatever happens."""
+    the test's own.  Every command runs in a mount and a PID namespace of
+    its own in which the overlay, /proc, /dev, /run and /tmp are mounted
+    and the local repository `repo` is bound at /srv/score-repo; when the
+    command ends, its namespaces, every mount and every process in them go
+    with it, so nothing is left mounted or running, whatever happens."""
 
     def __init__(self, image, workdir):
         self.image, self.workdir = Path(image), Path(workdir)
@@ -238,7 +238,14 @@ class Chroot:
             setup += (f"mkdir -p $R/srv/score-repo; mount --bind {self.repo} $R/srv/score-repo; ")
         setup += 'exec chroot $R /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin ' \
                  'DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 /bin/sh -ec "$0"'
-        proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "--",
+        # A PID namespace of its own: a maintainer script that stops a
+        # daemon by its name (munge's prerm: start-stop-daemon --exec
+        # /usr/sbin/munged) sees the node's processes, not the host's
+        # munged or that of a test running at the same time (whose
+        # daemon it would stop, or fail to), and nothing the node started
+        # outlives it (its PID 1, the shell, ends them all).
+        proc = subprocess.run(["unshare", "--mount", "--propagation", "private",
+                               "--pid", "--fork", "--kill-child", "--",
                                "/bin/sh", "-c", setup, script],
                               capture_output=True, text=True, timeout=timeout)
         if check:
