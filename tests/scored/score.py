@@ -215,7 +215,7 @@ class Score:
 
     def scorectl_json(self, *args):
         proc = self.scorectl(*args, "--json")
-        assert proc.returncode == 0, f"scorectl {' '.join(args)} --json exited " \
+        assert proc.returncode == 0, f"scorectl {' '.join(map(str, args))} --json exited " \
                                      f"{proc.returncode}: {proc.stderr}"
         return json.loads(proc.stdout)
 
