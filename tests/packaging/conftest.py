@@ -243,7 +243,8 @@ class Chroot:
         # /usr/sbin/munged) sees the node's processes, not the host's
         # munged or that of a test running at the same time (whose
         # daemon it would stop, or fail to), and nothing the node started
-        # outlives it (its PID 1, the shell, ends them all).
+        # outlives it (when the namespace's PID 1, the script's shell,
+        # exits, the kernel ends every process left in it).
         proc = subprocess.run(["unshare", "--mount", "--propagation", "private",
                                "--pid", "--fork", "--kill-child", "--",
                                "/bin/sh", "-c", setup, script],
