@@ -47,7 +47,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     if mc.state_dir.is_empty() {
         tracing::warn!("master.state_dir is empty: a restart of the master will lose every job");
     } else {
-        let store = store::Store::open(&mc.state_dir)?;
+        let store = Arc::new(store::Store::open(&mc.state_dir)?);
         if let Some(saved) = store.load()? {
             tracing::info!(
                 file = %store::describe(std::path::Path::new(&mc.state_dir)),
@@ -57,7 +57,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             st.restore(saved);
         }
         let saver = Arc::new(tokio::sync::Notify::new());
-        st.save_with(saver.clone());
+        st.save_with(saver.clone(), store.clone());
         saver.notify_one();
         savers.push((store, saver));
     }

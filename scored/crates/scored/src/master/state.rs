@@ -64,6 +64,7 @@
 
 use score_proto::v1::{
     agent_message, job_event, master_message, AgentMessage, JobEvent, JobInfo, MasterMessage,
+    SavedState,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -176,6 +177,8 @@ pub struct Links {
     next_call: u64,
     timers: UnboundedSender<Timer>,
     saver: Option<Arc<Notify>>,
+    /// Writes the state before the master goes on ([`State::reserve_ids`]).
+    durable: Option<Arc<dyn SaveNow>>,
 }
 
 impl Links {
@@ -186,6 +189,7 @@ impl Links {
             next_call: 1,
             timers,
             saver: None,
+            durable: None,
         }
     }
 
@@ -266,6 +270,12 @@ impl Links {
     }
 }
 
+/// Writes a snapshot of the state at once and durably
+/// ([`super::store::Store`]; a recorder in unit tests).
+pub trait SaveNow: Send + Sync {
+    fn save_now(&self, state: SavedState) -> anyhow::Result<()>;
+}
+
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -286,9 +296,35 @@ pub struct State {
 }
 
 impl State {
-    /// Every change worth saving notifies `saver` ([`super::store`]).
-    pub fn save_with(&mut self, saver: Arc<Notify>) {
+    /// Every change worth saving notifies `saver`, which saves it soon, in
+    /// the background; what must be on disk before the master goes on is
+    /// written by `durable` at once ([`super::store`]).
+    pub fn save_with(&mut self, saver: Arc<Notify>, durable: Arc<dyn SaveNow>) {
         self.links.saver = Some(saver);
+        self.links.durable = Some(durable);
+    }
+
+    /// A crashed master's last jobs may be unsaved while an agent still
+    /// runs their ranks and their scruns come back for them: their ids must
+    /// never name another job.  So the saved state promises a block of ids
+    /// ahead of those handed out (`next_job` is the block's end), written
+    /// before the first of them goes out, and a restarted master starts
+    /// after it: one synchronous save (an fsync, under the state's lock)
+    /// per [`jobs::ID_BLOCK`] jobs, and at most that many ids skipped by a
+    /// restart.
+    fn reserve_ids(&mut self) {
+        let Some(end) = self.jobs.reservation_needed() else {
+            return;
+        };
+        self.jobs.reserve(end);
+        if let Some(durable) = self.links.durable.clone() {
+            if let Err(e) = durable.save_now(self.snapshot()) {
+                tracing::error!(
+                    "cannot save the reservation of job ids up to {end}: {e:#} \
+                     (after a crash of the master, ids may name another job)"
+                );
+            }
+        }
     }
 
     pub fn new(

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 
-use super::state::State;
+use super::state::{SaveNow, State};
 
 const MAGIC: &[u8; 8] = b"SCOREST1";
 const FILE: &str = "master.state";
@@ -30,6 +30,11 @@ const COALESCE: Duration = Duration::from_millis(5);
 
 pub struct Store {
     dir: PathBuf,
+    /// Held while a save runs (the background saver and the master's
+    /// synchronous ones write the same temporary file); it holds the
+    /// highest `next_job` written, which no later save lowers: a snapshot
+    /// taken before a reservation of job ids may land after it.
+    written: Mutex<u64>,
 }
 
 impl Store {
@@ -72,7 +77,10 @@ impl Store {
                 }
             }
         }
-        Ok(Self { dir })
+        Ok(Self {
+            dir,
+            written: Mutex::new(0),
+        })
     }
 
     fn path(&self) -> PathBuf {
@@ -99,7 +107,10 @@ impl Store {
 
     /// Replaces the file with `state`: write, fsync, rename, fsync the
     /// directory.  A crash at any point leaves the old file or the new.
-    pub fn save(&self, state: &SavedState) -> anyhow::Result<()> {
+    /// The saved `next_job` never goes down.
+    pub fn save(&self, mut state: SavedState) -> anyhow::Result<()> {
+        let mut written = self.written.lock();
+        state.next_job = state.next_job.max(*written);
         let tmp = self.dir.join(format!("{FILE}.tmp"));
         let _ = fs::remove_file(&tmp);
         let mut f = OpenOptions::new()
@@ -109,13 +120,20 @@ impl Store {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)
             .with_context(|| format!("cannot create {}", tmp.display()))?;
-        f.write_all(&encode(state))?;
+        f.write_all(&encode(&state))?;
         f.sync_all()?;
         drop(f);
         fs::rename(&tmp, self.path())
             .with_context(|| format!("cannot rename {} to {FILE}", tmp.display()))?;
         File::open(&self.dir)?.sync_all()?;
+        *written = state.next_job;
         Ok(())
+    }
+}
+
+impl SaveNow for Store {
+    fn save_now(&self, state: SavedState) -> anyhow::Result<()> {
+        self.save(state)
     }
 }
 
@@ -138,15 +156,14 @@ fn decode(data: &[u8]) -> anyhow::Result<SavedState> {
 
 /// Saves the state every time it changes (`saver` is notified), until the
 /// master stops.  A failed save is logged and retried at the next change.
-pub async fn keep_saved(store: Store, state: Arc<Mutex<State>>, saver: Arc<Notify>) {
-    let store = Arc::new(store);
+pub async fn keep_saved(store: Arc<Store>, state: Arc<Mutex<State>>, saver: Arc<Notify>) {
     let mut failing = false;
     loop {
         saver.notified().await;
         tokio::time::sleep(COALESCE).await;
         let snapshot = state.lock().snapshot();
         let s = store.clone();
-        let r = tokio::task::spawn_blocking(move || s.save(&snapshot)).await;
+        let r = tokio::task::spawn_blocking(move || s.save(snapshot)).await;
         match r {
             Ok(Ok(())) if failing => {
                 failing = false;
@@ -183,14 +200,30 @@ mod tests {
             jobs: vec![SavedJob::default()],
             ..Default::default()
         };
-        store.save(&state).unwrap();
-        store.save(&state).unwrap();
+        store.save(state.clone()).unwrap();
+        store.save(state.clone()).unwrap();
         assert_eq!(store.load().unwrap(), Some(state));
         let mode = fs::metadata(path.join(FILE)).unwrap().mode() & 0o777;
         assert_eq!(mode, 0o600);
         fs::write(path.join(FILE), b"not a state").unwrap();
         let e = store.load().unwrap_err();
         assert!(format!("{e:#}").contains("not a state file"), "{e:#}");
+    }
+
+    #[test]
+    fn a_later_save_of_an_earlier_snapshot_keeps_the_next_job_id() {
+        // The background saver's snapshot, taken before a reservation of
+        // job ids, written after it: the file keeps the reservation.
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s").to_str().unwrap()).unwrap();
+        let at = |next_job, saved_ms| SavedState {
+            next_job,
+            saved_ms,
+            ..Default::default()
+        };
+        store.save(at(1025, 1)).unwrap();
+        store.save(at(7, 2)).unwrap();
+        assert_eq!(store.load().unwrap(), Some(at(1025, 2)));
     }
 
     #[test]

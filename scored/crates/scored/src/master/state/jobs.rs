@@ -155,9 +155,15 @@ pub struct Jobs {
     /// Finished jobs, oldest first, kept for scorectl.
     history: VecDeque<u64>,
     next_id: u64,
+    /// Where the saved block of ids ends: a restarted master starts there
+    /// ([`State::reserve_ids`](super::State)).
+    reserved: u64,
     /// When this master started (ms since the epoch).
     epoch: u64,
 }
+
+/// Job ids promised per synchronous save of the state.
+pub const ID_BLOCK: u64 = 1024;
 
 impl Jobs {
     pub fn new() -> Self {
@@ -166,6 +172,7 @@ impl Jobs {
             queue: VecDeque::new(),
             history: VecDeque::new(),
             next_id: 1,
+            reserved: 1,
             epoch: now_ms(),
         }
     }
@@ -176,6 +183,16 @@ impl Jobs {
 
     pub fn get_mut(&mut self, id: u64) -> Option<&mut Job> {
         self.table.get_mut(&id)
+    }
+
+    /// The next id is beyond the saved block: the end of the next block,
+    /// to save (with [`Jobs::reserve`]) before that id goes out.
+    pub fn reservation_needed(&self) -> Option<u64> {
+        (self.next_id >= self.reserved).then(|| self.next_id + ID_BLOCK)
+    }
+
+    pub fn reserve(&mut self, end: u64) {
+        self.reserved = end;
     }
 
     /// A new job, pending at the end of the queue; returns its id.
@@ -327,7 +344,7 @@ impl Jobs {
             jobs,
             queue: self.queue.iter().copied().collect(),
             history: self.history.iter().copied().collect(),
-            next_id: self.next_id,
+            next_id: self.next_id.max(self.reserved),
         }
     }
 
@@ -361,6 +378,8 @@ impl Jobs {
         jobs.history = saved.history.into_iter().filter(known).collect();
         let highest = jobs.table.keys().copied().max().unwrap_or(0);
         jobs.next_id = saved.next_id.max(highest + 1);
+        // Nothing of the saved block is known to be unused.
+        jobs.reserved = jobs.next_id;
         jobs
     }
 

@@ -20,6 +20,7 @@ impl State {
         client: ClientTx,
     ) -> Result<u64, Status> {
         self.validate(&spec, who)?;
+        self.reserve_ids();
         let id = self.jobs.add(spec, who, user);
         self.links.follow(id, client);
         self.links.changed();

@@ -117,6 +117,35 @@ mod tests {
     }
 
     #[test]
+    fn a_crash_that_loses_the_last_jobs_lends_their_ids_to_no_new_job() {
+        let mut h = harness(2);
+        let disk = h.durable();
+        let (a, _ra) = h.submit(spec(1, 1));
+        // The block of ids was on disk before a's id went out.
+        assert_eq!(disk.saves(), 1);
+        assert!(
+            disk.last_next_job() > a,
+            "{} after {a}",
+            disk.last_next_job()
+        );
+        // The background saver's last snapshot; then b, which the crash
+        // loses, while its ranks may run on and its scrun come back.
+        let saved = h.st.snapshot();
+        let (b, _rb) = h.submit(spec(1, 1));
+        assert_eq!(disk.saves(), 1, "one synchronous save per block of ids");
+
+        let mut r = restarted(2, 1, saved);
+        let disk = r.durable();
+        r.attach("n1", Vec::new());
+        r.attach("n2", Vec::new());
+        let (c, _rc) = r.submit(spec(1, 1));
+        assert!(c > b, "the lost job's id {b} is not handed out again: {c}");
+        // The restarted master reserved a block of its own first.
+        assert_eq!(disk.saves(), 1);
+        assert!(disk.last_next_job() > c);
+    }
+
+    #[test]
     fn a_restart_forgets_idle_nodes_that_are_no_longer_configured() {
         // Four nodes: a job on n3, n4 drained, n2 idle.
         let root = Requester { uid: 0, gid: 0 };

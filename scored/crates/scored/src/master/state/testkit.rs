@@ -3,7 +3,7 @@
 
 pub use super::super::metrics::MasterMetrics;
 pub use super::jobs::{EXIT_CANCELLED, EXIT_TIMEOUT};
-pub use super::{Limits, Requester, State, Timer, TimerKind};
+pub use super::{Limits, Requester, SaveNow, State, Timer, TimerKind};
 pub use prometheus_client::registry::Registry;
 pub use score_proto::v1::{
     agent_message, job_event, master_message, AgentMessage, Cleaned, Drained, FenceContribution,
@@ -105,7 +105,40 @@ pub fn drain<T>(rx: &mut UnboundedReceiver<T>) -> Vec<T> {
     v
 }
 
+/// The state directory of a unit test: what the master wrote at once.
+#[derive(Default)]
+pub struct Disk {
+    written: parking_lot::Mutex<Vec<SavedState>>,
+}
+
+impl Disk {
+    pub fn saves(&self) -> usize {
+        self.written.lock().len()
+    }
+
+    pub fn last_next_job(&self) -> u64 {
+        self.written.lock().last().map_or(0, |s| s.next_job)
+    }
+}
+
+impl SaveNow for Disk {
+    fn save_now(&self, state: SavedState) -> anyhow::Result<()> {
+        self.written.lock().push(state);
+        Ok(())
+    }
+}
+
 impl Harness {
+    /// From now on the master saves to a [`Disk`] (synchronous saves only).
+    pub fn durable(&mut self) -> std::sync::Arc<Disk> {
+        let disk = std::sync::Arc::new(Disk::default());
+        self.st.save_with(
+            std::sync::Arc::new(tokio::sync::Notify::new()),
+            disk.clone(),
+        );
+        disk
+    }
+
     /// The agent of `node` registers (again), holding the jobs `held`.
     pub fn attach(&mut self, node: &str, held: Vec<HeldJob>) {
         let (tx, rx) = unbounded_channel();
