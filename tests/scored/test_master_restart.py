@@ -14,8 +14,8 @@ import subprocess
 import pytest
 from vclusterlib import procs
 
-from .score import (PMCHECK, SCORE_BIN, Score, agent_metrics_url, marker, processes_with, scored_pid,
-                    scrape, wait_for)
+from .score import (PMCHECK, SCORE_BIN, Score, agent_metrics_url, marker, pb_field,
+                    processes_with, scored_pid, scrape, wait_for)
 
 # A scrun that does not come back is given up after this (default 30 s).
 REATTACH_TIMEOUT_MS = 8000
@@ -44,13 +44,31 @@ def master_pid(vc):
     return scored_pid(vc, "master")
 
 
+# JobSpec.argv's field number (scored/proto/score.proto).
+ARGV_FIELD = 3
+
+
+def wait_saved(score):
+    """Every job the master lists is in its state file (each one's argv, as
+    the file encodes it): the background save that follows each change has
+    run.  A job submitted in the last milliseconds before a crash is not
+    adopted (docs/scored/admin.md, "What is lost in a restart"); these
+    tests are about the jobs that were saved."""
+    state = score.vc.service_dir / "head" / "state" / "master.state"
+    argvs = [b"".join(pb_field(ARGV_FIELD, a) for a in j["argv"]) for j in score.jobs()]
+    wait_for(lambda: all(a in state.read_bytes() for a in argvs), 10,
+             "the master's state file to hold every job")
+
+
 def restart_master(score, while_down=None, sig=signal.SIGKILL):
-    """Kill the master with `sig` (SIGKILL: as a crash would), run
-    `while_down()`, start it again as vcluster does.  The new master is
-    ended by its command line when the module's cluster goes down."""
+    """Once the master has saved its jobs, kill it with `sig` (SIGKILL: as
+    a crash would), run `while_down()`, start it again as vcluster does.
+    The new master is ended by its command line when the module's cluster
+    goes down."""
     vc = score.vc
     pid = master_pid(vc)
     assert pid, "no master runs"
+    wait_saved(score)
     os.kill(pid, sig)
     # SIGTERM: the streams still open are closed after 1 s (STOP_GRACE).
     wait_for(lambda: procs.exited(pid), 10, "the master to die")
