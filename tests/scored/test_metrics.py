@@ -79,6 +79,37 @@ def test_every_launched_job_is_counted_and_has_a_start_time(score):
         f"score_job_launch_seconds_count grew by {after - before} for {len(ids)} jobs"
 
 
+def test_a_master_that_cannot_save_its_state_says_so(score):
+    """A save of the master's state that fails (here: a directory where its
+    temporary file goes) is logged and counted, and
+    score_master_state_save_failing is 1 until a save works again (the
+    alert MasterStateNotSaved)."""
+    url = master_metrics_url(score)
+    log = score.vc.service_dir / "head" / "scored.log"
+
+    def saves():
+        text = scrape(url)
+        return (metric_values(text, "score_master_state_save_failures_total").get("", 0),
+                metric_values(text, "score_master_state_save_failing").get(""))
+
+    failures, failing = saves()
+    assert failing == 0, saves()
+    logged = log.read_text(errors="replace").count("cannot save the state:")
+    blocker = score.vc.service_dir / "head" / "state" / "master.state.tmp"
+    blocker.mkdir()
+    try:
+        # A job changes the state: the background saver tries to save it.
+        assert score.scrun("-nodes=1x1", "true").returncode == 0
+        wait_for(lambda: log.read_text(errors="replace").count("cannot save the state:") > logged,
+                 10, "the background saver to fail")
+        now = saves()
+        assert now[0] > failures and now[1] == 1, (failures, now)
+    finally:
+        blocker.rmdir()
+    assert score.scrun("-nodes=1x1", "true").returncode == 0
+    wait_for(lambda: saves()[1] == 0, 10, "a save that works again")
+
+
 def test_master_metrics_pass_promtool(score):
     proc = score.scrun("-nodes=4x1", "true")  # every histogram and counter has samples
     assert proc.returncode == 0, proc.stderr

@@ -26,6 +26,8 @@ pub struct MasterMetrics {
     pub stdio_buffered: Family<Labels, Gauge>,
     pub stdio_throttled_jobs: Family<Labels, Gauge>,
     pub stdio_throttles: Family<Labels, Counter>,
+    pub state_save_failures: Counter,
+    pub state_save_failing: Gauge,
 }
 
 impl MasterMetrics {
@@ -49,6 +51,8 @@ impl MasterMetrics {
             stdio_buffered: Family::default(),
             stdio_throttled_jobs: Family::default(),
             stdio_throttles: Family::default(),
+            state_save_failures: Counter::default(),
+            state_save_failing: Gauge::default(),
         };
         registry.register(
             "score_jobs",
@@ -123,6 +127,25 @@ impl MasterMetrics {
             "Times a job's output (or stdin) started to wait for the other end, by direction",
             m.stdio_throttles.clone(),
         );
+        registry.register(
+            "score_master_state_save_failures",
+            "Saves of the master's state to master.state_dir that failed",
+            m.state_save_failures.clone(),
+        );
+        registry.register(
+            "score_master_state_save_failing",
+            "1 while the master's last save of its state failed: a restart of the master \
+             now loses what changed since the last save",
+            m.state_save_failing.clone(),
+        );
         m
+    }
+
+    /// The outcome of a save of the state ([`super::store`]).
+    pub fn state_saved(&self, ok: bool) {
+        if !ok {
+            self.state_save_failures.inc();
+        }
+        self.state_save_failing.set(i64::from(!ok));
     }
 }

@@ -318,7 +318,9 @@ impl State {
         };
         self.jobs.reserve(end);
         if let Some(durable) = self.links.durable.clone() {
-            if let Err(e) = durable.save_now(self.snapshot()) {
+            let saved = durable.save_now(self.snapshot());
+            self.metrics.state_saved(saved.is_ok());
+            if let Err(e) = saved {
                 tracing::error!(
                     "cannot save the reservation of job ids up to {end}: {e:#} \
                      (after a crash of the master, ids may name another job)"

@@ -164,6 +164,7 @@ pub async fn keep_saved(store: Arc<Store>, state: Arc<Mutex<State>>, saver: Arc<
         let snapshot = state.lock().snapshot();
         let s = store.clone();
         let r = tokio::task::spawn_blocking(move || s.save(snapshot)).await;
+        state.lock().metrics.state_saved(matches!(r, Ok(Ok(()))));
         match r {
             Ok(Ok(())) if failing => {
                 failing = false;
