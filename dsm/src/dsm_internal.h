@@ -486,8 +486,8 @@ void dsm_fetch(struct dsm *d, uint32_t first, uint32_t n);
  * compute meanwhile. */
 void dsm_prefetch(struct dsm *d, const uint32_t *pages, uint32_t n);
 /* Service thread, after a progress pass: the prefetches in flight that
- * have landed become PREFETCHED; dsm_prefetch_drain waits for all of them (before anything
- * changes the pages' states: a release, an acquire). */
+ * have landed become PREFETCHED; dsm_prefetch_drain waits for all of them
+ * (before anything changes the pages' states: a release, an acquire). */
 void dsm_prefetch_poll(struct dsm *d);
 void dsm_prefetch_drain(struct dsm *d);
 /* Pages [first, first + n), just fetched, become valid (fault.c). */

@@ -89,6 +89,12 @@ def scored_pid(vc, role, node="head"):
                 None)
 
 
+def master_state_dir(vc):
+    """The master's state directory in a virtual cluster (vcluster's
+    scored.toml: master.state_dir), where it saves master.state."""
+    return vc.service_dir / "head" / "state"
+
+
 def metric_values(text, name):
     """{labels-string: value} of the samples of metric `name` in a
     Prometheus text exposition."""

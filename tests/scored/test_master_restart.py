@@ -14,8 +14,8 @@ import subprocess
 import pytest
 from vclusterlib import procs
 
-from .score import (PMCHECK, SCORE_BIN, Score, agent_metrics_url, marker, pb_field,
-                    processes_with, scored_pid, scrape, wait_for)
+from .score import (PMCHECK, SCORE_BIN, Score, agent_metrics_url, marker, master_state_dir,
+                    pb_field, processes_with, scored_pid, scrape, wait_for)
 
 # A scrun that does not come back is given up after this (default 30 s).
 REATTACH_TIMEOUT_MS = 8000
@@ -54,7 +54,7 @@ def wait_saved(score):
     run.  A job submitted in the last milliseconds before a crash is not
     adopted (docs/scored/admin.md, "What is lost in a restart"); these
     tests are about the jobs that were saved."""
-    state = score.vc.service_dir / "head" / "state" / "master.state"
+    state = master_state_dir(score.vc) / "master.state"
     argvs = [b"".join(pb_field(ARGV_FIELD, a) for a in j["argv"]) for j in score.jobs()]
     wait_for(lambda: all(a in state.read_bytes() for a in argvs), 10,
              "the master's state file to hold every job")

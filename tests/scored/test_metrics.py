@@ -12,7 +12,7 @@ import urllib.parse
 import pytest
 
 from .score import (PMCHECK, agent_metrics_url, build_pm_program, grpc_call, grpc_frame, marker,
-                    metric_values, scrape, wait_for)
+                    master_state_dir, metric_values, scrape, wait_for)
 
 pytestmark = pytest.mark.skipif(not shutil.which("promtool"),
                                 reason="promtool is not installed (prometheus)")
@@ -95,7 +95,7 @@ def test_a_master_that_cannot_save_its_state_says_so(score):
     failures, failing = saves()
     assert failing == 0, saves()
     logged = log.read_text(errors="replace").count("cannot save the state:")
-    blocker = score.vc.service_dir / "head" / "state" / "master.state.tmp"
+    blocker = master_state_dir(score.vc) / "master.state.tmp"
     blocker.mkdir()
     try:
         # A job changes the state: the background saver tries to save it.
