@@ -317,7 +317,7 @@ impl State {
             return;
         };
         self.jobs.reserve(end);
-        if let Some(durable) = self.links.durable.clone() {
+        if let Some(durable) = &self.links.durable {
             let saved = durable.save_now(self.snapshot());
             self.metrics.state_saved(saved.is_ok());
             if let Err(e) = saved {

@@ -157,6 +157,8 @@ fn decode(data: &[u8]) -> anyhow::Result<SavedState> {
 /// Saves the state every time it changes (`saver` is notified), until the
 /// master stops.  A failed save is logged and retried at the next change.
 pub async fn keep_saved(store: Arc<Store>, state: Arc<Mutex<State>>, saver: Arc<Notify>) {
+    // The metrics are shared handles: reporting a save takes no lock.
+    let metrics = state.lock().metrics.clone();
     let mut failing = false;
     loop {
         saver.notified().await;
@@ -164,7 +166,7 @@ pub async fn keep_saved(store: Arc<Store>, state: Arc<Mutex<State>>, saver: Arc<
         let snapshot = state.lock().snapshot();
         let s = store.clone();
         let r = tokio::task::spawn_blocking(move || s.save(snapshot)).await;
-        state.lock().metrics.state_saved(matches!(r, Ok(Ok(()))));
+        metrics.state_saved(matches!(r, Ok(Ok(()))));
         match r {
             Ok(Ok(())) if failing => {
                 failing = false;
