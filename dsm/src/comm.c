@@ -165,10 +165,24 @@ void dsm_send_runs(struct dsm *d, int peer, uint8_t type, uint32_t tag, uint32_t
 	}
 }
 
-void dsm_send_notices(struct dsm *d, int peer, uint32_t tag, uint32_t epoch,
-		      const struct pageset *set)
+void dsm_send_sync(struct dsm *d, int peer, uint8_t type, uint32_t arg, uint32_t tag,
+		   uint32_t epoch, const struct pageset *set)
 {
-	dsm_send_runs(d, peer, MSG_NOTICES, tag, epoch, set);
+	uint8_t buf[8192];
+	size_t cap = d->max_msg - sizeof(struct dsm_hdr), n = 0;
+	uint32_t from = 0;
+
+	if (cap > sizeof(buf))
+		cap = sizeof(buf);
+	cap -= cap % PAGESET_RUN_BYTES;
+	/* Encoding a chunk tells whether runs remain (from): each chunk that
+	 * is not the last goes ahead on its own. */
+	while (set && set->bits && from != PAGESET_NONE) {
+		n = pageset_encode(set, &from, buf, cap);
+		if (from != PAGESET_NONE)
+			send_tagged(d, peer, MSG_NOTICES, tag, epoch, buf, n);
+	}
+	send_tagged(d, peer, type, arg, epoch, buf, n);
 }
 
 void dsm_send_pages(struct dsm *d, int peer, const uint32_t *pages, uint32_t n)

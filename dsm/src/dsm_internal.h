@@ -371,9 +371,16 @@ void dsm_wait_until(struct dsm *d, bool (*done)(struct dsm *, const void *),
 /* Send a page set as messages of type (runs, chunked) with arg tag. */
 void dsm_send_runs(struct dsm *d, int peer, uint8_t type, uint32_t tag, uint32_t epoch,
 		   const struct pageset *set);
-/* dsm_send_runs of NOTICES. */
-void dsm_send_notices(struct dsm *d, int peer, uint32_t tag, uint32_t epoch,
-		      const struct pageset *set);
+/*
+ * A synchronisation message (BARRIER_ARRIVE, BARRIER_DEPART, LOCK_GRANT,
+ * LOCK_RELEASE, PEER_ARRIVE: type, arg) with the notices that go before
+ * it (set, or NULL for none): the last chunk of their runs is its payload
+ * and epoch the notices' epoch in its header; any chunks before go ahead as
+ * NOTICES (tag, epoch).  One message where the notices fit in one: on a
+ * network device each is a system call at both ends.
+ */
+void dsm_send_sync(struct dsm *d, int peer, uint8_t type, uint32_t arg, uint32_t tag,
+		   uint32_t epoch, const struct pageset *set);
 /* One PUSH of n pages homed here, their bytes from the alias (n at most
  * dsm_push_per_msg). */
 void dsm_send_pages(struct dsm *d, int peer, const uint32_t *pages, uint32_t n);

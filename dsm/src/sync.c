@@ -386,8 +386,8 @@ static void depart(struct dsm *d, struct pageset *notices, const struct dsm_peer
 static void barrier_complete(struct dsm *d)
 {
 	for (int r = 1; r < d->size; r++) {
-		dsm_send_notices(d, r, DSM_NOTICE_BARRIER, d->mgr_epoch, &d->mgr_union);
-		dsm_send(d, r, MSG_BARRIER_DEPART, d->mgr_epoch, NULL, 0);
+		dsm_send_sync(d, r, MSG_BARRIER_DEPART, d->mgr_epoch, DSM_NOTICE_BARRIER,
+			      d->mgr_epoch, &d->mgr_union);
 	}
 	pageset_union(&d->depart_notices, &d->mgr_union);
 	pageset_clear(&d->mgr_union);
@@ -424,8 +424,8 @@ int dsm_barrier(struct dsm *d)
 		pageset_union(&d->mgr_union, &d->epoch_notices);
 		barrier_arrival(d, 0, d->epoch);
 	} else {
-		dsm_send_notices(d, 0, DSM_NOTICE_BARRIER, d->epoch, &d->epoch_notices);
-		dsm_send(d, 0, MSG_BARRIER_ARRIVE, d->epoch, NULL, 0);
+		dsm_send_sync(d, 0, MSG_BARRIER_ARRIVE, d->epoch, DSM_NOTICE_BARRIER, d->epoch,
+			      &d->epoch_notices);
 	}
 	dsm_wait_until(d, departed, NULL);
 	depart(d, &d->depart_notices, NULL);
@@ -480,10 +480,9 @@ int dsm_barrier_with(struct dsm *d, const struct dsm_peers *w)
 		struct pageset *o = owed_to(d, peer);
 
 		dsm_push_to(d, peer, o);
-		if (o->count)
-			dsm_send_notices(d, peer, DSM_NOTICE_PEER, d->epoch, o);
+		dsm_send_sync(d, peer, MSG_PEER_ARRIVE, ++d->peer_calls[peer], DSM_NOTICE_PEER,
+			      d->epoch, o);
 		pageset_clear(o);
-		dsm_send(d, peer, MSG_PEER_ARRIVE, ++d->peer_calls[peer], NULL, 0);
 	}
 	dsm_wait_until(d, peers_arrived, w);
 
@@ -543,9 +542,7 @@ static void lock_grant(struct dsm *d, unsigned l, int to)
 		d->granted_lock = (int32_t)l;
 		return;
 	}
-	if (L->notices.bits && L->notices.count)
-		dsm_send_notices(d, to, l, L->epoch, &L->notices);
-	dsm_send(d, to, MSG_LOCK_GRANT, l, NULL, 0);
+	dsm_send_sync(d, to, MSG_LOCK_GRANT, l, l, L->epoch, &L->notices);
 }
 
 static void lock_request(struct dsm *d, unsigned l, int from)
@@ -629,9 +626,7 @@ int dsm_unlock(struct dsm *d, unsigned l)
 		lock_add_notices(d, &d->locks[l], d->epoch, NULL, 0, &d->epoch_notices);
 		lock_release(d, l, d->rank);
 	} else {
-		if (d->epoch_notices.count)
-			dsm_send_notices(d, mgr, l, d->epoch, &d->epoch_notices);
-		dsm_send(d, mgr, MSG_LOCK_RELEASE, l, NULL, 0);
+		dsm_send_sync(d, mgr, MSG_LOCK_RELEASE, l, l, d->epoch, &d->epoch_notices);
 	}
 	d->held[l] = 0;
 	d->st->lock_ns += dsm_now_ns() - t0;
@@ -709,6 +704,17 @@ static void handle_notices(struct dsm *d, int peer, const struct dsm_hdr *h, con
 	}
 }
 
+/* The notices a synchronisation message carries (dsm_send_sync), taken
+ * as a NOTICES message tagged tag would be, before the message itself. */
+static void carried_notices(struct dsm *d, int peer, const struct dsm_hdr *h, uint32_t tag,
+			    const uint8_t *p, size_t len)
+{
+	struct dsm_hdr notices = { .type = MSG_NOTICES, .arg = tag, .epoch = h->epoch };
+
+	if (len)
+		handle_notices(d, peer, &notices, p, len);
+}
+
 void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t *p, size_t len)
 {
 	bool managed = h->arg < PMDSM_LOCKS && lock_manager(d, h->arg) == d->rank;
@@ -735,10 +741,13 @@ void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t 
 		handle_notices(d, peer, h, p, len);
 		return;
 	case MSG_BARRIER_ARRIVE:
-		if (d->rank == 0)
+		if (d->rank == 0) {
+			carried_notices(d, peer, h, DSM_NOTICE_BARRIER, p, len);
 			barrier_arrival(d, peer, h->arg);
+		}
 		return;
 	case MSG_BARRIER_DEPART:
+		carried_notices(d, peer, h, DSM_NOTICE_BARRIER, p, len);
 		d->departed = true;
 		return;
 	case MSG_LOCK_ACQUIRE:
@@ -750,10 +759,12 @@ void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t 
 		}
 		return;
 	case MSG_LOCK_GRANT:
+		carried_notices(d, peer, h, h->arg, p, len);
 		d->granted_lock = (int32_t)h->arg;
 		return;
 	case MSG_LOCK_RELEASE:
 		if (managed) {
+			carried_notices(d, peer, h, h->arg, p, len);
 			lock_release(d, h->arg, peer);
 		} else {
 			dsm_log("dropped a release of lock %u, not managed here", h->arg);
@@ -771,6 +782,7 @@ void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t 
 		return;
 	case MSG_PEER_ARRIVE:
 		if (h->arg == d->peer_arrivals[peer] + 1) {
+			carried_notices(d, peer, h, DSM_NOTICE_PEER, p, len);
 			d->peer_arrivals[peer] = h->arg;
 		} else {
 			dsm_log("dropped rank %d's arrival %u at a barrier of a few: %u came before",

@@ -22,7 +22,8 @@
  * with 2 ranks or more, a home's writes to pages another rank copied
  * before the home knew (home_copy_check), pages homed where they were
  * first touched (first_touch_check), writes to pages left unwritten for
- * many releases (cold_check), and read-ahead phases
+ * many releases (cold_check), notices too many for one message
+ * (scatter_check), and read-ahead phases
  * (read_ahead_check): pages
  * fetched beside a faulted one hold the home's values, are invalidated by
  * the next barrier's write notices like any other, have the twin that
@@ -534,6 +535,91 @@ static void cold_check(const struct options *o)
 	call(pmdsm_free(a), "pmdsm_free");
 }
 
+/* ---- notices longer than a message ---- */
+
+/*
+ * A synchronisation message carries its notices, and those that do not
+ * fit in one message go ahead of it as NOTICES (dsm_send_sync: 1024 runs,
+ * 8 KiB, a message at most).  Every other page of SC_PAGES written makes
+ * SC_PAGES / 2 runs, more than that, at every step:
+ *
+ *   barrier: every rank writes its word of every even page, so that each
+ *   arrival and the departure's union take two messages;
+ *
+ *   lock: the ranks take SC_LOCK in turn and each writes its word of every
+ *   odd page, so that each release to the manager and each grant after the
+ *   first take two.
+ *
+ * Every rank reads every page first, so that it holds copies that only the
+ * notices can drop: a run of them lost would leave a page stale, and the
+ * values read after the barrier, or under the lock, would show it.
+ */
+#define SC_PAGES 2200u
+#define SC_LOCK 2u
+#define SC_WORDS (4096u / sizeof(uint64_t))
+
+static uint64_t sc_value(const struct options *o, unsigned page, int writer_rank)
+{
+	return draw(o->seed, page, (uint64_t)writer_rank, 8) | 1;     /* never 0 */
+}
+
+static void sc_expect(const struct options *o, const uint64_t *a, unsigned page, int w,
+		      bool written, const char *after)
+{
+	uint64_t want = written ? sc_value(o, page, w) : 0, got = a[page * SC_WORDS + w];
+
+	if (got != want)
+		fail("seed %" PRIu64 ": word %d of page %u is %#" PRIx64 ", expected %#" PRIx64
+		     " after %s (notices of more than one message)", o->seed, w, page, got, want,
+		     after);
+}
+
+static void scatter_check(const struct options *o)
+{
+	if (size < 2)
+		return;
+
+	uint64_t *a = pmdsm_alloc(SC_PAGES * 4096u, PMDSM_CYCLIC);
+	/* turns[0]: how many ranks held SC_LOCK so far; turns[1 + k]: the k-th. */
+	uint64_t *turns = pmdsm_alloc((size_t)(size + 1) * sizeof(uint64_t), PMDSM_CYCLIC);
+	volatile uint64_t sum = 0;
+
+	if (!a || !turns)
+		fail("pmdsm_alloc: %s", strerror(errno));
+	for (unsigned p = 0; p < SC_PAGES; p++)
+		sum += a[p * SC_WORDS];
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	for (unsigned p = 0; p < SC_PAGES; p += 2)
+		a[p * SC_WORDS + rank] = sc_value(o, p, rank);
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	for (unsigned p = 0; p < SC_PAGES; p++)
+		for (int w = 0; w < size; w++)
+			sc_expect(o, a, p, w, p % 2 == 0, "a barrier");
+	call(pmdsm_barrier(), "pmdsm_barrier");
+
+	call(pmdsm_lock(SC_LOCK), "pmdsm_lock");
+	uint64_t held = turns[0];
+
+	if (held >= (uint64_t)size)
+		fail("seed %" PRIu64 ": %" PRIu64 " ranks held lock %u before rank %d, of %d",
+		     o->seed, held, SC_LOCK, rank, size);
+	for (uint64_t k = 0; k < held; k++)
+		for (unsigned p = 1; p < SC_PAGES; p += 2)
+			sc_expect(o, a, p, (int)turns[1 + k], true, "a lock's grant");
+	for (unsigned p = 1; p < SC_PAGES; p += 2)
+		a[p * SC_WORDS + rank] = sc_value(o, p, rank);
+	turns[1 + held] = (uint64_t)rank;
+	turns[0] = held + 1;
+	call(pmdsm_unlock(SC_LOCK), "pmdsm_unlock");
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	for (unsigned p = 1; p < SC_PAGES; p += 2)
+		for (int w = 0; w < size; w++)
+			sc_expect(o, a, p, w, true, "a barrier after the lock");
+	call(pmdsm_barrier(), "pmdsm_barrier");
+	call(pmdsm_free(turns), "pmdsm_free");
+	call(pmdsm_free(a), "pmdsm_free");
+}
+
 /* ---- read-ahead ---- */
 
 /* Pages per rank of the read-ahead allocation: a sequential sweep over one
@@ -879,6 +965,7 @@ int main(int argc, char **argv)
 	home_copy_check(&o);
 	first_touch_check(&o);
 	cold_check(&o);
+	scatter_check(&o);
 	if (o.heap)
 		heap_check(&o);
 

@@ -93,6 +93,31 @@ int main(void)
 	handle(d, 0, MSG_BARRIER_DEPART, 0, 0, NULL, 0);
 	CHECK(d->departed);
 
+	/* Synchronisation messages carry their notices (dsm_send_sync): taken
+	 * as a NOTICES message of the same tag and epoch would be, before the
+	 * message acts.  A departure's, a grant's (older than this rank's
+	 * epoch: moot, as separate notices of that epoch would be), and a
+	 * malformed payload: dropped and counted, the message still acts. */
+	uint8_t nine[8] = { 9, 0, 0, 0, 3, 0, 0, 0 }, twenty[8] = { 20, 0, 0, 0, 1, 0, 0, 0 };
+
+	pageset_clear(&d->depart_notices);
+	d->departed = false;
+	handle(d, 0, MSG_BARRIER_DEPART, 0, 0, nine, sizeof(nine));
+	CHECK(d->departed);
+	CHECK_EQ(d->depart_notices.count, 3);
+	CHECK(pageset_has(&d->depart_notices, 9) && pageset_has(&d->depart_notices, 11));
+	d->epoch = 2;
+	handle(d, 0, MSG_LOCK_GRANT, 8, 2, twenty, sizeof(twenty));
+	handle(d, 0, MSG_LOCK_GRANT, 8, 1, nine, sizeof(nine));
+	CHECK_EQ(d->grant_notices.count, 1);
+	CHECK(pageset_has(&d->grant_notices, 20));
+	handle(d, 0, MSG_BARRIER_DEPART, 0, 0, partial, sizeof(partial));
+	CHECK_EQ(d->st->dropped, 9);
+	CHECK_EQ(d->depart_notices.count, 3);
+	pageset_clear(&d->grant_notices);
+	pageset_clear(&d->depart_notices);
+	d->epoch = 0;
+
 	/* First touch (home.c).  Questions for the home of a page this rank
 	 * does not manage (page 2: rank 0's), of a page beyond the heap, or
 	 * of the wrong size are dropped and decide nothing. */
@@ -102,7 +127,7 @@ int main(void)
 	handle(d, 0, MSG_HOME_ASK, 2, 0, &claim, sizeof(claim));
 	handle(d, 0, MSG_HOME_ASK, 99, 0, &claim, sizeof(claim));
 	handle(d, 0, MSG_HOME_ASK, 3, 0, &claim, 2);
-	CHECK_EQ(d->st->dropped, 11);
+	CHECK_EQ(d->st->dropped, 12);
 	CHECK_EQ(d->home[2], DSM_UNHOMED);
 	CHECK_EQ(d->home[3], DSM_UNHOMED);
 	/* Answers nobody asked for, from a rank that does not manage the
@@ -115,7 +140,7 @@ int main(void)
 	handle(d, 1, MSG_HOME_IS, 4, 0, &answer, sizeof(answer));
 	handle(d, 0, MSG_HOME_IS, 6, 0, &answer, sizeof(answer));
 	handle(d, 0, MSG_HOME_IS, 4, 0, &bad, sizeof(bad));
-	CHECK_EQ(d->st->dropped, 15);
+	CHECK_EQ(d->st->dropped, 16);
 	CHECK(!q.answered);
 	handle(d, 0, MSG_HOME_IS, 4, 0, &answer, sizeof(answer));
 	CHECK(q.answered);
