@@ -268,7 +268,10 @@ def dsm():
                                        (per_node("read_ahead_pages"), "of them read ahead {{node}}"),
                                        (per_node("prefetched_pages"),
                                         "of them prefetched at barriers {{node}}"),
-                                       (per_node("prefetch_used"), "prefetched and read {{node}}"),
+                                       (per_node("prefetch_opened"),
+                                        "prefetched, opened as they landed {{node}}"),
+                                       (per_node("prefetch_used"),
+                                        "prefetched closed and read {{node}}"),
                                        (per_node("prefetch_overlapped"),
                                         "prefetched, left in flight {{node}}"),
                                        (per_node("prefetch_waits"),
@@ -282,7 +285,9 @@ def dsm():
                    unit="ops", description="Read ahead: pages fetched beside a faulted one "
                                            "(PMDSM_READ_AHEAD), part of the pages fetched. "
                                            "Prefetched: pages a barrier dropped, fetched again "
-                                           "(PMDSM_PREFETCH), and of those the ones read since; "
+                                           "(PMDSM_PREFETCH), those opened as they landed, and "
+                                           "of those left closed (one barrier in 8) the ones "
+                                           "read since; "
                                            "left in flight: those whose read the barrier did not "
                                            "wait for (PMDSM_PREFETCH_MODE=overlap), and the "
                                            "accesses that waited for one. "

@@ -222,8 +222,9 @@ struct pmdsm_stats {
 	                              watched: another rank fetched them        */
 	uint64_t prefetched_pages; /* of pages_fetched, those fetched again at a
 	                              barrier (PMDSM_PREFETCH)                  */
-	uint64_t prefetch_used;    /* of those, pages touched before the next
-	                              barrier (the others are not fetched again) */
+	uint64_t prefetch_used;    /* of those that landed closed, pages touched
+	                              before the next barrier (the others are
+	                              not fetched again)                      */
 	uint64_t home_asks;        /* questions to another rank for the home of a
 	                              PMDSM_FIRST_TOUCH page: a round trip each
 	                              (a first touch, or pmdsm_home)            */
@@ -242,6 +243,10 @@ struct pmdsm_stats {
 	                              for them, at a pmdsm_barrier_with        */
 	uint64_t push_taken;       /* pages a home pushed that this rank took
 	                              instead of fetching them                */
+	uint64_t prefetch_opened;  /* of prefetched_pages and push_taken, those
+	                              opened as they landed, without waiting
+	                              for a first access (not in prefetch_used:
+	                              their use is not seen)                  */
 };
 
 /*

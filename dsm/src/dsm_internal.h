@@ -125,6 +125,11 @@ struct dsm_fetch_op {
  * operations in flight stay few (the udp device keeps a table of them). */
 #define DSM_PREFETCH_RUNS 16u
 
+/* One departure's prefetch in this many lands its pages closed, so that a
+ * page no longer read stops being fetched again within as many barriers
+ * (sync.c, depart; docs/dsm/design.md "Prefetch at barriers"). */
+#define DSM_PREFETCH_PROBE 8u
+
 /* One allocation of the heap (the allocator keeps them sorted). */
 struct dsm_extent {
 	uint32_t first, pages;  /* in pages from the heap's start */
@@ -206,6 +211,11 @@ struct dsm {
 	uint32_t prefetch_max;
 	uint32_t *prefetch;
 	bool prefetch_overlap;          /* PMDSM_PREFETCH_OVERLAP: leave them */
+	/* Whether the pages of this departure's prefetch open as they land
+	 * (READ), or stay closed until touched (PREFETCHED): one departure in
+	 * DSM_PREFETCH_PROBE lands them closed, to see which are still read. */
+	bool prefetch_open;
+	uint32_t prefetch_departures;
 	struct dsm_fetch_op inflight[DSM_PREFETCH_RUNS];
 	uint32_t nslots, ninflight;     /* slots used, of them in flight */
 
@@ -499,6 +509,10 @@ void dsm_prefetch_poll(struct dsm *d);
 void dsm_prefetch_drain(struct dsm *d);
 /* Pages [first, first + n), just fetched, become valid (fault.c). */
 void dsm_pages_valid(struct dsm *d, uint32_t first, uint32_t n);
+/* Pages [first, first + n) of a departure's prefetch or pushes, just
+ * landed (service thread): valid and open when the departure says so
+ * (prefetch_open), else PREFETCHED, closed until the first access. */
+void dsm_prefetched_valid(struct dsm *d, uint32_t first, uint32_t n);
 /* Pages [first, first + n), valid and READ, are watched again: their next
  * write is seen (segv: read-only; uffd-wp and uffd-async: armed). */
 void dsm_watch(struct dsm *d, uint32_t first, uint32_t n);

@@ -23,9 +23,15 @@
 
 static struct sigaction previous;
 
-/* Whether the faulting access was a write, where the CPU says so.  Else
- * the answer is "read": a write to a page made readable faults again and
- * is then a write, at the cost of one more fault. */
+/* Whether the faulting access was a write, where the CPU says so
+ * (FAULT_KIND_KNOWN).  Else the answer is "read": a write to a page made
+ * readable faults again and is then a write, at the cost of one more
+ * fault. */
+#if defined(__x86_64__)
+#define FAULT_KIND_KNOWN 1
+#else
+#define FAULT_KIND_KNOWN 0
+#endif
 static bool fault_was_write(const void *uc)
 {
 #if defined(__x86_64__)
@@ -156,9 +162,19 @@ void dsm_fetch(struct dsm *d, uint32_t first, uint32_t n)
 static void prefetch_landed(struct dsm *d, struct dsm_fetch_op *f)
 {
 	fetch_finish(d, f);
-	for (uint32_t p = f->first; p < f->first + f->n; p++)
-		__atomic_store_n(&d->state[p], PAGE_PREFETCHED, __ATOMIC_RELEASE);
+	dsm_prefetched_valid(d, f->first, f->n);
 	d->st->prefetched_pages += f->n;
+}
+
+void dsm_prefetched_valid(struct dsm *d, uint32_t first, uint32_t n)
+{
+	if (d->prefetch_open) {
+		dsm_pages_valid(d, first, n);
+		d->st->prefetch_opened += n;
+		return;
+	}
+	for (uint32_t p = first; p < first + n; p++)
+		__atomic_store_n(&d->state[p], PAGE_PREFETCHED, __ATOMIC_RELEASE);
 }
 
 /*
@@ -167,10 +183,14 @@ static void prefetch_landed(struct dsm *d, struct dsm_fetch_op *f)
  * waited for before the next.  With PMDSM_PREFETCH_OVERLAP the last batch
  * is not: it stays in flight when the barrier returns, its pages INFLIGHT,
  * so that the application computes while the reads cross the network (a
- * stencil that computes the rows that read its neighbours' last).  Closed
- * until touched: a page touched becomes valid at a local fault (no fetch;
- * a fault on one still in flight waits for its read) and is fetched again
- * at the next barrier that drops it; one never touched is not.
+ * stencil that computes the rows that read its neighbours' last).  As its
+ * read lands a page opens (READ: the application finds it valid, with no
+ * fault), except at one departure in DSM_PREFETCH_PROBE, whose pages stay
+ * closed until touched: a page touched becomes valid at a local fault (no
+ * fetch; a fault on one still in flight waits for its read) and is
+ * fetched again at the next barrier that drops it; one never touched is
+ * not.  So a page the program stopped reading is fetched again for at
+ * most DSM_PREFETCH_PROBE barriers.
  */
 void dsm_prefetch(struct dsm *d, const uint32_t *pages, uint32_t n)
 {
@@ -288,16 +308,20 @@ void dsm_watch(struct dsm *d, uint32_t first, uint32_t n)
  * have been had it faulted itself. */
 void dsm_pages_valid(struct dsm *d, uint32_t first, uint32_t n)
 {
-	for (uint32_t p = first; p < first + n; p++) {
-		d->state[p] = PAGE_READ;
-		if (dsm_uffd(d)) {
+	if (dsm_uffd(d)) {
+		for (uint32_t p = first; p < first + n; p++)
 			dsm_make_twin(d, p);
-			d->st->twins++;
-		}
+		d->st->twins += n;
 	}
 	if (dsm_uffd_wp(d))
 		dsm_wp_arm(d, first, n);
 	dsm_protect(d, first, n, dsm_segv(d) ? PROT_READ : PROT_READ | PROT_WRITE);
+	/* Last, published: the service thread opens a landed prefetch while
+	 * the application runs, and an access that faulted on the page closed
+	 * must find it valid only once it is open (fault.c, on_segv;
+	 * wp_uffd.c, wp_fault). */
+	for (uint32_t p = first; p < first + n; p++)
+		__atomic_store_n(&d->state[p], PAGE_READ, __ATOMIC_RELEASE);
 }
 
 /*
@@ -428,8 +452,11 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 		break;
 	}
 	case PAGE_INFLIGHT:
-		/* Its read lands first: then it is PREFETCHED. */
+		/* Its read lands first: then it is PREFETCHED, or open (READ),
+		 * and the retry succeeds. */
 		dsm_call(d, prefetch_wait_call, &page);
+		if (__atomic_load_n(&d->state[page], __ATOMIC_ACQUIRE) != PAGE_PREFETCHED)
+			break;
 		/* fallthrough */
 	case PAGE_PREFETCHED:
 		/* Its copy is here already (dsm_prefetch). */
@@ -442,7 +469,13 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 		}
 		break;
 	case PAGE_READ:
-		start_write(d, page);
+		/* segv: the page's first write since the release.  Or an
+		 * access that faulted on it closed, in flight, and found it
+		 * opened by the service thread as its read landed
+		 * (dsm_prefetched_valid): the retry succeeds.  Only that with
+		 * uffd, whose READ pages never fault here otherwise. */
+		if (dsm_segv(d) && (write || !FAULT_KIND_KNOWN))
+			start_write(d, page);
 		break;
 	case PAGE_COLD:
 		/* uffd-async: readable, so this is a write. */

@@ -293,6 +293,10 @@ void dsm_heap_free(struct dsm *d, int index)
 	struct dsm_extent *e = &d->extents[i];
 	size_t off = (size_t)e->first << DSM_PAGE_SHIFT, len = (size_t)e->pages << DSM_PAGE_SHIFT;
 
+	/* The barrier before left its prefetch in flight (overlap): those
+	 * reads land first, or they would write into the hole and mark pages
+	 * of the next allocation there valid. */
+	dsm_prefetch_drain(d);
 	if (e->pages >= PMDSM_COLOUR_MIN_PAGES)
 		d->ncoloured--;
 	/* Zero it (the next allocation is zero-filled) and give the memory

@@ -187,7 +187,7 @@ static const char *const stat_names[] = {
 	STAT(lock_ns), STAT(read_ahead_pages), STAT(home_shared), STAT(prefetched_pages),
 	STAT(prefetch_used), STAT(home_asks), STAT(cold_pages), STAT(cold_writes),
 	STAT(prefetch_overlapped), STAT(prefetch_waits), STAT(peer_barriers),
-	STAT(peer_barrier_ns), STAT(pushed_pages), STAT(push_taken),
+	STAT(peer_barrier_ns), STAT(pushed_pages), STAT(push_taken), STAT(prefetch_opened),
 };
 #undef STAT
 #define NSTATS (sizeof(struct pmdsm_stats) / sizeof(uint64_t))

@@ -193,8 +193,8 @@ void dsm_push_take(struct dsm *d, const struct pageset *notices)
 		    pageset_has(&d->no_push, e->page))
 			continue;
 		memcpy(dsm_page_alias(d, e->page), stash_page(d, e), DSM_PAGE);
-		/* Closed, as a prefetched page: the first access opens it. */
-		__atomic_store_n(&d->state[e->page], PAGE_PREFETCHED, __ATOMIC_RELEASE);
+		/* As a prefetched page: open, or closed until the first access. */
+		dsm_prefetched_valid(d, e->page, 1);
 		d->st->push_taken++;
 	}
 	d->nstash = kept;

@@ -370,6 +370,9 @@ static void depart(struct dsm *d, struct pageset *notices, const struct dsm_peer
 {
 	uint32_t again = prefetch_list(d, notices);
 
+	if (again)
+		d->prefetch_open = d->prefetch_departures++ % DSM_PREFETCH_PROBE != 0;
+
 	dsm_invalidate(d, notices, false);
 	if (w) {
 		dsm_push_take(d, notices);

@@ -72,6 +72,9 @@ struct pm_scan_arg {
 #define PAGE_IS_WRITTEN (1 << 1)
 #endif
 
+/* How many times a write-protect fault yields for a page whose landing the
+ * service thread is finishing (wp_fault) before it calls it a bug. */
+#define WP_LANDING_SPINS 1000000u
 #define WP_SHARED_FEATURES (UFFD_FEATURE_WP_UNPOPULATED | UFFD_FEATURE_WP_HUGETLBFS_SHMEM)
 #define WP_ASYNC_FEATURES (UFFD_FEATURE_WP_ASYNC | WP_SHARED_FEATURES)
 
@@ -108,6 +111,15 @@ static void wp_fault(struct dsm *d, uint64_t address)
 
 	uint32_t page = (uint32_t)(off >> DSM_PAGE_SHIFT);
 
+	/* A prefetch landing on the service thread opens its pages before it
+	 * says they are valid (dsm_pages_valid): a write in between waits
+	 * for the word, a few instructions away. */
+	for (unsigned spins = 0;
+	     __atomic_load_n(&d->state[page], __ATOMIC_ACQUIRE) == PAGE_INFLIGHT; spins++) {
+		if (spins == WP_LANDING_SPINS)
+			dsm_fatal("a write-protect fault on shared page %u, still in flight", page);
+		sched_yield();
+	}
 	if (d->state[page] == PAGE_READ)
 		dsm_start_write(d, page);
 	else if (d->state[page] != PAGE_WRITE && d->state[page] != PAGE_OWN)

@@ -313,7 +313,7 @@ int main(int argc, char **argv)
 		  strstr(logged, " home_shared=0 ") && strstr(logged, " prefetch_used=0 ") && strstr(logged, " home_asks=0 ") && strstr(logged, " cold_writes=0 ") &&
 		  strstr(logged, " prefetch_waits=0 ") && strstr(logged, " peer_barriers=0 ") &&
 		  strstr(logged, " peer_barrier_ns=0 ") && strstr(logged, " pushed_pages=0 ") &&
-		  strstr(logged, " push_taken=0\n"),
+		  strstr(logged, " push_taken=0 ") && strstr(logged, " prefetch_opened=0\n"),
 		  "%s", logged);
 	unsetenv("PMDSM_STATS");
 	return 0;
