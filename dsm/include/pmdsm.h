@@ -163,6 +163,31 @@ int pmdsm_barrier(void);
  */
 int pmdsm_barrier_with(const int *peers, unsigned n);
 
+/*
+ * pmdsm_barrier_with() in two halves, so that the program computes while
+ * the ranks meet (the split-phase barrier of UPC's upc_notify/upc_wait):
+ *
+ *   pmdsm_barrier_with_notify(peers, n)   the arrival: this rank's writes
+ *                                         before it go to the peers
+ *   ... compute on data no peer writes in this phase ...
+ *   pmdsm_barrier_with_wait()             the departure: returns once the
+ *                                         peers have notified; what they
+ *                                         wrote before their notify is
+ *                                         seen here after it
+ *
+ * Between the two, the program may read and write shared memory that no
+ * peer writes before its notify and that it does not hand to a peer at
+ * this meeting: a stencil's interior rows, not its edge rows.  What it
+ * writes there is passed on at its next release, as any write after a
+ * barrier.  No synchronisation may come in between: pmdsm_barrier(),
+ * pmdsm_barrier_with(), another notify, pmdsm_lock(), pmdsm_unlock(),
+ * pmdsm_free() and pmdsm_finalize() return -EBUSY until the wait.
+ * Errors: those of pmdsm_barrier_with(); -EBUSY as said; -ENOMSG
+ * pmdsm_barrier_with_wait() with no notify before it.
+ */
+int pmdsm_barrier_with_notify(const int *peers, unsigned n);
+int pmdsm_barrier_with_wait(void);
+
 /* Number of locks, numbered 0..PMDSM_LOCKS-1; lock l is managed by rank
  * l % size. */
 #define PMDSM_LOCKS 1024

@@ -271,6 +271,12 @@ struct dsm {
 	uint32_t nmet;
 	uint32_t *peer_calls, *peer_arrivals;   /* size entries each */
 	struct pageset peer_notices, peer_departing;
+	/* A barrier of a few begun (pmdsm_barrier_with_notify) and not ended
+	 * yet: its peers (size entries), for the wait, and when it began. */
+	int *notify_peers;
+	unsigned notify_n;
+	bool notified;
+	uint64_t notify_t0;
 
 	/* Pushes (push.c): a home sends the pages a peer asked for when it
 	 * meets it in a barrier of a few, so that the peer need not fetch
@@ -591,6 +597,10 @@ void dsm_release(struct dsm *d);
 void dsm_invalidate(struct dsm *d, const struct pageset *set, bool written_since_release);
 int dsm_barrier(struct dsm *d);
 int dsm_barrier_with(struct dsm *d, const struct dsm_peers *w);
+/* The two halves of dsm_barrier_with, the application free to compute
+ * between them (pmdsm_barrier_with_notify, pmdsm_barrier_with_wait). */
+int dsm_barrier_notify(struct dsm *d, const struct dsm_peers *w);
+int dsm_barrier_wait(struct dsm *d);
 int dsm_lock(struct dsm *d, unsigned l);
 int dsm_unlock(struct dsm *d, unsigned l);
 /* A message of the protocol (comm.c's dispatcher calls it). */

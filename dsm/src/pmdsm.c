@@ -27,6 +27,8 @@ const char *pmdsm_strerror(int err)
 	case -EDEADLK: return "lock already held by this rank";
 	case -EALREADY: return "the DSM is initialised already";
 	case -ENXIO: return "the DSM is not initialised (pmdsm_init)";
+	case -EBUSY: return "a pmdsm_barrier_with_notify is not waited for yet";
+	case -ENOMSG: return "no pmdsm_barrier_with_notify to wait for";
 	default: return pm_strerror(err);
 	}
 }
@@ -433,12 +435,21 @@ static int finalize_call(struct dsm *d, void *arg)
 	return 0;
 }
 
+/* -ENXIO outside init..finalize; -EBUSY between a notify and its wait,
+ * where no synchronisation may come (pmdsm.h).  d->notified is the
+ * service thread's, read here after the dsm_call that set it returned. */
+static int ready(const struct dsm *d)
+{
+	return !d ? -ENXIO : d->notified ? -EBUSY : 0;
+}
+
 int pmdsm_finalize(void)
 {
 	struct dsm *d = dsm_ctx;
+	int err = ready(d);
 
-	if (!d)
-		return -ENXIO;
+	if (err)
+		return err;
 	dsm_call(d, finalize_call, NULL);
 	dsm_service_join(d);
 	/* The counters were in PM's page, which pm_close removed. */
@@ -511,9 +522,10 @@ static int free_call(struct dsm *d, void *index)
 int pmdsm_free(void *ptr)
 {
 	struct dsm *d = dsm_ctx;
+	int err = ready(d);
 
-	if (!d)
-		return -ENXIO;
+	if (err)
+		return err;
 
 	int index = dsm_heap_find(d, ptr);
 
@@ -530,20 +542,14 @@ static int barrier_call(struct dsm *d, void *arg)
 
 int pmdsm_barrier(void)
 {
-	return dsm_ctx ? dsm_call(dsm_ctx, barrier_call, NULL) : -ENXIO;
+	int err = ready(dsm_ctx);
+
+	return err ?: dsm_call(dsm_ctx, barrier_call, NULL);
 }
 
-static int barrier_with_call(struct dsm *d, void *arg)
+/* The peers of a barrier of a few: in range, not this rank, none twice. */
+static int check_peers(const struct dsm *d, const int *peers, unsigned n)
 {
-	return dsm_barrier_with(d, arg);
-}
-
-int pmdsm_barrier_with(const int *peers, unsigned n)
-{
-	struct dsm *d = dsm_ctx;
-
-	if (!d)
-		return -ENXIO;
 	if (n && !peers)
 		return -EINVAL;
 	for (unsigned i = 0; i < n; i++) {
@@ -553,10 +559,54 @@ int pmdsm_barrier_with(const int *peers, unsigned n)
 			if (peers[j] == peers[i])
 				return -EINVAL;
 	}
+	return 0;
+}
 
+static int barrier_with_call(struct dsm *d, void *arg)
+{
+	return dsm_barrier_with(d, arg);
+}
+
+static int notify_call(struct dsm *d, void *arg)
+{
+	return dsm_barrier_notify(d, arg);
+}
+
+static int wait_call(struct dsm *d, void *arg)
+{
+	(void)arg;
+	return dsm_barrier_wait(d);
+}
+
+int pmdsm_barrier_with(const int *peers, unsigned n)
+{
+	struct dsm *d = dsm_ctx;
+	int err = ready(d);
 	struct dsm_peers w = { peers, n };
 
-	return dsm_call(d, barrier_with_call, &w);
+	err = err ?: check_peers(d, peers, n);
+	return err ?: dsm_call(d, barrier_with_call, &w);
+}
+
+int pmdsm_barrier_with_notify(const int *peers, unsigned n)
+{
+	struct dsm *d = dsm_ctx;
+	int err = ready(d);
+	struct dsm_peers w = { peers, n };
+
+	err = err ?: check_peers(d, peers, n);
+	return err ?: dsm_call(d, notify_call, &w);
+}
+
+int pmdsm_barrier_with_wait(void)
+{
+	struct dsm *d = dsm_ctx;
+
+	if (!d)
+		return -ENXIO;
+	if (!d->notified)
+		return -ENOMSG;
+	return dsm_call(d, wait_call, NULL);
 }
 
 static int lock_call(struct dsm *d, void *l)
@@ -585,12 +635,16 @@ int pmdsm_prefetch_mode(enum pmdsm_prefetch_mode mode)
 
 int pmdsm_lock(unsigned l)
 {
-	return dsm_ctx ? dsm_call(dsm_ctx, lock_call, &l) : -ENXIO;
+	int err = ready(dsm_ctx);
+
+	return err ?: dsm_call(dsm_ctx, lock_call, &l);
 }
 
 int pmdsm_unlock(unsigned l)
 {
-	return dsm_ctx ? dsm_call(dsm_ctx, unlock_call, &l) : -ENXIO;
+	int err = ready(dsm_ctx);
+
+	return err ?: dsm_call(dsm_ctx, unlock_call, &l);
 }
 
 int pmdsm_stats_get(struct pmdsm_stats *stats, size_t size)

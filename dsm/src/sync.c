@@ -83,7 +83,8 @@ int dsm_sync_open(struct dsm *d)
 	d->met = calloc((size_t)d->size, sizeof(*d->met));
 	d->peer_calls = calloc((size_t)d->size, sizeof(*d->peer_calls));
 	d->peer_arrivals = calloc((size_t)d->size, sizeof(*d->peer_arrivals));
-	if (!d->owed || !d->met || !d->peer_calls || !d->peer_arrivals)
+	d->notify_peers = calloc((size_t)d->size, sizeof(*d->notify_peers));
+	if (!d->owed || !d->met || !d->peer_calls || !d->peer_arrivals || !d->notify_peers)
 		return -ENOMEM;
 	return dsm_push_open(d);
 }
@@ -118,6 +119,7 @@ void dsm_sync_close(struct dsm *d)
 	DSM_FREE(d->met);
 	DSM_FREE(d->peer_calls);
 	DSM_FREE(d->peer_arrivals);
+	DSM_FREE(d->notify_peers);
 	d->nmet = 0;
 	dsm_push_close(d);
 }
@@ -363,17 +365,18 @@ static uint32_t still_invalid(const struct dsm *d, uint32_t *pages, uint32_t n)
 
 /* An acquire that ends a barrier (of all, or of a few: then w names the
  * peers): the pages the notices name are dropped, and those of them this
- * rank had valid are fetched again, or taken from the peers' pushes.  The
- * application has waited in the barrier since its release: nothing it
- * wrote since needs the kernel's word. */
-static void depart(struct dsm *d, struct pageset *notices, const struct dsm_peers *w)
+ * rank had valid are fetched again, or taken from the peers' pushes.
+ * Unless the barrier was split (written), the application has waited in
+ * it since its release: nothing it wrote since needs the kernel's word. */
+static void depart(struct dsm *d, struct pageset *notices, const struct dsm_peers *w,
+		   bool written)
 {
 	uint32_t again = prefetch_list(d, notices);
 
 	if (again)
 		d->prefetch_open = d->prefetch_departures++ % DSM_PREFETCH_PROBE != 0;
 
-	dsm_invalidate(d, notices, false);
+	dsm_invalidate(d, notices, written);
 	if (w) {
 		dsm_push_take(d, notices);
 		again = still_invalid(d, d->prefetch, again);
@@ -431,7 +434,7 @@ int dsm_barrier(struct dsm *d)
 			      &d->epoch_notices);
 	}
 	dsm_wait_until(d, departed, NULL);
-	depart(d, &d->depart_notices, NULL);
+	depart(d, &d->depart_notices, NULL, false);
 	/* Every page is current everywhere: nothing is owed to anyone.  (The
 	 * notices of barriers of a few already here are a peer's next one's:
 	 * they stay.) */
@@ -472,22 +475,13 @@ static bool peers_arrived(struct dsm *d, const void *arg)
 	return true;
 }
 
-/* The peers are checked (pmdsm.c). */
-int dsm_barrier_with(struct dsm *d, const struct dsm_peers *w)
+/* The departure of a barrier of a few begun by dsm_barrier_notify. */
+static int peer_depart(struct dsm *d, bool written)
 {
-	uint64_t t0 = dsm_now_ns();
+	struct dsm_peers w = { d->notify_peers, d->notify_n };
 
-	dsm_release(d);
-	for (unsigned i = 0; i < w->n; i++) {
-		int peer = w->peers[i];
-		struct pageset *o = owed_to(d, peer);
-
-		dsm_push_to(d, peer, o);
-		dsm_send_sync(d, peer, MSG_PEER_ARRIVE, ++d->peer_calls[peer], DSM_NOTICE_PEER,
-			      d->epoch, o);
-		pageset_clear(o);
-	}
-	dsm_wait_until(d, peers_arrived, w);
+	dsm_wait_until(d, peers_arrived, &w);
+	d->notified = false;
 
 	/* The notices here now are this departure's; those that come while
 	 * it fetches (a peer already at its next meeting) are the next one's. */
@@ -498,10 +492,43 @@ int dsm_barrier_with(struct dsm *d, const struct dsm_peers *w)
 	/* What the peers wrote is passed on by our next release to a lock,
 	 * as a grant's notices are. */
 	pageset_union(&d->epoch_notices, &d->peer_departing);
-	depart(d, &d->peer_departing, w);
+	depart(d, &d->peer_departing, &w, written);
 	d->st->peer_barriers++;
-	d->st->peer_barrier_ns += dsm_now_ns() - t0;
+	d->st->peer_barrier_ns += dsm_now_ns() - d->notify_t0;
 	return 0;
+}
+
+/* The arrival: the peers are checked (pmdsm.c), and kept for the wait. */
+int dsm_barrier_notify(struct dsm *d, const struct dsm_peers *w)
+{
+	d->notify_t0 = dsm_now_ns();
+	dsm_release(d);
+	for (unsigned i = 0; i < w->n; i++) {
+		int peer = w->peers[i];
+		struct pageset *o = owed_to(d, peer);
+
+		dsm_push_to(d, peer, o);
+		dsm_send_sync(d, peer, MSG_PEER_ARRIVE, ++d->peer_calls[peer], DSM_NOTICE_PEER,
+			      d->epoch, o);
+		pageset_clear(o);
+		d->notify_peers[i] = peer;
+	}
+	d->notify_n = w->n;
+	d->notified = true;
+	return 0;
+}
+
+/* The departure, once the peers of the notify have arrived: the
+ * application may have computed, and written, since its release. */
+int dsm_barrier_wait(struct dsm *d)
+{
+	return peer_depart(d, true);
+}
+
+int dsm_barrier_with(struct dsm *d, const struct dsm_peers *w)
+{
+	dsm_barrier_notify(d, w);
+	return peer_depart(d, true);
 }
 
 /* ---- locks ---- */

@@ -15,7 +15,8 @@
  *   every counter must hold the sum of everyone's additions;
  *
  *   then rounds of barriers of a few (peer_check): each rank meets only
- *   its neighbours in a ring and reads what they wrote.
+ *   its neighbours in a ring and reads what they wrote; in the last, they
+ *   meet in two halves and write elsewhere between them (split-phase).
  *
  * (with 2 ranks or more, the pages a barrier drops that a rank read come
  * back at the barrier: prefetch, checked by the counters at the end) and,
@@ -174,6 +175,13 @@ static void lock_rounds(const struct options *o, uint64_t *ctr, uint64_t *expect
  *               pages it shares (rank 0) has pushed them before rank 1's
  *               diffs reach it: a reader that took such a push would miss
  *               rank 1's bytes (with 3 ranks, rank 2 reads them).
+ *
+ * Split, the ranks meet in two halves (pmdsm_barrier_with_notify, then
+ * _wait) and, between them, each reads and writes the bytes it owns of a
+ * third array that only it uses during the phase, as a stencil computes
+ * its interior rows while its edge rows travel.  Their owners are drawn
+ * at random, so the pages are falsely shared: a neighbour's notice drops
+ * a page this rank wrote since its notify, whose diff must go home first.
  */
 enum ownership { OWN_RANDOM, OWN_HOME, OWN_PAIR };
 
@@ -191,12 +199,33 @@ static int owner(const struct options *o, enum ownership how, const uint8_t *a, 
 	return home;
 }
 
+/* The values of the split rounds' windows are those of rounds shifted by
+ * this much, so that they differ from the arrays'. */
+#define SPLIT_ROUNDS 100000u
+
 static uint8_t peer_value(const struct options *o, unsigned r, size_t i)
 {
 	return (uint8_t)draw(o->seed, r, i, 6);
 }
 
-static void peer_rounds(const struct options *o, enum ownership how)
+/* The window of a split meeting, round r: this rank's bytes of priv hold
+ * what it wrote in the window before, and get round r's value. */
+static void split_window(const struct options *o, uint8_t *priv, const int *own, unsigned r,
+			 enum ownership how)
+{
+	for (size_t i = 0; i < o->bytes; i++) {
+		if (own[i] != rank)
+			continue;
+		if (r && priv[i] != peer_value(o, r - 1 + SPLIT_ROUNDS, i))
+			fail("seed %" PRIu64 " split peer round %u (ownership %d): byte %zu of "
+			     "the window's array is %u, expected %u (written by this rank in the "
+			     "window before)", o->seed, r, how, i, priv[i],
+			     peer_value(o, r - 1 + SPLIT_ROUNDS, i));
+		priv[i] = peer_value(o, r + SPLIT_ROUNDS, i);
+	}
+}
+
+static void peer_rounds(const struct options *o, enum ownership how, bool split)
 {
 	int left = (rank + size - 1) % size, right = (rank + 1) % size;
 	int peers[2] = { left, right };
@@ -212,6 +241,16 @@ static void peer_rounds(const struct options *o, enum ownership how)
 	for (unsigned k = 0; k < 2; k++)
 		for (size_t i = 0; i < o->bytes; i++)
 			own[k][i] = owner(o, how, arr[k], i);
+
+	/* Split: the window's array and its owners. */
+	uint8_t *priv = split ? pmdsm_alloc(o->bytes, o->placement) : NULL;
+	int *priv_own = split ? malloc(o->bytes * sizeof(int)) : NULL;
+
+	if (split && (!priv || !priv_own))
+		fail("out of memory for the split rounds: %s", strerror(errno));
+	for (size_t i = 0; split && i < o->bytes; i++)
+		priv_own[i] = (int)(draw(o->seed, 0, i, 8) % (uint64_t)size);
+
 	for (unsigned r = 0; r < o->rounds; r++) {
 		uint8_t *a = arr[r % 2];
 		const int *ow = own[r % 2];
@@ -221,7 +260,13 @@ static void peer_rounds(const struct options *o, enum ownership how)
 		for (size_t i = 0; i < o->bytes; i++)
 			if (ow[i] == rank)
 				a[i] = peer_value(o, r, i);
-		call(pmdsm_barrier_with(peers, npeers), "pmdsm_barrier_with");
+		if (split) {
+			call(pmdsm_barrier_with_notify(peers, npeers), "pmdsm_barrier_with_notify");
+			split_window(o, priv, priv_own, r, how);
+			call(pmdsm_barrier_with_wait(), "pmdsm_barrier_with_wait");
+		} else {
+			call(pmdsm_barrier_with(peers, npeers), "pmdsm_barrier_with");
+		}
 		last[r % 2] = r + 1;
 		for (size_t i = 0; i < o->bytes; i++) {
 			int w = ow[i];
@@ -240,6 +285,16 @@ static void peer_rounds(const struct options *o, enum ownership how)
 				     "array %u is %u, expected %u (written by rank %d in peer round %u)",
 				     o->seed, how, i, k, arr[k][i], peer_value(o, last[k] - 1, i),
 				     own[k][i], last[k] - 1);
+	for (size_t i = 0; split && o->rounds && i < o->bytes; i++)
+		if (priv[i] != peer_value(o, o->rounds - 1 + SPLIT_ROUNDS, i))
+			fail("seed %" PRIu64 " after the split peer rounds (ownership %d): byte %zu "
+			     "of the window's array is %u, expected %u (written by rank %d in the "
+			     "last window)", o->seed, how, i, priv[i],
+			     peer_value(o, o->rounds - 1 + SPLIT_ROUNDS, i), priv_own[i]);
+	if (split) {
+		free(priv_own);
+		call(pmdsm_free(priv), "pmdsm_free");
+	}
 	free(own[1]);
 	free(own[0]);
 	call(pmdsm_free(arr[1]), "pmdsm_free");
@@ -254,11 +309,14 @@ static void peer_check(const struct options *o)
 		if (pmdsm_barrier_with(twice, 2) != -EINVAL)
 			fail("pmdsm_barrier_with accepted rank %d named twice", left);
 	}
-	peer_rounds(o, OWN_RANDOM);
+	peer_rounds(o, OWN_RANDOM, false);
 	/* Owned by homes: homes known before the first write. */
 	if (o->placement != PMDSM_FIRST_TOUCH) {
-		peer_rounds(o, OWN_HOME);
-		peer_rounds(o, OWN_PAIR);
+		peer_rounds(o, OWN_HOME, false);
+		peer_rounds(o, OWN_PAIR, false);
+		peer_rounds(o, OWN_PAIR, true);
+	} else {
+		peer_rounds(o, OWN_RANDOM, true);
 	}
 }
 

@@ -101,6 +101,8 @@ int main(int argc, char **argv)
 	CHECK_EQ(errno, ENXIO);
 	CHECK_ERR(pmdsm_barrier(), -ENXIO);
 	CHECK_ERR(pmdsm_barrier_with(NULL, 0), -ENXIO);
+	CHECK_ERR(pmdsm_barrier_with_notify(NULL, 0), -ENXIO);
+	CHECK_ERR(pmdsm_barrier_with_wait(), -ENXIO);
 	CHECK_ERR(pmdsm_lock(1), -ENXIO);
 	CHECK_ERR(pmdsm_rank(), -ENXIO);
 	CHECK_ERR(pmdsm_home((void *)&errno), -ENXIO);
@@ -176,6 +178,28 @@ int main(int argc, char **argv)
 	CHECK_ERR(pmdsm_barrier_with(NULL, 1), -EINVAL);
 	for (size_t i = 0; i < n; i++)
 		CHECK_EQ(p[i], (uint8_t)(i * 7));
+
+	/* Its two halves: a wait needs a notify; between them no other
+	 * synchronisation is taken, and the writes made there are the next
+	 * release's. */
+	CHECK_ERR(pmdsm_barrier_with_wait(), -ENOMSG);
+	CHECK_ERR(pmdsm_barrier_with_notify(&self, 1), -EINVAL);
+	CHECK_ERR(pmdsm_barrier_with_wait(), -ENOMSG);
+	CHECK_OK(pmdsm_barrier_with_notify(NULL, 0));
+	p[1] = 99;
+	CHECK_ERR(pmdsm_barrier_with_notify(NULL, 0), -EBUSY);
+	CHECK_ERR(pmdsm_barrier_with(NULL, 0), -EBUSY);
+	CHECK_ERR(pmdsm_barrier(), -EBUSY);
+	CHECK_ERR(pmdsm_lock(1), -EBUSY);
+	CHECK_ERR(pmdsm_unlock(1), -EBUSY);
+	CHECK_ERR(pmdsm_free(p), -EBUSY);
+	CHECK_ERR(pmdsm_finalize(), -EBUSY);
+	CHECK(strstr(pmdsm_strerror(-EBUSY), "not waited for") != NULL);
+	CHECK_OK(pmdsm_barrier_with_wait());
+	CHECK_ERR(pmdsm_barrier_with_wait(), -ENOMSG);
+	CHECK_OK(pmdsm_barrier());
+	CHECK_EQ(p[1], 99);
+	p[1] = (uint8_t)7;
 
 	/* Locks. */
 	CHECK_OK(pmdsm_lock(5));
@@ -259,8 +283,9 @@ int main(int argc, char **argv)
 	CHECK_EQ(st.write_faults, 0);
 	CHECK_EQ(st.wp_scans, 0);
 	CHECK_EQ(st.home_shared, 0);
-	CHECK_EQ(st.barriers, 11);              /* two in each of five pmdsm_free */
-	CHECK_EQ(st.peer_barriers, 1);          /* the refused ones not counted */
+	CHECK_EQ(st.barriers, 12);              /* two in each of five pmdsm_free */
+	CHECK_EQ(st.peer_barriers, 2);          /* the refused ones not counted; a
+	                                           notify and its wait are one */
 	CHECK_EQ(st.locks, 2);
 
 	CHECK_OK(pmdsm_finalize());
