@@ -95,7 +95,10 @@ MPI_BARRIER = "mpi-barrier"
 # And the DSM version meeting only its neighbours after each sweep
 # (jacobi_dsm --neighbours, the chosen method): its edge rows pushed.
 DSM_NEIGHBOURS = "dsm-neighbours"
-CLUSTER_EXTRA = {"jacobi": [MPI_BARRIER, DSM_NEIGHBOURS]}
+# And meeting them in two halves, the interior rows computed between the
+# two (jacobi_dsm --split: pmdsm_barrier_with_notify, _wait).
+DSM_SPLIT = "dsm-split"
+CLUSTER_EXTRA = {"jacobi": [MPI_BARRIER, DSM_NEIGHBOURS, DSM_SPLIT]}
 TARGET_PROGRAM = "jacobi"
 VADER = ["--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
 MPIRUN_NODE = ["mpirun", "--bind-to", "core", "--map-by", "core", "--report-bindings"]
@@ -335,8 +338,8 @@ def app_argv(ctx, where, cl, program, args, version, ranks):
             mca += ["--mca", "mpi_yield_when_idle", "1"]
         return cluster_mpirun(ctx, cl, ranks, mca, {}, binary)
     method = version.split("-", 1)[1]
-    if version == DSM_NEIGHBOURS:
-        binary.append("--neighbours")
+    if version in (DSM_NEIGHBOURS, DSM_SPLIT):
+        binary.append("--neighbours" if version == DSM_NEIGHBOURS else "--split")
         method = CHOSEN
     if where == "node":
         return node_mpirun(ctx, ranks, [], {"PM_DEVICE": "shm", "PMDSM_WRITE_DETECT": method},

@@ -1006,9 +1006,10 @@ def render_dsm(doc, path):
                 # mpi-barrier: the MPI version with the DSM version's
                 # synchronisation (jacobi_mpi --barrier); dsm-neighbours:
                 # the DSM version with the MPI version's (jacobi_dsm
-                # --neighbours), where they ran.
+                # --neighbours), and dsm-split the same in two halves
+                # (--split), where they ran.
                 for v in ([f"dsm-{m}" for m in methods]
-                          + ["dsm-neighbours", "mpi", "mpi-barrier"]):
+                          + ["dsm-neighbours", "dsm-split", "mpi", "mpi-barrier"]):
                     if v not in summ:
                         continue
                     r = summ[v]
@@ -1016,9 +1017,13 @@ def render_dsm(doc, path):
                     ratio = by_method.get(m) if m else None
                     tgt = marks.get(f"{where}_{prog['program']}_{m}_{p}") if m else None
                     vs_seq = (r.get("efficiency_vs_seq") or {}).get(p)
-                    label = (f"DSM, {doc.get('chosen', 'uffd-async')}, `--neighbours` (each "
-                             "rank meets its two neighbours after each sweep)"
-                             if v == "dsm-neighbours" else f"DSM, {m}" if m else
+                    chosen = doc.get('chosen', 'uffd-async')
+                    label = (f"DSM, {chosen}, `--neighbours` (each rank meets its two "
+                             "neighbours after each sweep)"
+                             if v == "dsm-neighbours" else
+                             f"DSM, {chosen}, `--split` (the same meeting in two halves, "
+                             "the interior rows computed between them)"
+                             if v == "dsm-split" else f"DSM, {m}" if m else
                              "MPI, `--barrier` (all ranks wait after each sweep)"
                              if v == "mpi-barrier" else "MPI")
                     rows.append([label, p,

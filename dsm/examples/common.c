@@ -212,7 +212,11 @@ static void usage(const struct program_desc *d, const char *version, FILE *f)
 		fprintf(f, "      --neighbours     every rank meets only its two neighbours after\n"
 		        "                       each sweep (pmdsm_barrier_with), as the MPI\n"
 		        "                       version waits for their rows; by default all\n"
-		        "                       ranks meet (pmdsm_barrier)\n");
+		        "                       ranks meet (pmdsm_barrier)\n"
+		        "      --split          as --neighbours, in two halves: a rank notifies\n"
+		        "                       its neighbours once its edge rows are computed\n"
+		        "                       and waits for theirs after its interior rows\n"
+		        "                       (pmdsm_barrier_with_notify, _wait)\n");
 	fprintf(f,
 	        "  -s, --seed S         seed of the input generator (default 1)\n"
 	        "      --check          %s\n"
@@ -244,7 +248,7 @@ int options_parse(struct options *o, enum program p, const char *version,
                   int argc, char **argv, bool loud)
 {
 	const struct program_desc *d = &programs[p];
-	enum { LONG_CHECK = 256, LONG_BARRIER, LONG_NEIGHBOURS };
+	enum { LONG_CHECK = 256, LONG_BARRIER, LONG_NEIGHBOURS, LONG_SPLIT };
 	const struct option all[] = {
 		{ "size", required_argument, NULL, 'n' },
 		{ "iterations", required_argument, NULL, 'i' },
@@ -257,9 +261,11 @@ int options_parse(struct options *o, enum program p, const char *version,
 		{ "help", no_argument, NULL, 'h' },
 		{ "barrier", no_argument, NULL, LONG_BARRIER },
 		{ "neighbours", no_argument, NULL, LONG_NEIGHBOURS },
+		{ "split", no_argument, NULL, LONG_SPLIT },
 	};
 	const unsigned need[] = { OPT_N, OPT_ITERATIONS, OPT_OMEGA, OPT_ITEMS,
-	                          OPT_BINS, OPT_CHUNK, 0, 0, 0, OPT_BARRIER, OPT_NEIGHBOURS };
+	                          OPT_BINS, OPT_CHUNK, 0, 0, 0, OPT_BARRIER, OPT_NEIGHBOURS,
+	                          OPT_NEIGHBOURS };
 	struct option longopts[sizeof all / sizeof all[0] + 1];
 	char shortopts[32] = ":";
 	size_t nl = 0;
@@ -345,6 +351,9 @@ int options_parse(struct options *o, enum program p, const char *version,
 			break;
 		case LONG_NEIGHBOURS:
 			o->neighbours = true;
+			break;
+		case LONG_SPLIT:
+			o->neighbours = o->split = true;
 			break;
 		case 'h':
 			if (loud)
@@ -456,6 +465,8 @@ void print_result(const struct options *o, int ranks, double seconds,
 			printf(", \"barrier\": true");
 		if (o->neighbours)
 			printf(", \"neighbours\": true");
+		if (o->split)
+			printf(", \"split\": true");
 		break;
 	case PROG_SOR:
 		printf(", \"n\": %" PRIu64 ", \"iterations\": %" PRIu64 ", \"omega\": %.17g",

@@ -44,6 +44,9 @@ struct options {
 	bool neighbours;           /* jacobi_dsm: pmdsm_barrier_with the two
 	                              neighbours after every sweep, not
 	                              pmdsm_barrier */
+	bool split;                /* jacobi_dsm: and in two halves, the
+	                              interior rows computed between them
+	                              (implies neighbours) */
 };
 
 /*

@@ -39,20 +39,31 @@ int dsm_finish(int status)
 	return status;
 }
 
+/* A call of libpmdsm that returned err: fail() unless it is 0. */
+static void succeeded(int err, const char *call)
+{
+	if (err)
+		fail("%s: %s", call, pmdsm_strerror(err));
+}
+
 void dsm_barrier(void)
 {
-	int err = pmdsm_barrier();
-
-	if (err)
-		fail("pmdsm_barrier: %s", pmdsm_strerror(err));
+	succeeded(pmdsm_barrier(), "pmdsm_barrier");
 }
 
 void dsm_barrier_with(const int *peers, unsigned n)
 {
-	int err = pmdsm_barrier_with(peers, n);
+	succeeded(pmdsm_barrier_with(peers, n), "pmdsm_barrier_with");
+}
 
-	if (err)
-		fail("pmdsm_barrier_with: %s", pmdsm_strerror(err));
+void dsm_barrier_with_notify(const int *peers, unsigned n)
+{
+	succeeded(pmdsm_barrier_with_notify(peers, n), "pmdsm_barrier_with_notify");
+}
+
+void dsm_barrier_with_wait(void)
+{
+	succeeded(pmdsm_barrier_with_wait(), "pmdsm_barrier_with_wait");
 }
 
 void *dsm_shared(uint64_t bytes, const char *what)

@@ -28,8 +28,10 @@ int dsm_finish(int status);
 /* pmdsm_barrier, or fail(). */
 void dsm_barrier(void);
 
-/* pmdsm_barrier_with, or fail(). */
+/* pmdsm_barrier_with, pmdsm_barrier_with_notify, _wait, or fail(). */
 void dsm_barrier_with(const int *peers, unsigned n);
+void dsm_barrier_with_notify(const int *peers, unsigned n);
+void dsm_barrier_with_wait(void);
 
 /* pmdsm_malloc of bytes for what ("grid", ...), or fail(). */
 void *dsm_shared(uint64_t bytes, const char *what);

@@ -79,17 +79,23 @@ int main(int argc, char **argv)
 	double *cur = a, *next = b;
 	for (uint64_t it = 0; it < o.iterations; it++) {
 		/* The rows that read only this rank's pages, then the two
-		 * that read a neighbour's row (in flight until then). */
+		 * that read a neighbour's row (in flight until then).  Split,
+		 * the neighbours' rows are theirs to finish until the wait:
+		 * the interior rows are computed while the meeting goes on. */
 		for (uint64_t i = first + 1; i + 1 < last; i++)
 			jacobi_row(&next[i * n], &cur[(i - 1) * n], &cur[i * n],
 			           &cur[(i + 1) * n], n);
+		if (o.split && it > 0)
+			dsm_barrier_with_wait();
 		if (first < last)
 			jacobi_row(&next[first * n], &cur[(first - 1) * n], &cur[first * n],
 			           &cur[(first + 1) * n], n);
 		if (first + 1 < last)
 			jacobi_row(&next[(last - 1) * n], &cur[(last - 2) * n], &cur[(last - 1) * n],
 			           &cur[last * n], n);
-		if (o.neighbours)
+		if (o.split)
+			dsm_barrier_with_notify(peers, npeers);
+		else if (o.neighbours)
 			dsm_barrier_with(peers, npeers);
 		else
 			dsm_barrier();
@@ -97,6 +103,8 @@ int main(int argc, char **argv)
 		cur = next;
 		next = t;
 	}
+	if (o.split && o.iterations > 0)
+		dsm_barrier_with_wait();
 	if (o.neighbours || o.iterations == 0)
 		dsm_barrier();
 	double t1 = now_seconds();

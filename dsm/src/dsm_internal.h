@@ -272,11 +272,10 @@ struct dsm {
 	uint32_t *peer_calls, *peer_arrivals;   /* size entries each */
 	struct pageset peer_notices, peer_departing;
 	/* A barrier of a few begun (pmdsm_barrier_with_notify) and not ended
-	 * yet: its peers (size entries), for the wait, and when it began. */
+	 * yet: its peers (size entries), for the wait. */
 	int *notify_peers;
 	unsigned notify_n;
 	bool notified;
-	uint64_t notify_t0;
 
 	/* Pushes (push.c): a home sends the pages a peer asked for when it
 	 * meets it in a barrier of a few, so that the peer need not fetch

@@ -5,10 +5,13 @@
   line says so.
 - jacobi_dsm meets all ranks after each sweep (pmdsm_barrier), or with
   --neighbours only its two neighbours (pmdsm_barrier_with, counted in
-  peer_barriers; their edge rows pushed, counted in push_taken): the
-  sequential result either way, also with more ranks than rows.
-- --barrier belongs to the MPI version, --neighbours to the DSM version:
-  the others refuse them with a usage error (exit 2) naming the option.
+  peer_barriers; their edge rows pushed, counted in push_taken), or with
+  --split the same in two halves (pmdsm_barrier_with_notify, _wait; one
+  peer barrier each): the sequential result every way, also with more
+  ranks than rows.
+- --barrier belongs to the MPI version, --neighbours and --split to the
+  DSM version: the others refuse them with a usage error (exit 2) naming
+  the option.
 
 mpirun runs two ranks on this machine (Open MPI's own transports); every
 command is bounded in time."""
@@ -60,54 +63,62 @@ def test_jacobi_mpi_with_a_barrier_every_sweep_gives_the_sequential_result():
     assert barrier["ranks"] == 2
 
 
-def test_jacobi_dsm_meets_everyone_or_with_neighbours_only_its_neighbours():
+# jacobi_dsm's ways to synchronise a sweep: its option, as its result line says it.
+SYNCS = {"all": [], "neighbours": ["--neighbours"], "split": ["--split"]}
+
+
+def test_jacobi_dsm_meets_everyone_or_only_its_neighbours_whole_or_split():
     seq = result_line([BUILD_BIN / "jacobi_seq", *ARGS])
     iterations = int(ARGS[ARGS.index("-i") + 1])
     for ranks in (2, 3):
         cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(ranks),
                BUILD_BIN / "jacobi_dsm", *ARGS, "--check"]
-        for neighbours in (False, True):
-            proc = run(cmd + (["--neighbours"] if neighbours else []), PMDSM_STATS="1")
+        for sync, option in SYNCS.items():
+            proc = run(cmd + option, PMDSM_STATS="1")
             line = json.loads(proc.stdout)
-            assert line["checksum"] == seq["checksum"], (ranks, neighbours)
-            assert line.get("neighbours", False) is neighbours
+            assert line["checksum"] == seq["checksum"], (ranks, sync)
+            assert line.get("neighbours", False) is (sync != "all"), line
+            assert line.get("split", False) is (sync == "split"), line
             counters = dsm_counters(proc.stderr)
             assert sorted(counters) == list(range(ranks)), proc.stderr
             for rank, c in counters.items():
-                if not neighbours:
+                if sync == "all":
                     assert c["peer_barriers"] == 0 and c["pushed_pages"] == 0
                     assert c["barriers"] >= iterations
                 else:
-                    # One meeting per sweep, and a barrier of all only
-                    # around the sweeps (start, end, the frees).
-                    assert c["peer_barriers"] == iterations, (rank, c)
-                    assert c["barriers"] < iterations, (rank, c)
-            if neighbours:
+                    # One meeting per sweep (a notify and its wait are
+                    # one), and a barrier of all only around the sweeps
+                    # (start, end, the frees).
+                    assert c["peer_barriers"] == iterations, (rank, sync, c)
+                    assert c["barriers"] < iterations, (rank, sync, c)
+            if sync != "all":
                 # Edge rows come as pushes after the first sweeps (not
                 # those on a page that two ranks' rows share: both write it).
                 taken = sum(c["push_taken"] for c in counters.values())
-                assert taken > 0, counters
+                assert taken > 0, (sync, counters)
 
 
 def test_jacobi_dsm_with_more_ranks_than_rows():
     args = ["-n", "4", "-i", "5", "-s", "7"]
     seq = result_line([BUILD_BIN / "jacobi_seq", *args])
-    for neighbours in ([], ["--neighbours"]):
+    for option in SYNCS.values():
         line = result_line(["mpirun", "--oversubscribe", "--bind-to", "none", "-n", "6",
-                            BUILD_BIN / "jacobi_dsm", *args, *neighbours, "--check"])
-        assert line["checksum"] == seq["checksum"], neighbours
+                            BUILD_BIN / "jacobi_dsm", *args, *option, "--check"])
+        assert line["checksum"] == seq["checksum"], option
         assert line["ranks"] == 6
 
 
 def test_each_sync_option_belongs_to_one_version():
     for version, option in (("seq", "--barrier"), ("dsm", "--barrier"),
-                            ("seq", "--neighbours"), ("mpi", "--neighbours")):
+                            ("seq", "--neighbours"), ("mpi", "--neighbours"),
+                            ("seq", "--split"), ("mpi", "--split")):
         proc = subprocess.run([BUILD_BIN / f"jacobi_{version}", *ARGS, option],
                               capture_output=True, text=True, timeout=TIMEOUT, check=False)
         assert proc.returncode == 2, (version, option, proc.stderr)
         assert f"unknown option {option}" in proc.stderr
         assert proc.stdout == ""
-    for version, option in (("dsm", "--neighbours"), ("mpi", "--barrier")):
+    for version, option in (("dsm", "--neighbours"), ("dsm", "--split"),
+                            ("mpi", "--barrier")):
         proc = subprocess.run([BUILD_BIN / f"jacobi_{version}", "--help"],
                               capture_output=True, text=True, timeout=TIMEOUT, check=False)
         assert proc.returncode == 0 and option in proc.stdout
