@@ -262,8 +262,10 @@ struct pmdsm_stats {
 	                              (PMDSM_PREFETCH_OVERLAP)                */
 	uint64_t prefetch_waits;   /* accesses that found their page's read
 	                              still in flight and waited for it       */
-	uint64_t peer_barriers;    /* pmdsm_barrier_with calls                 */
-	uint64_t peer_barrier_ns;  /* time in them                             */
+	uint64_t peer_barriers;    /* pmdsm_barrier_with calls (a notify and
+	                              its wait are one)                       */
+	uint64_t peer_barrier_ns;  /* time in them (split: in the notify and in
+	                              the wait, not between them)             */
 	uint64_t pushed_pages;     /* pages homed here sent to a peer that asked
 	                              for them, at a pmdsm_barrier_with        */
 	uint64_t push_taken;       /* pages a home pushed that this rank took
