@@ -578,24 +578,25 @@ static int wait_call(struct dsm *d, void *arg)
 	return dsm_barrier_wait(d);
 }
 
-int pmdsm_barrier_with(const int *peers, unsigned n)
+/* A barrier of a few, whole (barrier_with_call) or its notify. */
+static int with_peers(const int *peers, unsigned n, int (*fn)(struct dsm *, void *))
 {
 	struct dsm *d = dsm_ctx;
 	int err = ready(d);
 	struct dsm_peers w = { peers, n };
 
 	err = err ?: check_peers(d, peers, n);
-	return err ?: dsm_call(d, barrier_with_call, &w);
+	return err ?: dsm_call(d, fn, &w);
+}
+
+int pmdsm_barrier_with(const int *peers, unsigned n)
+{
+	return with_peers(peers, n, barrier_with_call);
 }
 
 int pmdsm_barrier_with_notify(const int *peers, unsigned n)
 {
-	struct dsm *d = dsm_ctx;
-	int err = ready(d);
-	struct dsm_peers w = { peers, n };
-
-	err = err ?: check_peers(d, peers, n);
-	return err ?: dsm_call(d, notify_call, &w);
+	return with_peers(peers, n, notify_call);
 }
 
 int pmdsm_barrier_with_wait(void)
