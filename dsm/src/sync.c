@@ -533,7 +533,7 @@ int dsm_barrier_wait(struct dsm *d)
 int dsm_barrier_with(struct dsm *d, const struct dsm_peers *w)
 {
 	dsm_barrier_notify(d, w);
-	return peer_depart(d, true);
+	return peer_depart(d, false);
 }
 
 /* ---- locks ---- */
