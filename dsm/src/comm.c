@@ -359,6 +359,7 @@ static int service_sched(struct dsm *d)
 
 	switch (d->service_sched) {
 	case PMDSM_SCHED_NONE:
+	case PMDSM_SCHED_POLL:
 		return 0;
 	case PMDSM_SCHED_FIFO:
 		a.policy = SCHED_FIFO;
@@ -410,7 +411,15 @@ static void *service(void *arg)
 		 * (its read's completion ends pm_wait()). */
 		if (d->ninflight)
 			dsm_prefetch_poll(d);
-		if (atomic_load_explicit(&d->req, memory_order_acquire) != REQ_POSTED)
+		if (atomic_load_explicit(&d->req, memory_order_acquire) == REQ_POSTED)
+			continue;
+		/* poll: no wake-up to pay for each message that comes while
+		 * the application computes; the core goes back to it (or to
+		 * whoever else has work) after each look, as an MPI rank's
+		 * does with mpi_yield_when_idle. */
+		if (d->service_sched == PMDSM_SCHED_POLL)
+			sched_yield();
+		else
 			dsm_pm_wait(d, -1);
 	}
 	/* The application may still be in pm_signal() of the call that

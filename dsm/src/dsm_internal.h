@@ -68,6 +68,8 @@ enum dsm_service_sched {
 	PMDSM_SCHED_SHORT = 0,  /* SCHED_OTHER, the shortest slice (default) */
 	PMDSM_SCHED_FIFO,       /* SCHED_FIFO 1: needs the privilege         */
 	PMDSM_SCHED_NONE,       /* as created                                */
+	PMDSM_SCHED_POLL,       /* as created, and never asleep: it polls and
+	                           yields while the application computes    */
 };
 
 /* A page's state in this rank; the application's view is protected to

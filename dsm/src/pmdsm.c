@@ -157,10 +157,12 @@ static int choice_env(const char *name, const char *const *names, unsigned n, un
 	return -EINVAL;
 }
 
-/* PMDSM_SERVICE_SCHED: short (default), fifo or none. */
+/* PMDSM_SERVICE_SCHED: short (default), fifo, none or poll. */
 static const char *const service_sched_names[] = {
 	[PMDSM_SCHED_SHORT] = "short", [PMDSM_SCHED_FIFO] = "fifo", [PMDSM_SCHED_NONE] = "none",
+	[PMDSM_SCHED_POLL] = "poll",
 };
+#define SERVICE_SCHED_COUNT (sizeof(service_sched_names) / sizeof(service_sched_names[0]))
 
 /* PMDSM_PREFETCH_MODE: wait (default) or overlap. */
 static const char *const prefetch_mode_names[] = {
@@ -325,7 +327,8 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 			      &push);
 	err = err ?: uint_env("PMDSM_SPIN_US", DSM_SPIN_US_DEFAULT, DSM_SPIN_US_MAX,
 			      "a number of microseconds", &spin_us);
-	err = err ?: choice_env("PMDSM_SERVICE_SCHED", service_sched_names, 3, &sched);
+	err = err ?: choice_env("PMDSM_SERVICE_SCHED", service_sched_names, SERVICE_SCHED_COUNT,
+				&sched);
 	err = err ?: choice_env("PMDSM_PREFETCH_MODE", prefetch_mode_names, 2, &prefetch_mode);
 	err = err ?: uint_env("PMDSM_STATS", 0, 1, "0 or 1 (1: the counters on stderr at "
 			      "pmdsm_finalize)", &log_counters);

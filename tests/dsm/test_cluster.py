@@ -152,6 +152,17 @@ def test_a_real_time_service_thread_sees_the_sequential_result(score, request):
     assert r["rounds"] == 4, r
 
 
+def test_a_polling_service_thread_sees_the_sequential_result(score, request):
+    """PMDSM_SERVICE_SCHED=poll (docs/dsm/guide.md): each rank's service
+    thread never sleeps while its application computes, it polls PM and
+    yields the core; with two ranks to a CPU and four threads polling, the
+    generated programs stay exact and every rank finalizes.  (That the
+    thread polls at all is dsm_api's to check.)"""
+    r = run_check(score, "4x1", seed_for(request), "--rounds", 4,
+                  env={"PMDSM_SERVICE_SCHED": "poll"})
+    assert r["rounds"] == 4, r
+
+
 def test_first_touch_homes_each_page_where_it_is_first_touched(score, request):
     """PMDSM_FIRST_TOUCH (docs/dsm/guide.md): the array's and the counters'
     pages are homed by the rank that touches each first, which asks the

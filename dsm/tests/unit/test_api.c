@@ -8,6 +8,7 @@
 #include "pmdsm.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -59,6 +60,42 @@ static bool kernel_at_least(int major, int minor)
 	CHECK_OK(uname(&u));
 	CHECK(sscanf(u.release, "%d.%d", &ma, &mi) == 2);
 	return ma > major || (ma == major && mi >= minor);
+}
+
+/* Of samples looks, 1 ms apart, at the threads of this process other
+ * than this one (the service thread), how many found one runnable ('R'):
+ * asleep in pm_wait() it is 'S', polling it is 'R' even while it waits
+ * for a core. */
+static int service_runnable(int samples)
+{
+	int runnable = 0;
+
+	for (int i = 0; i < samples; i++) {
+		DIR *dir = opendir("/proc/self/task");
+		struct dirent *e;
+		char path[300], stat[512];
+
+		CHECK(dir != NULL);
+		while ((e = readdir(dir))) {
+			if (e->d_name[0] == '.' || atol(e->d_name) == (long)gettid())
+				continue;
+			snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+			int fd = open(path, O_RDONLY);
+			ssize_t n = fd >= 0 ? read(fd, stat, sizeof(stat) - 1) : -1;
+
+			if (fd >= 0)
+				close(fd);
+			/* "tid (comm) S ...": the state after the comm's ')'. */
+			stat[n > 0 ? n : 0] = 0;
+			const char *end = strrchr(stat, ')');
+
+			if (end && end[1] == ' ' && end[2] == 'R')
+				runnable++;
+		}
+		closedir(dir);
+		usleep(1000);
+	}
+	return runnable;
 }
 
 /* The slice of a thread of this process other than this one, 0 when the
@@ -304,6 +341,20 @@ int main(int argc, char **argv)
 	CHECK_MSG((WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV) ||
 		  (strstr(err, "Sanitizer") && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)),
 		  "status %#x: %s", status, err);
+
+	/* The service thread asleep while the application computes (none, as
+	 * short) or polling (poll): what PMDSM_SERVICE_SCHED=poll changes. */
+	setenv("PMDSM_SERVICE_SCHED", "none", 1);
+	CHECK_OK(pmdsm_init(NULL));
+	CHECK(service_runnable(100) <= 20);
+	CHECK_OK(pmdsm_finalize());
+	setenv("PMDSM_SERVICE_SCHED", "poll", 1);
+	CHECK_OK(pmdsm_init(NULL));
+	if (kernel_at_least(6, 12))
+		CHECK(service_slice_ns() != 100000);
+	CHECK(service_runnable(100) >= 80);
+	CHECK_OK(pmdsm_finalize());
+	unsetenv("PMDSM_SERVICE_SCHED");
 
 	/* And the DSM opens again; PMDSM_STATS=1 logs every counter at
 	 * finalize, on one line. */
