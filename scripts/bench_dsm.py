@@ -98,7 +98,10 @@ DSM_NEIGHBOURS = "dsm-neighbours"
 # And meeting them in two halves, the interior rows computed between the
 # two (jacobi_dsm --split: pmdsm_barrier_with_notify, _wait).
 DSM_SPLIT = "dsm-split"
-CLUSTER_EXTRA = {"jacobi": [MPI_BARRIER, DSM_NEIGHBOURS, DSM_SPLIT]}
+# And with a service thread that polls instead of sleeping while the
+# application computes (PMDSM_SERVICE_SCHED=poll, the chosen method).
+DSM_POLL = "dsm-poll"
+CLUSTER_EXTRA = {"jacobi": [MPI_BARRIER, DSM_NEIGHBOURS, DSM_SPLIT, DSM_POLL]}
 TARGET_PROGRAM = "jacobi"
 VADER = ["--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
 MPIRUN_NODE = ["mpirun", "--bind-to", "core", "--map-by", "core", "--report-bindings"]
@@ -338,14 +341,18 @@ def app_argv(ctx, where, cl, program, args, version, ranks):
             mca += ["--mca", "mpi_yield_when_idle", "1"]
         return cluster_mpirun(ctx, cl, ranks, mca, {}, binary)
     method = version.split("-", 1)[1]
+    env = {}
     if version in (DSM_NEIGHBOURS, DSM_SPLIT):
         binary.append("--neighbours" if version == DSM_NEIGHBOURS else "--split")
         method = CHOSEN
+    if version == DSM_POLL:
+        env["PMDSM_SERVICE_SCHED"] = "poll"
+        method = CHOSEN
     if where == "node":
-        return node_mpirun(ctx, ranks, [], {"PM_DEVICE": "shm", "PMDSM_WRITE_DETECT": method},
-                           binary)
+        return node_mpirun(ctx, ranks, [], {"PM_DEVICE": "shm", "PMDSM_WRITE_DETECT": method,
+                                             **env}, binary)
     return cluster_mpirun(ctx, cl, ranks, [], {"PM_DEVICE": "udp", "PM_UDP_NICS": "eth0",
-                                               "PMDSM_WRITE_DETECT": method}, binary)
+                                               "PMDSM_WRITE_DETECT": method, **env}, binary)
 
 
 def app_run(ctx, where, cl, program, args, version, ranks):

@@ -1007,9 +1007,10 @@ def render_dsm(doc, path):
                 # synchronisation (jacobi_mpi --barrier); dsm-neighbours:
                 # the DSM version with the MPI version's (jacobi_dsm
                 # --neighbours), and dsm-split the same in two halves
-                # (--split), where they ran.
+                # (--split); dsm-poll with PMDSM_SERVICE_SCHED=poll;
+                # where they ran.
                 for v in ([f"dsm-{m}" for m in methods]
-                          + ["dsm-neighbours", "dsm-split", "mpi", "mpi-barrier"]):
+                          + ["dsm-neighbours", "dsm-split", "dsm-poll", "mpi", "mpi-barrier"]):
                     if v not in summ:
                         continue
                     r = summ[v]
@@ -1023,7 +1024,11 @@ def render_dsm(doc, path):
                              if v == "dsm-neighbours" else
                              f"DSM, {chosen}, `--split` (the same meeting in two halves, "
                              "the interior rows computed between them)"
-                             if v == "dsm-split" else f"DSM, {m}" if m else
+                             if v == "dsm-split" else
+                             f"DSM, {chosen}, `PMDSM_SERVICE_SCHED=poll` (the service "
+                             "thread polls and yields instead of sleeping; its 1-rank time "
+                             "is its own)"
+                             if v == "dsm-poll" else f"DSM, {m}" if m else
                              "MPI, `--barrier` (all ranks wait after each sweep)"
                              if v == "mpi-barrier" else "MPI")
                     rows.append([label, p,
