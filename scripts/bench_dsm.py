@@ -102,6 +102,10 @@ DSM_SPLIT = "dsm-split"
 # application computes (PMDSM_SERVICE_SCHED=poll, the chosen method).
 DSM_POLL = "dsm-poll"
 CLUSTER_EXTRA = {"jacobi": [MPI_BARRIER, DSM_NEIGHBOURS, DSM_SPLIT, DSM_POLL]}
+# What each of those DSM rows adds to the chosen method's run: arguments
+# of the program, environment of the ranks.
+DSM_EXTRA = {DSM_NEIGHBOURS: (["--neighbours"], {}), DSM_SPLIT: (["--split"], {}),
+             DSM_POLL: ([], {"PMDSM_SERVICE_SCHED": "poll"})}
 TARGET_PROGRAM = "jacobi"
 VADER = ["--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
 MPIRUN_NODE = ["mpirun", "--bind-to", "core", "--map-by", "core", "--report-bindings"]
@@ -342,11 +346,9 @@ def app_argv(ctx, where, cl, program, args, version, ranks):
         return cluster_mpirun(ctx, cl, ranks, mca, {}, binary)
     method = version.split("-", 1)[1]
     env = {}
-    if version in (DSM_NEIGHBOURS, DSM_SPLIT):
-        binary.append("--neighbours" if version == DSM_NEIGHBOURS else "--split")
-        method = CHOSEN
-    if version == DSM_POLL:
-        env["PMDSM_SERVICE_SCHED"] = "poll"
+    if version in DSM_EXTRA:
+        extra_args, env = DSM_EXTRA[version]
+        binary += extra_args
         method = CHOSEN
     if where == "node":
         return node_mpirun(ctx, ranks, [], {"PM_DEVICE": "shm", "PMDSM_WRITE_DETECT": method,

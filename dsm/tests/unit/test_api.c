@@ -62,65 +62,70 @@ static bool kernel_at_least(int major, int minor)
 	return ma > major || (ma == major && mi >= minor);
 }
 
-/* Of samples looks, 1 ms apart, at the threads of this process other
- * than this one (the service thread), how many found one runnable ('R'):
- * asleep in pm_wait() it is 'S', polling it is 'R' even while it waits
- * for a core. */
+/* Calls fn with the contents of /proc/self/task/<tid>/<file> of every
+ * thread of this process but this one (the service thread; with uffd-wp
+ * also the write-fault thread). */
+static void other_threads(const char *file, void (*fn)(const char *text, void *arg), void *arg)
+{
+	DIR *dir = opendir("/proc/self/task");
+	struct dirent *e;
+	char path[300], text[4096];
+
+	CHECK(dir != NULL);
+	while ((e = readdir(dir))) {
+		if (e->d_name[0] == '.' || atol(e->d_name) == (long)gettid())
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/%s", e->d_name, file);
+		int fd = open(path, O_RDONLY);
+		ssize_t n = fd >= 0 ? read(fd, text, sizeof(text) - 1) : -1;
+
+		if (fd >= 0)
+			close(fd);
+		text[n > 0 ? n : 0] = 0;
+		fn(text, arg);
+	}
+	closedir(dir);
+}
+
+/* "tid (comm) S ...": the state after the comm's ')'. */
+static void count_runnable(const char *stat, void *arg)
+{
+	const char *end = strrchr(stat, ')');
+
+	if (end && end[1] == ' ' && end[2] == 'R')
+		++*(int *)arg;
+}
+
+/* Of samples looks, 1 ms apart, at the other threads, how many found one
+ * runnable ('R'): asleep in pm_wait() the service thread is 'S', polling
+ * it is 'R' even while it waits for a core. */
 static int service_runnable(int samples)
 {
 	int runnable = 0;
 
 	for (int i = 0; i < samples; i++) {
-		DIR *dir = opendir("/proc/self/task");
-		struct dirent *e;
-		char path[300], stat[512];
-
-		CHECK(dir != NULL);
-		while ((e = readdir(dir))) {
-			if (e->d_name[0] == '.' || atol(e->d_name) == (long)gettid())
-				continue;
-			snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
-			int fd = open(path, O_RDONLY);
-			ssize_t n = fd >= 0 ? read(fd, stat, sizeof(stat) - 1) : -1;
-
-			if (fd >= 0)
-				close(fd);
-			/* "tid (comm) S ...": the state after the comm's ')'. */
-			stat[n > 0 ? n : 0] = 0;
-			const char *end = strrchr(stat, ')');
-
-			if (end && end[1] == ' ' && end[2] == 'R')
-				runnable++;
-		}
-		closedir(dir);
+		other_threads("stat", count_runnable, &runnable);
 		usleep(1000);
 	}
 	return runnable;
+}
+
+/* The "se.slice : N" line of /proc/<tid>/sched. */
+static void read_slice(const char *sched, void *arg)
+{
+	const char *line = strstr(sched, "\nse.slice");
+
+	if (line)
+		*(long *)arg = atol(strchr(line, ':') + 1);
 }
 
 /* The slice of a thread of this process other than this one, 0 when the
  * kernel does not say (the service thread is the only other thread). */
 static long service_slice_ns(void)
 {
-	char path[300], line[256];
 	long slice = 0;
-	DIR *dir = opendir("/proc/self/task");
-	struct dirent *e;
 
-	CHECK(dir != NULL);
-	while ((e = readdir(dir))) {
-		if (e->d_name[0] == '.' || atol(e->d_name) == (long)gettid())
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/sched", e->d_name);
-		FILE *f = fopen(path, "r");
-
-		while (f && fgets(line, sizeof(line), f))
-			if (!strncmp(line, "se.slice", 8))
-				slice = atol(strchr(line, ':') + 1);
-		if (f)
-			fclose(f);
-	}
-	closedir(dir);
+	other_threads("sched", read_slice, &slice);
 	return slice;
 }
 
