@@ -376,16 +376,20 @@ def pm_contexts(score, job_ids):
                   for c in json.loads(proc.stdout).get("contexts", []) if c["pid"] in jobs)
 
 
-def test_two_dsm_jobs_share_their_nodes_in_turns(score, request):
+@pytest.mark.parametrize("sched", [None, "poll"])
+def test_two_dsm_jobs_share_their_nodes_in_turns(score, request, sched):
     """pmdsm-check and jacobi_dsm --check, each 4x1 on the same four nodes:
     two rows of the matrix, switched every 100 ms with network preemption
     (every PM context quiesces before its job is frozen).  Both finish
-    right, and each was seen both frozen and running."""
+    right, and each was seen both frozen and running.  Also with service
+    threads that poll instead of sleeping (PMDSM_SERVICE_SCHED=poll): they
+    are inside PM all the time, and must quiesce as promptly."""
     seed = seed_for(request)
     jacobi = ["-n", 512, "-i", 600]
     watch = Watch(score)
-    check_argv = scrun_args("4x1", PMDSM_CHECK, ["--seed", seed, "--rounds", 12])
-    jacobi_argv = scrun_args("4x1", BUILD_BIN / "jacobi_dsm", [*jacobi, "--check"])
+    env = {"PMDSM_SERVICE_SCHED": sched} if sched else None
+    check_argv = scrun_args("4x1", PMDSM_CHECK, ["--seed", seed, "--rounds", 12], env=env)
+    jacobi_argv = scrun_args("4x1", BUILD_BIN / "jacobi_dsm", [*jacobi, "--check"], env=env)
     print(f"\nreplay, at once: {replay(check_argv)}; {replay(jacobi_argv)}")
     runs = [score.start("-v", "-l", "-J", "gang-check", *check_argv),
             score.start("-v", "-l", "-J", "gang-jacobi", *jacobi_argv)]
