@@ -128,9 +128,14 @@ struct dsm_fetch_op {
 #define DSM_PREFETCH_RUNS 16u
 
 /* One departure's prefetch in this many lands its pages closed, so that a
- * page no longer read stops being fetched again within as many barriers
- * (sync.c, depart; docs/dsm/design.md "Prefetch at barriers"). */
-#define DSM_PREFETCH_PROBE 8u
+ * page no longer read stops being fetched again within as many of the
+ * barriers that drop it (sync.c, depart; docs/dsm/design.md "Prefetch at
+ * barriers").  Prime: a page dropped every k-th departure (a stencil's
+ * two grids: every other one) meets a probe within that many of its own
+ * drops for every k it does not divide; with 8, the probes of a program
+ * of two grids all fell on the same grid, and the other's pages read
+ * ahead once were fetched at every barrier for good. */
+#define DSM_PREFETCH_PROBE 7u
 
 /* One allocation of the heap (the allocator keeps them sorted). */
 struct dsm_extent {

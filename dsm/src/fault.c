@@ -189,8 +189,8 @@ void dsm_prefetched_valid(struct dsm *d, uint32_t first, uint32_t n)
  * closed until touched: a page touched becomes valid at a local fault (no
  * fetch; a fault on one still in flight waits for its read) and is
  * fetched again at the next barrier that drops it; one never touched is
- * not.  So a page the program stopped reading is fetched again for at
- * most DSM_PREFETCH_PROBE barriers.
+ * not.  So a page the program stopped reading is fetched again at most
+ * DSM_PREFETCH_PROBE times (dsm_internal.h: why it is prime).
  */
 void dsm_prefetch(struct dsm *d, const uint32_t *pages, uint32_t n)
 {

@@ -9,6 +9,10 @@
   --split the same in two halves (pmdsm_barrier_with_notify, _wait; one
   peer barrier each): the sequential result every way, also with more
   ranks than rows.
+- A page read ahead past a neighbour's row and never read again stops
+  being fetched at barriers, in either grid: the probes that find it
+  unread fall on both grids' departures (docs/dsm/design.md, "Prefetch at
+  barriers").
 - --barrier belongs to the MPI version, --neighbours and --split to the
   DSM version: the others refuse them with a usage error (exit 2) naming
   the option.
@@ -96,6 +100,29 @@ def test_jacobi_dsm_meets_everyone_or_only_its_neighbours_whole_or_split():
                 # those on a page that two ranks' rows share: both write it).
                 taken = sum(c["push_taken"] for c in counters.values())
                 assert taken > 0, (sync, counters)
+
+
+def test_pages_read_ahead_and_never_read_again_stop_being_prefetched():
+    """jacobi_dsm -n 1024 on 2 ranks: a row is 2 pages.  Rank 0 reads rank
+    1's first row of each grid; its first sweep on each grid faults there
+    and reads ahead one page of rank 1's second row, which it never reads.
+    At each barrier it prefetches the row the departure drops (one grid's,
+    then the other's), and that extra page only until a probe of its grid
+    finds it unread.  So 160 more sweeps prefetch 2 pages a barrier, not
+    more: with a probe period of 8 the probes all fell on one grid, and the
+    other's extra page came every second barrier for good (2.5 a barrier).
+    The runs' first sweeps differ by a few pages from run to run (how
+    their first faults and prefetches meet): the bounds leave room."""
+    fetched = {}
+    for sweeps in (40, 200):
+        args = ["-n", "1024", "-i", str(sweeps), "-s", "7"]
+        proc = run([*MPIRUN, BUILD_BIN / "jacobi_dsm", *args, "--check"],
+                   PMDSM_STATS="1", PMDSM_WRITE_DETECT="uffd-async")
+        line = json.loads(proc.stdout)
+        assert line["checksum"] == result_line([BUILD_BIN / "jacobi_seq", *args])["checksum"]
+        fetched[sweeps] = dsm_counters(proc.stderr)[0]["prefetched_pages"]
+    more = fetched[200] - fetched[40]
+    assert 2 * 160 - 16 <= more <= 2 * 160 + 16, fetched
 
 
 def test_jacobi_dsm_with_more_ranks_than_rows():
