@@ -55,6 +55,9 @@ static size_t parse_size(const char *s)
 	return *end ? 0 : (size_t)v;
 }
 
+/* How many names a table of the names of an enum's values holds. */
+#define NAMES_COUNT(names) (sizeof(names) / sizeof((names)[0]))
+
 /* The names of the write detections, in PMDSM_WRITE_DETECT and
  * pmdsm_write_detect(). */
 static const char *const write_detect_names[] = {
@@ -62,7 +65,7 @@ static const char *const write_detect_names[] = {
 	[PMDSM_WRITE_UFFD_ASYNC] = "uffd-async",
 	[PMDSM_WRITE_UFFD_WP] = "uffd-wp",
 };
-#define WRITE_DETECT_COUNT (sizeof(write_detect_names) / sizeof(write_detect_names[0]))
+#define WRITE_DETECT_COUNT NAMES_COUNT(write_detect_names)
 
 static const char *write_detect_name(enum pmdsm_write_detect wd)
 {
@@ -162,7 +165,6 @@ static const char *const service_sched_names[] = {
 	[PMDSM_SCHED_SHORT] = "short", [PMDSM_SCHED_FIFO] = "fifo", [PMDSM_SCHED_NONE] = "none",
 	[PMDSM_SCHED_POLL] = "poll",
 };
-#define SERVICE_SCHED_COUNT (sizeof(service_sched_names) / sizeof(service_sched_names[0]))
 
 /* PMDSM_PREFETCH_MODE: wait (default) or overlap. */
 static const char *const prefetch_mode_names[] = {
@@ -327,9 +329,10 @@ int pmdsm_init(const struct pmdsm_attr *attr)
 			      &push);
 	err = err ?: uint_env("PMDSM_SPIN_US", DSM_SPIN_US_DEFAULT, DSM_SPIN_US_MAX,
 			      "a number of microseconds", &spin_us);
-	err = err ?: choice_env("PMDSM_SERVICE_SCHED", service_sched_names, SERVICE_SCHED_COUNT,
-				&sched);
-	err = err ?: choice_env("PMDSM_PREFETCH_MODE", prefetch_mode_names, 2, &prefetch_mode);
+	err = err ?: choice_env("PMDSM_SERVICE_SCHED", service_sched_names,
+				NAMES_COUNT(service_sched_names), &sched);
+	err = err ?: choice_env("PMDSM_PREFETCH_MODE", prefetch_mode_names,
+				NAMES_COUNT(prefetch_mode_names), &prefetch_mode);
 	err = err ?: uint_env("PMDSM_STATS", 0, 1, "0 or 1 (1: the counters on stderr at "
 			      "pmdsm_finalize)", &log_counters);
 	if (err)
