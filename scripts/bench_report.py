@@ -855,6 +855,20 @@ def capitalised(text):
     return text[:1].upper() + text[1:]
 
 
+# The DSM version's extra cluster rows (scripts/bench_dsm.py, DSM_EXTRA),
+# in the report's order, each with what its label says after the chosen
+# method: dsm-neighbours has the MPI version's synchronisation (jacobi_dsm
+# --neighbours; mpi-barrier is the converse, jacobi_mpi --barrier),
+# dsm-split the same in two halves, dsm-poll PMDSM_SERVICE_SCHED=poll.
+DSM_EXTRA_ROWS = {
+    "dsm-neighbours": "`--neighbours` (each rank meets its two neighbours after each sweep)",
+    "dsm-split": "`--split` (the same meeting in two halves, the interior rows computed "
+                 "between them)",
+    "dsm-poll": "`PMDSM_SERVICE_SCHED=poll` (the service thread polls and yields instead "
+                "of sleeping; its 1-rank time is its own)",
+}
+
+
 def render_dsm(doc, path):
     fault, apps = doc.get("fault"), doc.get("apps")
     if not fault or "targets" not in doc:
@@ -1002,15 +1016,12 @@ def render_dsm(doc, path):
             if "seq" in summ:
                 rows.append(["sequential", "1", spread_cell(summ["seq"]["seconds_1"], 3), "",
                              "", "", "", "", ""])
+            chosen = doc.get('chosen', 'uffd-async')
             for p, by_method in prog["dsm_over_mpi"].items():
-                # mpi-barrier: the MPI version with the DSM version's
-                # synchronisation (jacobi_mpi --barrier); dsm-neighbours:
-                # the DSM version with the MPI version's (jacobi_dsm
-                # --neighbours), and dsm-split the same in two halves
-                # (--split); dsm-poll with PMDSM_SERVICE_SCHED=poll;
-                # where they ran.
-                for v in ([f"dsm-{m}" for m in methods]
-                          + ["dsm-neighbours", "dsm-split", "dsm-poll", "mpi", "mpi-barrier"]):
+                # Every method's DSM row, the extra rows where they ran
+                # (DSM_EXTRA_ROWS), then MPI's.
+                for v in ([f"dsm-{m}" for m in methods] + list(DSM_EXTRA_ROWS)
+                          + ["mpi", "mpi-barrier"]):
                     if v not in summ:
                         continue
                     r = summ[v]
@@ -1018,17 +1029,8 @@ def render_dsm(doc, path):
                     ratio = by_method.get(m) if m else None
                     tgt = marks.get(f"{where}_{prog['program']}_{m}_{p}") if m else None
                     vs_seq = (r.get("efficiency_vs_seq") or {}).get(p)
-                    chosen = doc.get('chosen', 'uffd-async')
-                    label = (f"DSM, {chosen}, `--neighbours` (each rank meets its two "
-                             "neighbours after each sweep)"
-                             if v == "dsm-neighbours" else
-                             f"DSM, {chosen}, `--split` (the same meeting in two halves, "
-                             "the interior rows computed between them)"
-                             if v == "dsm-split" else
-                             f"DSM, {chosen}, `PMDSM_SERVICE_SCHED=poll` (the service "
-                             "thread polls and yields instead of sleeping; its 1-rank time "
-                             "is its own)"
-                             if v == "dsm-poll" else f"DSM, {m}" if m else
+                    label = (f"DSM, {chosen}, {DSM_EXTRA_ROWS[v]}" if v in DSM_EXTRA_ROWS
+                             else f"DSM, {m}" if m else
                              "MPI, `--barrier` (all ranks wait after each sweep)"
                              if v == "mpi-barrier" else "MPI")
                     rows.append([label, p,
