@@ -21,9 +21,10 @@ so that a drift of the machine does not always favour the same side):
       uffd-async and with uffd-wp, the MPI version (Open MPI's ob1 + vader), each with 1 and
       with 2 ranks (the machine has 2 cores);
     on the virtual cluster (4 nodes): jacobi, DSM (PM's udp device) and MPI
-      (ob1 + tcp on net0), 1 rank on n1, 1 rank on each of n1 and n2, and
-      1 rank on each of n1..n4 (the issue's shape: on 2 CPUs, two ranks
-      share each CPU, in both versions alike).
+      (ob1 + tcp on net0; and over PM: pml cm, mtl ofi, the provider pm on
+      PM's udp device, the DSM's transport), 1 rank on n1, 1 rank on each of
+      n1 and n2, and 1 rank on each of n1..n4 (the issue's shape: on 2 CPUs,
+      two ranks share each CPU, in both versions alike).
 
 Every figure of a round is one run's: pmdsm-bench's median of its
 repetitions, an application's "seconds" (its compute phase).  Ratios and
@@ -47,8 +48,8 @@ import re
 import subprocess
 import time
 
-from bench_mpi import (BoundedCluster, Failed, file_records, idle_probe, package_version,
-                       run_cmd)
+from bench_mpi import (PM_MCA, BoundedCluster, Failed, file_records, idle_probe,
+                       package_version, run_cmd)
 from bench_stats import ratios, spread, verdict
 from bench_udp import VCLUSTER, cell, pin
 
@@ -101,7 +102,15 @@ DSM_SPLIT = "dsm-split"
 # And with a service thread that polls instead of sleeping while the
 # application computes (PMDSM_SERVICE_SCHED=poll, the chosen method).
 DSM_POLL = "dsm-poll"
-CLUSTER_EXTRA = {"jacobi": [MPI_BARRIER, DSM_NEIGHBOURS, DSM_SPLIT, DSM_POLL]}
+# And the MPI version over PM (libpm-fi, PM's udp device on net0): the DSM's
+# transport under both versions.  The issue's "MPI version" is "over PM once
+# the MPI issue lands, Open MPI's own transports before that": the DSM is
+# judged against both.
+MPI_PM = "mpi-pm"
+CLUSTER_EXTRA = {"jacobi": [MPI_BARRIER, MPI_PM, DSM_NEIGHBOURS, DSM_SPLIT, DSM_POLL]}
+# The MPI versions a DSM version is compared with, each under its key of
+# the summary (dsm_over_mpi: ob1 + tcp, or vader on one node).
+MPI_BASELINES = {"mpi": "dsm_over_mpi", MPI_PM: "dsm_over_mpi_pm"}
 # What each of those DSM rows adds to the chosen method's run: arguments
 # of the program, environment of the ranks.
 DSM_EXTRA = {DSM_NEIGHBOURS: (["--neighbours"], {}), DSM_SPLIT: (["--split"], {}),
@@ -331,11 +340,17 @@ def app_argv(ctx, where, cl, program, args, version, ranks):
         return [*pin("n1"), *ctx.wrap, *binary]
     if version == MPI_BARRIER:
         binary.append("--barrier")
-    if version in ("mpi", MPI_BARRIER):
+    if version in ("mpi", MPI_BARRIER, MPI_PM):
         if where == "node":
             return node_mpirun(ctx, ranks, VADER, {}, binary)
-        mca = ["--mca", "pml", "ob1", "--mca", "btl", "self,tcp",
-               "--mca", "btl_tcp_if_include", cl.subnet(0)]
+        env = {}
+        if version == MPI_PM:
+            mca = list(PM_MCA)
+            env = {"FI_PROVIDER_PATH": str(ctx.build / "lib" / "libfabric"),
+                   "PM_DEVICE": "udp", "PM_UDP_NICS": "eth0"}
+        else:
+            mca = ["--mca", "pml", "ob1", "--mca", "btl", "self,tcp",
+                   "--mca", "btl_tcp_if_include", cl.subnet(0)]
         if ranks > len(os.sched_getaffinity(0)):
             # Two ranks a CPU: each node looks to Open MPI like a machine
             # of its own with one rank, so it does not know to yield while
@@ -343,7 +358,7 @@ def app_argv(ctx, where, cl, program, args, version, ranks):
             # a rank waiting in MPI_Sendrecv would take half the CPU from
             # the one computing beside it.  The DSM's waits yield too.
             mca += ["--mca", "mpi_yield_when_idle", "1"]
-        return cluster_mpirun(ctx, cl, ranks, mca, {}, binary)
+        return cluster_mpirun(ctx, cl, ranks, mca, env, binary)
     method = version.split("-", 1)[1]
     env = {}
     if version in DSM_EXTRA:
@@ -441,17 +456,21 @@ def summarise_app(prog, where):
         s = [t(r, "seq", 1) for r in rounds]
         sums["seq"] = {"seconds_1": dict(spread(s), samples=s)}
     prog["summary"] = sums
-    prog["dsm_over_mpi"] = {}
-    for p in counts[1:]:
-        by_method = prog["dsm_over_mpi"][str(p)] = {}
-        for v in (v for v in versions if v.startswith("dsm-")):
-            method = v[len("dsm-"):]
-            eff_ratio = ratios(sums[v]["efficiency"][str(p)]["samples"],
-                               sums["mpi"]["efficiency"][str(p)]["samples"])
-            time_ratio = ratios([t(r, v, p) for r in rounds], [t(r, "mpi", p) for r in rounds])
-            by_method[method] = {
-                "efficiency_ratio": dict(spread(eff_ratio), samples=eff_ratio),
-                "time_ratio": dict(spread(time_ratio), samples=time_ratio)}
+    for mpi, key in MPI_BASELINES.items():
+        if mpi not in sums:
+            continue
+        prog[key] = {}
+        for p in counts[1:]:
+            by_method = prog[key][str(p)] = {}
+            for v in (v for v in versions if v.startswith("dsm-")):
+                method = v[len("dsm-"):]
+                eff_ratio = ratios(sums[v]["efficiency"][str(p)]["samples"],
+                                   sums[mpi]["efficiency"][str(p)]["samples"])
+                time_ratio = ratios([t(r, v, p) for r in rounds],
+                                    [t(r, mpi, p) for r in rounds])
+                by_method[method] = {
+                    "efficiency_ratio": dict(spread(eff_ratio), samples=eff_ratio),
+                    "time_ratio": dict(spread(time_ratio), samples=time_ratio)}
     prog["segv_over"] = {}
     for m in METHODS[1:]:
         prog["segv_over"][m] = {}
@@ -499,17 +518,30 @@ def judge(doc):
         for prog in part["programs"]:
             if prog["program"] != TARGET_PROGRAM:
                 continue
-            for p, by_method in prog["dsm_over_mpi"].items():
-                for method in METHODS:
-                    s = by_method[method]["efficiency_ratio"]["samples"]
-                    v = verdict(s, ">=", 0.9)
-                    v.update(key=f"{where}_{prog['program']}_{method}_{p}", where=where,
-                             samples=s,
-                             what=f"{prog['program']} {' '.join(prog['args'])}, DSM ({method}) "
-                                  f"efficiency ÷ MPI efficiency, {app_shape(where, int(p))}",
-                             issue="Jacobi 2048², DSM efficiency ≥ 0.9 × MPI's")
-                    out.append(v)
+            for mpi, key in MPI_BASELINES.items():
+                for p, by_method in prog.get(key, {}).items():
+                    for method in METHODS:
+                        s = by_method[method]["efficiency_ratio"]["samples"]
+                        v = verdict(s, ">=", 0.9)
+                        v.update(key=target_key(where, prog["program"], method, p, mpi),
+                                 where=where, samples=s,
+                                 what=f"{prog['program']} {' '.join(prog['args'])}, DSM "
+                                      f"({method}) efficiency ÷ {MPI_WORDS[where][mpi]} "
+                                      f"efficiency, {app_shape(where, int(p))}",
+                                 issue="Jacobi 2048², DSM efficiency ≥ 0.9 × MPI's")
+                        out.append(v)
     return out
+
+
+# What a report calls each MPI version a DSM version is compared with.
+MPI_WORDS = {"node": {"mpi": "MPI (ob1 + vader)"},
+             "cluster": {"mpi": "MPI (ob1 + tcp)", MPI_PM: "MPI over PM (udp)"}}
+
+
+def target_key(where, program, method, ranks, mpi="mpi"):
+    """The key of a target of the DSM's efficiency against an MPI version's
+    (bench_report marks the table's rows with it)."""
+    return f"{where}_{program}_{method}_{ranks}" + ("" if mpi == "mpi" else f"_{mpi}")
 
 
 def app_shape(where, ranks):
@@ -717,11 +749,12 @@ def print_tables(doc):
                 for p, eff in row.get("efficiency", {}).items():
                     line += f"  efficiency x{p} {cell(eff)}"
                 print(line)
-            for p, by_method in prog["dsm_over_mpi"].items():
-                for m in METHODS:
-                    r = by_method[m]
-                    print(f"    DSM ({m}) / MPI x{p}: efficiency {cell(r['efficiency_ratio'])}, "
-                          f"time {cell(r['time_ratio'])}")
+            for mpi, key in MPI_BASELINES.items():
+                for p, by_method in prog.get(key, {}).items():
+                    for m in METHODS:
+                        r = by_method[m]
+                        print(f"    DSM ({m}) / {mpi} x{p}: efficiency "
+                              f"{cell(r['efficiency_ratio'])}, time {cell(r['time_ratio'])}")
     print()
     for v in doc["targets"]:
         why = f" ({v['why']})" if v.get("why") else ""

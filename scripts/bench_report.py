@@ -869,6 +869,35 @@ DSM_EXTRA_ROWS = {
 }
 
 
+# The MPI version's extra cluster rows (scripts/bench_dsm.py), after "MPI".
+MPI_ROWS = {
+    "mpi-barrier": "MPI, `--barrier` (all ranks wait after each sweep)",
+    "mpi-pm": "MPI over PM (`pml cm`, `mtl ofi`, provider `pm`, PM's udp device: the DSM's "
+              "transport)",
+}
+
+
+def dsm_over_mpi_pm_table(prog, marks, where, chosen):
+    """The DSM versions against the MPI version over PM, where it ran: the
+    same transport under both."""
+    by_p = prog.get("dsm_over_mpi_pm")
+    if not by_p:
+        return []
+    rows = []
+    for p, by_method in by_p.items():
+        for m, r in by_method.items():
+            label = (f"DSM, {chosen}, {DSM_EXTRA_ROWS[f'dsm-{m}']}"
+                     if f"dsm-{m}" in DSM_EXTRA_ROWS else f"DSM, {m}")
+            tgt = marks.get(f"{where}_{prog['program']}_{m}_{p}_mpi-pm")
+            rows.append([label, p, spread_cell(r["efficiency_ratio"], 2),
+                         target_cell(tgt) if tgt else "", spread_cell(r["time_ratio"], 2)])
+    return ["", "The same DSM runs against the MPI version over PM (the row \"MPI over PM\" "
+            "above), round by round. JSON: `dsm_over_mpi_pm`.", "",
+            table(["version", "P ranks", "÷ MPI over PM's efficiency", "target",
+                   "P ranks: time ÷ MPI over PM's"], rows,
+                  ["---", "---:", "---:", "---", "---:"])]
+
+
 def render_dsm(doc, path):
     fault, apps = doc.get("fault"), doc.get("apps")
     if not fault or "targets" not in doc:
@@ -1021,7 +1050,7 @@ def render_dsm(doc, path):
                 # Every method's DSM row, the extra rows where they ran
                 # (DSM_EXTRA_ROWS), then MPI's.
                 for v in ([f"dsm-{m}" for m in methods] + list(DSM_EXTRA_ROWS)
-                          + ["mpi", "mpi-barrier"]):
+                          + ["mpi", "mpi-barrier", "mpi-pm"]):
                     if v not in summ:
                         continue
                     r = summ[v]
@@ -1030,9 +1059,7 @@ def render_dsm(doc, path):
                     tgt = marks.get(f"{where}_{prog['program']}_{m}_{p}") if m else None
                     vs_seq = (r.get("efficiency_vs_seq") or {}).get(p)
                     label = (f"DSM, {chosen}, {DSM_EXTRA_ROWS[v]}" if v in DSM_EXTRA_ROWS
-                             else f"DSM, {m}" if m else
-                             "MPI, `--barrier` (all ranks wait after each sweep)"
-                             if v == "mpi-barrier" else "MPI")
+                             else f"DSM, {m}" if m else MPI_ROWS.get(v, "MPI"))
                     rows.append([label, p,
                                  spread_cell(r["seconds_1"], 3), spread_cell(r[f"seconds_{p}"], 3),
                                  spread_cell(r["efficiency"][p], 2),
@@ -1045,6 +1072,7 @@ def render_dsm(doc, path):
                               "against the sequential program: T(seq) ÷ (P × T(P ranks))"],
                              rows, ["---", "---:", "---:", "---:", "---:", "---:", "---", "---:",
                                     "---:"]))
+            out += dsm_over_mpi_pm_table(prog, marks, where, chosen)
             for m in others:
                 out += ["", f"DSM segv ÷ {m}, time: " + ", ".join(
                     f"{k} rank(s) {spread_cell(v, 2)}"
