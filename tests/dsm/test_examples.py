@@ -16,6 +16,10 @@
 - --barrier belongs to the MPI version, --neighbours and --split to the
   DSM version: the others refuse them with a usage error (exit 2) naming
   the option.
+- Every MPI version runs over PM (pml cm, mtl ofi, the provider pm; PM's
+  shm device, and its udp device on loopback) and gives the sequential
+  program's result: halo exchanges, gathers and a reduction of real
+  programs through libpm-fi (docs/mpi/guide.md, "Under mpirun").
 
 mpirun runs two ranks on this machine (Open MPI's own transports); every
 command is bounded in time."""
@@ -24,6 +28,8 @@ import json
 import os
 import re
 import subprocess
+
+import pytest
 
 from scored.score import BUILD_BIN
 
@@ -149,3 +155,25 @@ def test_each_sync_option_belongs_to_one_version():
         proc = subprocess.run([BUILD_BIN / f"jacobi_{version}", "--help"],
                               capture_output=True, text=True, timeout=TIMEOUT, check=False)
         assert proc.returncode == 0 and option in proc.stdout
+
+
+# Each example, small: the arguments of all three versions.
+SMALL = {"jacobi": ARGS, "sor": ["-n", "256", "-i", "6", "-s", "7"],
+         "matmul": ["-n", "96", "-s", "7"], "histogram": ["-m", "200000", "-s", "7"]}
+OVER_PM = ["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "pm",
+           "-x", f"FI_PROVIDER_PATH={BUILD_BIN.parent / 'lib' / 'libfabric'}"]
+PM_DEVICES = {"shm": [], "udp": ["-x", "PM_DEVICE=udp", "-x", "PM_UDP_NICS=127.0.0.1"]}
+
+
+@pytest.mark.parametrize("device", sorted(PM_DEVICES))
+@pytest.mark.parametrize("program", sorted(SMALL))
+def test_each_mpi_version_over_pm_gives_the_sequential_result(program, device):
+    seq = result_line([BUILD_BIN / f"{program}_seq", *SMALL[program]])
+    # pml cm allows no transport of Open MPI's own: without the provider
+    # pm, MPI_Init fails and so does the run.
+    proc = run([*MPIRUN, *OVER_PM, *PM_DEVICES[device],
+                BUILD_BIN / f"{program}_mpi", *SMALL[program], "--check"])
+    lines = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+    assert len(lines) == 1, proc.stdout
+    assert lines[0]["checksum"] == seq["checksum"]
+    assert lines[0]["ranks"] == 2
