@@ -350,6 +350,8 @@ enum dsm_msg_type {
 	                           receiver, to push to the sender (push.c)   */
 	MSG_PUSH,               /* arg: n pages; payload: n u32 page numbers,
 	                           then the n pages' bytes (push.c)           */
+	MSG_UNSUBSCRIBE,        /* arg: 0; payload: runs of pages homed at the
+	                           receiver, no longer to push (push.c)       */
 };
 
 #define DSM_NOTICE_BARRIER 0xffffffffu
@@ -487,6 +489,12 @@ void dsm_push_to(struct dsm *d, int peer, const struct pageset *owed);
  * dropped: the pushed ones among them made PREFETCHED (no fetch); the
  * pushes of pages the notices do not name stay for the next. */
 void dsm_push_take(struct dsm *d, const struct pageset *notices);
+/* At that departure, before the notices' pages are dropped: tell the
+ * homes among peers to stop pushing the pages the notices name that a
+ * probing departure left closed and the application never touched since
+ * (PREFETCHED): a page the program stopped reading lapses as its
+ * prefetch does. */
+void dsm_push_lapse(struct dsm *d, const struct dsm_peers *w, const struct pageset *notices);
 /* After that departure: ask the homes among peers to push, from now on,
  * the pages of list (fetched again, pages[0..n)) homed at them. */
 void dsm_push_subscribe(struct dsm *d, const struct dsm_peers *w, const uint32_t *pages,
@@ -499,7 +507,8 @@ static inline void dsm_push_refuse(struct dsm *d, uint32_t page)
 /* Freed pages: their pushes, asked for or not, start over. */
 void dsm_push_forget(struct dsm *d, uint32_t first, uint32_t n);
 void dsm_on_push(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t *p, size_t len);
-void dsm_on_subscribe(struct dsm *d, int peer, const uint8_t *p, size_t len);
+/* SUBSCRIBE (subscribe) or UNSUBSCRIBE from peer. */
+void dsm_on_subscribe(struct dsm *d, int peer, bool subscribe, const uint8_t *p, size_t len);
 
 /* ---- fault.c ---- */
 

@@ -124,7 +124,8 @@ size_t pageset_encode(const struct pageset *s, uint32_t *from, uint8_t *buf, siz
 	return n;
 }
 
-int pageset_decode(struct pageset *s, const uint8_t *buf, size_t len)
+/* The runs of buf added to s, or taken out of it: all or nothing. */
+static int apply_runs(struct pageset *s, const uint8_t *buf, size_t len, bool add)
 {
 	if (len % PAGESET_RUN_BYTES)
 		return -EINVAL;
@@ -137,8 +138,22 @@ int pageset_decode(struct pageset *s, const uint8_t *buf, size_t len)
 	for (size_t i = 0; i < len; i += PAGESET_RUN_BYTES) {
 		uint32_t first = get32(buf + i), count = get32(buf + i + 4);
 
-		for (uint32_t p = first; p < first + count; p++)
-			pageset_add(s, p);
+		for (uint32_t p = first; p < first + count; p++) {
+			if (add)
+				pageset_add(s, p);
+			else
+				pageset_del(s, p);
+		}
 	}
 	return 0;
+}
+
+int pageset_decode(struct pageset *s, const uint8_t *buf, size_t len)
+{
+	return apply_runs(s, buf, len, true);
+}
+
+int pageset_decode_del(struct pageset *s, const uint8_t *buf, size_t len)
+{
+	return apply_runs(s, buf, len, false);
 }

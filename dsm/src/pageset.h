@@ -40,5 +40,7 @@ size_t pageset_encode(const struct pageset *s, uint32_t *from, uint8_t *buf, siz
 /* Add the runs of buf to s.  -EINVAL: a partial run or a page beyond
  * npages (nothing of a malformed buffer is added). */
 int pageset_decode(struct pageset *s, const uint8_t *buf, size_t len);
+/* Take the runs of buf out of s; -EINVAL as pageset_decode. */
+int pageset_decode_del(struct pageset *s, const uint8_t *buf, size_t len);
 
 #endif /* DSM_PAGESET_H */

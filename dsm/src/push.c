@@ -9,7 +9,10 @@
  * (it wrote the page), sends the page's bytes before the notice (PUSH):
  * it is running then, while a fetch would wait for the home's CPU.  The
  * reader keeps what comes (the stash) and, at its departure, takes a
- * pushed page instead of fetching it (PREFETCHED, as a fetched one).
+ * pushed page instead of fetching it (PREFETCHED, as a fetched one).  A
+ * request lapses as a prefetch does: a page a probing departure left
+ * closed and nobody touched until the next departure is asked no more
+ * (UNSUBSCRIBE).
  *
  * A pushed page is the home's copy when the home met us: it holds the
  * home's writes and what other ranks' diffs had reached it by then.  So it
@@ -106,14 +109,15 @@ void dsm_push_to(struct dsm *d, int peer, const struct pageset *owed)
 	}
 }
 
-void dsm_on_subscribe(struct dsm *d, int peer, const uint8_t *p, size_t len)
+void dsm_on_subscribe(struct dsm *d, int peer, bool subscribe, const uint8_t *p, size_t len)
 {
 	struct pageset *s = &d->subs[peer];
 
 	if (!s->bits && pageset_init(s, d->npages))
 		dsm_fatal("no memory for the pages rank %d asks to be pushed", peer);
-	if (pageset_decode(s, p, len)) {
-		dsm_log("dropped a malformed request for pushes from rank %d", peer);
+	if (subscribe ? pageset_decode(s, p, len) : pageset_decode_del(s, p, len)) {
+		dsm_log("dropped a malformed request %s pushes from rank %d",
+			subscribe ? "for" : "to stop", peer);
 		d->st->dropped++;
 	}
 }
@@ -189,8 +193,11 @@ void dsm_push_take(struct dsm *d, const struct pageset *notices)
 			kept++;
 			continue;
 		}
+		/* Nor a page no longer asked for: a push the home sent before
+		 * our UNSUBSCRIBE came would open it again, and the next drop
+		 * would fetch it and ask for it again. */
 		if (d->state[e->page] != PAGE_INVALID || d->home[e->page] != e->from ||
-		    pageset_has(&d->no_push, e->page))
+		    pageset_has(&d->no_push, e->page) || !pageset_has(&d->subscribed, e->page))
 			continue;
 		memcpy(dsm_page_alias(d, e->page), stash_page(d, e), DSM_PAGE);
 		/* As a prefetched page: open, or closed until the first access. */
@@ -198,6 +205,32 @@ void dsm_push_take(struct dsm *d, const struct pageset *notices)
 		d->st->push_taken++;
 	}
 	d->nstash = kept;
+}
+
+/* The pages gathered in scratch for home, as runs of a message of type. */
+static void send_gathered(struct dsm *d, int home, uint8_t type)
+{
+	if (d->scratch.count)
+		dsm_send_runs(d, home, type, 0, d->epoch, &d->scratch);
+	pageset_clear(&d->scratch);
+}
+
+void dsm_push_lapse(struct dsm *d, const struct dsm_peers *w, const struct pageset *notices)
+{
+	if (!d->stash_cap || !d->subscribed.count)
+		return;
+	for (unsigned k = 0; k < w->n; k++) {
+		int home = w->peers[k];
+
+		for (uint32_t p = pageset_next(notices, 0); p != PAGESET_NONE;
+		     p = pageset_next(notices, p + 1))
+			if (d->home[p] == home && d->state[p] == PAGE_PREFETCHED &&
+			    pageset_has(&d->subscribed, p)) {
+				pageset_del(&d->subscribed, p);
+				pageset_add(&d->scratch, p);
+			}
+		send_gathered(d, home, MSG_UNSUBSCRIBE);
+	}
 }
 
 void dsm_push_subscribe(struct dsm *d, const struct dsm_peers *w, const uint32_t *pages,
@@ -212,8 +245,6 @@ void dsm_push_subscribe(struct dsm *d, const struct dsm_peers *w, const uint32_t
 			if (d->home[pages[i]] == home && !pageset_has(&d->no_push, pages[i]) &&
 			    pageset_add(&d->subscribed, pages[i]))
 				pageset_add(&d->scratch, pages[i]);
-		if (d->scratch.count)
-			dsm_send_runs(d, home, MSG_SUBSCRIBE, 0, d->epoch, &d->scratch);
-		pageset_clear(&d->scratch);
+		send_gathered(d, home, MSG_SUBSCRIBE);
 	}
 }

@@ -375,6 +375,8 @@ static void depart(struct dsm *d, struct pageset *notices, const struct dsm_peer
 
 	if (again)
 		d->prefetch_open = d->prefetch_departures++ % DSM_PREFETCH_PROBE != 0;
+	if (w)
+		dsm_push_lapse(d, w, notices);
 
 	dsm_invalidate(d, notices, written);
 	if (w) {
@@ -810,7 +812,8 @@ void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t 
 		d->bye_seen++;
 		return;
 	case MSG_SUBSCRIBE:
-		dsm_on_subscribe(d, peer, p, len);
+	case MSG_UNSUBSCRIBE:
+		dsm_on_subscribe(d, peer, h->type == MSG_SUBSCRIBE, p, len);
 		return;
 	case MSG_PUSH:
 		dsm_on_push(d, peer, h, p, len);

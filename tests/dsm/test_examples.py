@@ -12,7 +12,8 @@
 - A page read ahead past a neighbour's row and never read again stops
   being fetched at barriers, in either grid: the probes that find it
   unread fall on both grids' departures (docs/dsm/design.md, "Prefetch at
-  barriers").
+  barriers"); at barriers of a few, its home stops pushing it (design.md,
+  "Pushes").
 - --barrier belongs to the MPI version, --neighbours and --split to the
   DSM version: the others refuse them with a usage error (exit 2) naming
   the option.
@@ -129,6 +130,30 @@ def test_pages_read_ahead_and_never_read_again_stop_being_prefetched():
         fetched[sweeps] = dsm_counters(proc.stderr)[0]["prefetched_pages"]
     more = fetched[200] - fetched[40]
     assert 2 * 160 - 16 <= more <= 2 * 160 + 16, fetched
+
+
+def test_pushes_of_pages_never_read_again_lapse():
+    """The same at barriers of a few (jacobi_dsm --neighbours, 2 ranks,
+    rows of 2 pages): the extra page read ahead on a neighbour's second
+    row is fetched again at the first meetings, so its home is asked to
+    push it; a probe finds it unread, the home is told to stop
+    (UNSUBSCRIBE), and a push it sent before it heard is not taken.  So
+    160 more sweeps push each rank's edge row, 2 pages, per meeting, not
+    more: before, the asking never lapsed and rank 1 pushed the extra
+    page at every meeting (some 3 pages a meeting)."""
+    pushed = {}
+    for sweeps in (40, 200):
+        args = ["-n", "1024", "-i", str(sweeps), "-s", "7", "--neighbours"]
+        proc = run([*MPIRUN, BUILD_BIN / "jacobi_dsm", *args, "--check"],
+                   PMDSM_STATS="1", PMDSM_WRITE_DETECT="uffd-async")
+        line = json.loads(proc.stdout)
+        assert line["checksum"] == result_line([BUILD_BIN / "jacobi_seq", *args[:-1]])["checksum"]
+        counters = dsm_counters(proc.stderr)
+        assert all(c["dropped"] == 0 for c in counters.values()), counters
+        pushed[sweeps] = {r: c["pushed_pages"] for r, c in counters.items()}
+    for rank in (0, 1):
+        more = pushed[200][rank] - pushed[40][rank]
+        assert 2 * 160 - 16 <= more <= 2 * 160 + 16, (rank, pushed)
 
 
 def test_jacobi_dsm_with_more_ranks_than_rows():

@@ -166,6 +166,22 @@ int main(void)
 	CHECK(!dsm_diff_for_here(d, 8));
 	CHECK(!dsm_diff_for_here(d, d->npages));
 
+	/* Pushes asked for (push.c): rank 0 asks for pages 9-11, then asks
+	 * to stop 10; a malformed request of either kind changes nothing. */
+	uint64_t dropped = d->st->dropped;
+	uint8_t ten[8] = { 10, 0, 0, 0, 1, 0, 0, 0 };
+
+	handle(d, 0, MSG_SUBSCRIBE, 0, 0, nine, sizeof(nine));
+	CHECK_EQ(d->subs[0].count, 3);
+	handle(d, 0, MSG_UNSUBSCRIBE, 0, 0, ten, sizeof(ten));
+	CHECK_EQ(d->subs[0].count, 2);
+	CHECK(pageset_has(&d->subs[0], 9) && !pageset_has(&d->subs[0], 10) &&
+	      pageset_has(&d->subs[0], 11));
+	handle(d, 0, MSG_UNSUBSCRIBE, 0, 0, partial, sizeof(partial));
+	handle(d, 0, MSG_SUBSCRIBE, 0, 0, partial, sizeof(partial));
+	CHECK_EQ(d->st->dropped, dropped + 2);
+	CHECK_EQ(d->subs[0].count, 2);
+
 	dsm_ctx = NULL;
 	dsm_sync_close(d);
 	free(d->state);

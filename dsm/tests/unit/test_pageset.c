@@ -66,6 +66,20 @@ int main(void)
 	for (uint32_t p = 0; p < NPAGES; p++)
 		CHECK_EQ(pageset_has(&b, p), (bool)ref[p]);
 
+	/* The same runs taken out again (UNSUBSCRIBE): nothing left; a
+	 * malformed buffer takes nothing out. */
+	uint8_t bad[8] = { 1, 0, 0, 0, 0, 0, 0, 0 };    /* an empty run */
+
+	CHECK_EQ(pageset_decode_del(&b, bad, 8), -EINVAL);
+	CHECK_EQ(b.count, count);
+	for (from = 0; from != PAGESET_NONE;) {
+		size_t n = pageset_encode(&a, &from, buf, sizeof(buf));
+
+		CHECK_EQ(pageset_decode_del(&b, buf, n), 0);
+	}
+	CHECK_EQ(b.count, 0);
+	CHECK_EQ(pageset_next(&b, 0), PAGESET_NONE);
+
 	/* Delete, clear. */
 	uint32_t first = pageset_next(&a, 0);
 
