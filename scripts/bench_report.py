@@ -32,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from bench_dsm import target_key  # noqa: E402
 from bench_stats import spread  # noqa: E402
 
 DOCS = [ROOT / "docs" / "pm" / "bench.md", ROOT / "docs" / "pm" / "bench-udp.md",
@@ -877,6 +878,14 @@ MPI_ROWS = {
 }
 
 
+def dsm_row_label(version, chosen):
+    """The label of a DSM version's row: its method, or the chosen method
+    and what the extra row adds to it."""
+    if version in DSM_EXTRA_ROWS:
+        return f"DSM, {chosen}, {DSM_EXTRA_ROWS[version]}"
+    return f"DSM, {version[len('dsm-'):]}"
+
+
 def dsm_over_mpi_pm_table(prog, marks, where, chosen):
     """The DSM versions against the MPI version over PM, where it ran: the
     same transport under both."""
@@ -886,10 +895,8 @@ def dsm_over_mpi_pm_table(prog, marks, where, chosen):
     rows = []
     for p, by_method in by_p.items():
         for m, r in by_method.items():
-            label = (f"DSM, {chosen}, {DSM_EXTRA_ROWS[f'dsm-{m}']}"
-                     if f"dsm-{m}" in DSM_EXTRA_ROWS else f"DSM, {m}")
-            tgt = marks.get(f"{where}_{prog['program']}_{m}_{p}_mpi-pm")
-            rows.append([label, p, spread_cell(r["efficiency_ratio"], 2),
+            tgt = marks.get(target_key(where, prog["program"], m, p, "mpi-pm"))
+            rows.append([dsm_row_label(f"dsm-{m}", chosen), p, spread_cell(r["efficiency_ratio"], 2),
                          target_cell(tgt) if tgt else "", spread_cell(r["time_ratio"], 2)])
     return ["", "The same DSM runs against the MPI version over PM (the row \"MPI over PM\" "
             "above), round by round. JSON: `dsm_over_mpi_pm`.", "",
@@ -1056,10 +1063,9 @@ def render_dsm(doc, path):
                     r = summ[v]
                     m = v[4:] if v.startswith("dsm-") else None
                     ratio = by_method.get(m) if m else None
-                    tgt = marks.get(f"{where}_{prog['program']}_{m}_{p}") if m else None
+                    tgt = marks.get(target_key(where, prog["program"], m, p)) if m else None
                     vs_seq = (r.get("efficiency_vs_seq") or {}).get(p)
-                    label = (f"DSM, {chosen}, {DSM_EXTRA_ROWS[v]}" if v in DSM_EXTRA_ROWS
-                             else f"DSM, {m}" if m else MPI_ROWS.get(v, "MPI"))
+                    label = dsm_row_label(v, chosen) if m else MPI_ROWS.get(v, "MPI")
                     rows.append([label, p,
                                  spread_cell(r["seconds_1"], 3), spread_cell(r[f"seconds_{p}"], 3),
                                  spread_cell(r["efficiency"][p], 2),
