@@ -185,13 +185,18 @@ struct dsm {
 	 * before it first fetches the page from us: then a copy exists and
 	 * our writes to it must be watched (sync.c, share_home_pages).  Its
 	 * registration, every rank's key of its own, the pages this rank
-	 * has told their homes of, and how many of ours are still PAGE_OWN. */
+	 * has told their homes of, and how many of ours are still PAGE_OWN.
+	 * The same first fetch asks the home to watch the pages at once
+	 * (home.c, MSG_WATCH); the byte is for a home that has not
+	 * allocated them yet.  watch_asked: the first page of the WATCH
+	 * out, or UINT32_MAX. */
 	volatile uint8_t *copied;
 	size_t copied_len;
 	pm_mr_t *copied_mr;
 	uint64_t *copied_keys;
 	struct pageset told;
 	uint32_t nown;
+	uint32_t watch_asked;
 	uint8_t *state;         /* enum page_state per page */
 	uint16_t *home;         /* home rank per page; DSM_UNHOMED: first
 	                           touch, not decided or not known here yet */
@@ -352,6 +357,10 @@ enum dsm_msg_type {
 	                           then the n pages' bytes (push.c)           */
 	MSG_UNSUBSCRIBE,        /* arg: 0; payload: runs of pages homed at the
 	                           receiver, no longer to push (push.c)       */
+	MSG_WATCH,              /* arg: first page; payload: u32 pages: homed
+	                           at the receiver, to watch before the
+	                           sender's first copy (home.c)               */
+	MSG_WATCHING,           /* arg: first page of the WATCH answered      */
 };
 
 #define DSM_NOTICE_BARRIER 0xffffffffu
@@ -424,6 +433,13 @@ int dsm_home_resolve(struct dsm *d, void *q);
 void dsm_on_home_ask(struct dsm *d, int peer, uint32_t page, const uint8_t *p, size_t len);
 /* The asker's half: the manager's answer. */
 void dsm_on_home_is(struct dsm *d, int peer, uint32_t page, const uint8_t *p, size_t len);
+/* Before the first copy of pages [first, first + n), all homed at one
+ * rank: that home watches them from now on (MSG_WATCH, answered). */
+void dsm_watch_ask(struct dsm *d, uint32_t first, uint32_t n);
+/* The home's half: the pages of a WATCH from peer watched, answered. */
+void dsm_on_watch(struct dsm *d, int peer, uint32_t first, const uint8_t *p, size_t len);
+/* The asker's half: the home's answer. */
+void dsm_on_watching(struct dsm *d, int peer, uint32_t first);
 
 /* ---- heap.c ---- */
 

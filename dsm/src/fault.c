@@ -111,10 +111,12 @@ static const uint8_t copied_bytes[DSM_READ_AHEAD_MAX] = {
 };
 
 /*
- * The first fetch of a page from its home tells the home that a copy exists
- * here, before the read: PM applies one peer's remote operations in order,
- * so the home's table says so before the copy is taken.  Both operations go
- * out at once; the read's answer comes after the write's.
+ * The first fetch of a page from its home asks the home to watch it, and
+ * waits for the answer (home.c), then tells the home's table that a copy
+ * exists here, before the read: PM applies one peer's remote operations in
+ * order, so the table says so before the copy is taken (for a home that
+ * had not allocated the page when it answered).  Both operations go out at
+ * once; the read's answer comes after the write's.
  */
 static void fetch_start(struct dsm *d, struct dsm_fetch_op *f)
 {
@@ -127,6 +129,8 @@ static void fetch_start(struct dsm *d, struct dsm_fetch_op *f)
 			f->tell = true;
 		}
 	}
+	if (f->tell)
+		dsm_watch_ask(d, f->first, f->n);
 	if (f->tell)
 		start_op(d, "telling the home of a copy of", true, f->first, f->n,
 			 (void *)copied_bytes, f->n, d->copied_keys[home], f->first, &f->told);

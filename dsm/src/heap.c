@@ -231,9 +231,9 @@ void *dsm_heap_alloc(struct dsm *d, size_t size, enum pmdsm_placement placement)
 		uint32_t p = e->first + k;
 
 		if (placement == PMDSM_FIRST_TOUCH) {
-			/* No home until a rank touches it (its manager, the
-			 * service thread, may be deciding it right now for a
-			 * rank that allocated first: not read here).  Closed
+			/* No home until a rank touches it (its manager may
+			 * have decided it already for a rank that allocated
+			 * first: not read here).  Closed
 			 * and armed as a page homed elsewhere; its first
 			 * fault here learns the home (fault.c). */
 			d->state[p] = PAGE_INVALID;
@@ -249,7 +249,8 @@ void *dsm_heap_alloc(struct dsm *d, size_t size, enum pmdsm_placement placement)
 	}
 	/* Pages homed here are valid at once (zero) and no other rank has a
 	 * copy: they are open, and their writes go unwatched until another
-	 * rank fetches one (sync.c, share_home_pages).  Pages homed elsewhere
+	 * rank fetches one (home.c, WATCH; sync.c, share_home_pages, for a
+	 * copy taken before this allocation).  Pages homed elsewhere
 	 * stay closed; with uffd-async they are armed, so that the kernel
 	 * records their writes once they are fetched and opened (uffd-wp arms
 	 * them as they become valid). */

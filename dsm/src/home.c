@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * home.c - first-touch homes (PMDSM_FIRST_TOUCH): the rank that touches a
- * page first becomes its home (docs/dsm/design.md, "First touch").
+ * home.c - what the home of a page answers for it: who the home is, and
+ * watching the page before another rank's first copy.
+ *
+ * First-touch homes (PMDSM_FIRST_TOUCH): the rank that touches a page
+ * first becomes its home (docs/dsm/design.md, "First touch").
  *
  * A page of a first-touch allocation starts with no home (DSM_UNHOMED) on
  * every rank.  Its *manager*, rank page % size, decides: the first rank
@@ -101,4 +104,74 @@ void dsm_on_home_is(struct dsm *d, int peer, uint32_t page, const uint8_t *p, si
 	}
 	q->home = (uint16_t)home;
 	q->answered = true;
+}
+
+/*
+ * Watching before the first copy (docs/dsm/design.md, "Pages no other rank
+ * copies").  A page homed here that no other rank has copied is OWN: open,
+ * its writes unwatched.  Before a rank first copies pages from us it asks
+ * us to watch them, and waits for the answer: a write of ours before the
+ * arming is in the copy (taken after the answer), and one after it is
+ * seen and named in a notice as any other.  A page not allocated here yet
+ * is left to the copied byte the same fetch writes (sync.c,
+ * share_home_pages), as is one whose home runs an older build.
+ */
+static bool watch_answered(struct dsm *d, const void *arg)
+{
+	(void)arg;
+	return d->watch_asked == UINT32_MAX;
+}
+
+void dsm_watch_ask(struct dsm *d, uint32_t first, uint32_t n)
+{
+	d->watch_asked = first;
+	dsm_send(d, d->home[first], MSG_WATCH, first, &n, sizeof(n));
+	dsm_wait_until(d, watch_answered, NULL);
+}
+
+void dsm_on_watch(struct dsm *d, int peer, uint32_t first, const uint8_t *p, size_t len)
+{
+	uint32_t n;
+
+	if (len != sizeof(n)) {
+		dsm_log("dropped a malformed request to watch pages from rank %d", peer);
+		d->st->dropped++;
+		return;
+	}
+	memcpy(&n, p, sizeof(n));
+	if (n == 0 || first >= d->npages || n > d->npages - first) {
+		dsm_log("dropped a request to watch pages %u..+%u from rank %d: beyond the heap",
+			first, n, peer);
+		d->st->dropped++;
+		return;
+	}
+	for (uint32_t q = first; q < first + n;) {
+		uint32_t run = 0;
+
+		while (q + run < first + n && d->home[q + run] == d->rank &&
+		       d->state[q + run] == PAGE_OWN)
+			run++;
+		if (!run) {
+			q++;
+			continue;
+		}
+		/* The application reads states without a lock (fault.c). */
+		for (uint32_t k = q; k < q + run; k++)
+			__atomic_store_n(&d->state[k], PAGE_READ, __ATOMIC_RELEASE);
+		dsm_watch(d, q, run);
+		d->nown -= run;
+		d->st->home_shared += run;
+		q += run;
+	}
+	dsm_send(d, peer, MSG_WATCHING, first, NULL, 0);
+}
+
+void dsm_on_watching(struct dsm *d, int peer, uint32_t first)
+{
+	if (d->watch_asked != first || d->home[first] != peer) {
+		dsm_log("dropped an unasked answer to watch page %u from rank %d", first, peer);
+		d->st->dropped++;
+		return;
+	}
+	d->watch_asked = UINT32_MAX;
 }

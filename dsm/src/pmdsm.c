@@ -475,14 +475,39 @@ int pmdsm_size(void)
 	return dsm_ctx ? dsm_ctx->size : -ENXIO;
 }
 
+struct alloc_args {
+	size_t size;
+	enum pmdsm_placement placement;
+	void *ptr;
+};
+
+static int alloc_call(struct dsm *d, void *arg)
+{
+	struct alloc_args *a = arg;
+
+	a->ptr = dsm_heap_alloc(d, a->size, a->placement);
+	return a->ptr ? 0 : -errno;
+}
+
+/* On the service thread, as the protocol: its answers to WATCH (home.c)
+ * read the states of pages an allocation sets, and their count. */
 void *pmdsm_alloc(size_t size, enum pmdsm_placement placement)
 {
+	struct alloc_args a = { .size = size, .placement = placement };
+
 	if (!dsm_ctx) {
 		dsm_log("pmdsm_alloc before pmdsm_init");
 		errno = ENXIO;
 		return NULL;
 	}
-	return dsm_heap_alloc(dsm_ctx, size, placement);
+
+	int err = dsm_call(dsm_ctx, alloc_call, &a);
+
+	if (err) {
+		errno = -err;
+		return NULL;
+	}
+	return a.ptr;
 }
 
 void *pmdsm_malloc(size_t size)

@@ -69,6 +69,7 @@ int dsm_sync_open(struct dsm *d)
 		return -ENOMEM;
 	err = pageset_init(&d->dirty, d->npages);
 	err = err ?: pageset_init(&d->told, d->npages);
+	d->watch_asked = UINT32_MAX;
 	err = err ?: pageset_init(&d->cool, d->npages);
 	err = err ?: pageset_init(&d->epoch_notices, d->npages);
 	err = err ?: pageset_init(&d->mgr_union, d->npages);
@@ -204,8 +205,10 @@ static bool diffs_acked(struct dsm *d, const void *arg)
 }
 
 /*
- * Pages homed here that another rank has fetched since we last looked: it
- * set their byte in our `copied` table (a remote write) before its read,
+ * Pages homed here that another rank has fetched since we last looked,
+ * still OWN: copied before this rank allocated them (a copy after it asks
+ * us to watch the pages first: home.c, WATCH).  The copier set their byte
+ * in our `copied` table (a remote write) before its read,
  * and PM applies one peer's remote operations in order, so the byte was
  * there before the copy was taken.  From now on their writes are watched,
  * so that their notices reach the copy; and what we wrote to them unwatched
@@ -833,6 +836,12 @@ void dsm_handle(struct dsm *d, int peer, const struct dsm_hdr *h, const uint8_t 
 		return;
 	case MSG_HOME_IS:
 		dsm_on_home_is(d, peer, h->arg, p, len);
+		return;
+	case MSG_WATCH:
+		dsm_on_watch(d, peer, h->arg, p, len);
+		return;
+	case MSG_WATCHING:
+		dsm_on_watching(d, peer, h->arg);
 		return;
 	default:
 		dsm_log("dropped a message of unknown type %u from rank %d", h->type, peer);

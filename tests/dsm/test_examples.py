@@ -14,6 +14,11 @@
   unread fall on both grids' departures (docs/dsm/design.md, "Prefetch at
   barriers"); at barriers of a few, its home stops pushing it (design.md,
   "Pushes").
+- histogram_dsm's ranks read each other's items between taking tasks
+  under a lock: an acquire drops only the pages written under the locks
+  (the queue's and the bins'), not every page read from another rank so
+  far (docs/dsm/design.md, "Pages no other rank copies": a first copy
+  asks its home to watch the page, so it needs no notice of its own).
 - --barrier belongs to the MPI version, --neighbours and --split to the
   DSM version: the others refuse them with a usage error (exit 2) naming
   the option.
@@ -153,6 +158,28 @@ def test_pushes_of_pages_never_read_again_lapse():
     more, pushed = counter_growth("pushed_pages", "--neighbours")
     for rank in (0, 1):
         assert 2 * 160 - 16 <= more[rank] <= 2 * 160 + 16, (rank, pushed)
+
+
+def test_an_acquire_drops_only_what_was_written_under_the_locks():
+    """histogram_dsm -m 2000000 on 2 ranks: some 200 tasks taken one at a
+    time under the task lock, each counting items of either rank's block,
+    then the bins added under their locks.  Only the queue's page and the
+    bins' page are written after the first barrier, so an acquire drops
+    at most those two; when every item page read from the other rank was
+    named in the notices a lock passes on, each acquire dropped the copies
+    read since (about four times as many pages as acquires)."""
+    args = ["-m", "2000000", "-s", "7"]
+    proc = run([*MPIRUN, BUILD_BIN / "histogram_dsm", *args, "--check"], PMDSM_STATS="1")
+    line = json.loads(proc.stdout)
+    assert line["checksum"] == result_line([BUILD_BIN / "histogram_seq", *args])["checksum"]
+    counters = dsm_counters(proc.stderr)
+    assert sorted(counters) == [0, 1], proc.stderr
+    for rank, c in counters.items():
+        assert c["dropped"] == 0, (rank, c)
+        assert c["locks"] > 0 and c["pages_fetched"] > 0, (rank, c)
+        # The barriers' notices (init, the two of the program, finalize)
+        # may drop a few more.
+        assert c["invalidations"] <= 2 * c["locks"] + 8, (rank, c)
 
 
 def test_jacobi_dsm_with_more_ranks_than_rows():

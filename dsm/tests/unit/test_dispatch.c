@@ -2,8 +2,9 @@
 /*
  * The protocol's receiving half without PM: malformed or misdirected
  * messages are dropped and counted and change nothing; well-formed ones
- * change what they should.  (Handlers that answer, DIFF and a lock's
- * grant to another rank, need PM and are covered by the mpirun tests.)
+ * change what they should.  (Handlers that answer, DIFF, WATCH and a
+ * lock's grant to another rank, need PM and are covered by the mpirun
+ * tests.)
  */
 #include "check.h"
 #include "dsm_internal.h"
@@ -181,6 +182,33 @@ int main(void)
 	handle(d, 0, MSG_SUBSCRIBE, 0, 0, partial, sizeof(partial));
 	CHECK_EQ(d->st->dropped, dropped + 2);
 	CHECK_EQ(d->subs[0].count, 2);
+
+	/* Watching before a first copy (home.c): a request of the wrong
+	 * size, for no page or beyond the heap is dropped and watches
+	 * nothing; an answer nobody waits for, from a rank that is not the
+	 * page's home or for another page is dropped; the home's answer to
+	 * the request out is taken.  (A well-formed request is answered
+	 * through PM: the mpirun tests.) */
+	uint32_t npages = 2, none = 0;
+
+	dropped = d->st->dropped;
+	d->state[12] = PAGE_OWN;
+	d->home[12] = 1;
+	handle(d, 0, MSG_WATCH, 12, 0, &npages, 2);
+	handle(d, 0, MSG_WATCH, 12, 0, &none, sizeof(none));
+	handle(d, 0, MSG_WATCH, 63, 0, &npages, sizeof(npages));
+	CHECK_EQ(d->st->dropped, dropped + 3);
+	CHECK_EQ(d->state[12], PAGE_OWN);
+	CHECK_EQ(d->st->home_shared, 0);
+	d->home[13] = 0;
+	handle(d, 0, MSG_WATCHING, 13, 0, NULL, 0);
+	d->watch_asked = 13;
+	handle(d, 1, MSG_WATCHING, 13, 0, NULL, 0);
+	handle(d, 0, MSG_WATCHING, 14, 0, NULL, 0);
+	CHECK_EQ(d->st->dropped, dropped + 6);
+	CHECK_EQ(d->watch_asked, 13);
+	handle(d, 0, MSG_WATCHING, 13, 0, NULL, 0);
+	CHECK_EQ(d->watch_asked, UINT32_MAX);
 
 	dsm_ctx = NULL;
 	dsm_sync_close(d);
